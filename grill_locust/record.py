@@ -1,0 +1,186 @@
+"""RequestRecord: one row per request, and the metric definitions of shared/DESIGN.md in one place.
+
+The client collects raw timestamps (`RawTiming`); `measure()` turns them into the metrics; the user adds
+labels and the load generator's own health, giving a `RequestRecord`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+# status values besides "ok" and "http_<code>"
+STATUS_OK = "ok"
+STATUS_TIMEOUT = "timeout"
+STATUS_CONNECT = "connect"
+STATUS_STREAM_CUT = "stream_cut"
+STATUS_BAD_EVENT = "bad_event"
+STATUS_EMPTY = "empty"
+
+TOKENS_FROM_USAGE = "usage"
+TOKENS_FROM_TOKENIZER = "tokenizer"
+TOKENS_FROM_EVENTS = "events"
+
+
+def http_status_kind(code: int) -> str:
+    return f"http_{code}"
+
+
+@dataclass(slots=True)
+class RawTiming:
+    """What the client observed for one request, on the monotonic clock (seconds)."""
+
+    t0: float  # monotonic, just before the request was sent
+    wall_start: float  # time.time() at the same instant
+    output_times: list[float] = field(default_factory=list)  # arrival of each output event
+    first_visible_time: float | None = None  # first non-reasoning output event
+    end_time: float | None = None  # end of stream, or the moment the request failed
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    completion_tokens: int | None = None  # from usage
+    tokenizer_tokens: int | None = None  # from the backend's tokenizer, when usage is missing
+    finish_reason: str | None = None
+    status: str = STATUS_OK
+    http_status: int | None = None
+    error: str = ""
+
+
+@dataclass(slots=True)
+class Measurement:
+    """The metrics of one request, as DESIGN.md defines them."""
+
+    wall_start: float
+    ttft_s: float | None
+    ttfo_s: float | None
+    tpot_s: float | None
+    e2e_s: float | None
+    itl_mean_s: float | None
+    itl_p50_s: float | None
+    itl_p99_s: float | None
+    itl_max_s: float | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    output_tokens: int
+    tokens_source: str
+    tokens_per_s: float | None
+    finish_reason: str | None
+    status: str
+    http_status: int | None
+    error: str
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Linear-interpolation percentile (numpy's default) of an already sorted, non-empty list."""
+    position = (len(sorted_values) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    weight = position - low
+    return sorted_values[low] * (1.0 - weight) + sorted_values[high] * weight
+
+
+def measure(raw: RawTiming) -> Measurement:
+    """Apply the metric contract to one request's raw timings."""
+    times = raw.output_times
+    ttft = times[0] - raw.t0 if times else None
+    ttfo = raw.first_visible_time - raw.t0 if raw.first_visible_time is not None else None
+    e2e = raw.end_time - raw.t0 if raw.end_time is not None else None
+
+    if raw.completion_tokens is not None:
+        output_tokens, source = raw.completion_tokens, TOKENS_FROM_USAGE
+    elif raw.tokenizer_tokens is not None:
+        output_tokens, source = raw.tokenizer_tokens, TOKENS_FROM_TOKENIZER
+    else:
+        output_tokens, source = len(times), TOKENS_FROM_EVENTS
+
+    tpot = None
+    if ttft is not None and e2e is not None and output_tokens >= 2:
+        tpot = (e2e - ttft) / (output_tokens - 1)
+
+    itl_mean = itl_p50 = itl_p99 = itl_max = None
+    if len(times) >= 2:
+        gaps = sorted(b - a for a, b in zip(times, times[1:]))
+        itl_mean = sum(gaps) / len(gaps)
+        itl_p50 = percentile(gaps, 50)
+        itl_p99 = percentile(gaps, 99)
+        itl_max = gaps[-1]
+
+    tokens_per_s = output_tokens / e2e if e2e and e2e > 0 else None
+    status = raw.status
+    if status == STATUS_OK and not times:
+        status = STATUS_EMPTY
+    return Measurement(
+        wall_start=raw.wall_start,
+        ttft_s=ttft,
+        ttfo_s=ttfo,
+        tpot_s=tpot,
+        e2e_s=e2e,
+        itl_mean_s=itl_mean,
+        itl_p50_s=itl_p50,
+        itl_p99_s=itl_p99,
+        itl_max_s=itl_max,
+        prompt_tokens=raw.prompt_tokens,
+        cached_tokens=raw.cached_tokens,
+        output_tokens=output_tokens,
+        tokens_source=source,
+        tokens_per_s=tokens_per_s,
+        finish_reason=raw.finish_reason,
+        status=status,
+        http_status=raw.http_status,
+        error=raw.error,
+    )
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """One row of records.jsonl / records.parquet (the schema of DESIGN.md, in its order)."""
+
+    record_id: str
+    run_id: str
+    target: str
+    backend: str
+    engine: str
+    model: str
+    scenario: str
+    tier_index: int
+    tier_users: int
+    iteration: int
+    user_id: int
+    worker_id: str
+    conversation_id: str
+    turn: int
+    wall_start: float
+    ttft_s: float | None
+    ttfo_s: float | None
+    tpot_s: float | None
+    e2e_s: float | None
+    itl_mean_s: float | None
+    itl_p50_s: float | None
+    itl_p99_s: float | None
+    itl_max_s: float | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    output_tokens: int
+    tokens_source: str
+    tokens_per_s: float | None
+    finish_reason: str | None
+    status: str
+    http_status: int | None
+    error: str
+    worker_lag_p99_ms: float | None = None
+    worker_cpu: float | None = None
+    retries: int = 0  # 429 retries, only when a backend opts in to `retries`
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in RECORD_COLUMNS}
+
+
+RECORD_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RequestRecord))
+MEASUREMENT_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Measurement))
+
+
+def build_record(labels: dict[str, Any], measurement: Measurement, **extra: Any) -> RequestRecord:
+    """Join a request's labels (run_id … turn, record_id) with its measurement."""
+    values = {name: getattr(measurement, name) for name in MEASUREMENT_COLUMNS}
+    return RequestRecord(**labels, **values, **extra)
