@@ -1,0 +1,243 @@
+"""Master side of a run: walks targets x tiers, counts iterations from received records, writes results.
+
+The load shape asks `Campaign.tick()` for the user count. A tier ends when the master has *received*
+records for N x k iterations (Locust's own stats reach the master late and overshoot), or when its time
+cap passes (then it is marked incomplete). Between tiers the shape holds 0 users for the pause.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import gevent
+import gevent.event
+
+from grill_locust.run.phase import Phase, plan_phases
+from grill_locust.run.worker import MSG_PHASE
+from grill_locust.sinks.results import ResultsWriter
+
+if TYPE_CHECKING:
+    from locust.env import Environment
+
+    from grill_locust.config import Scenario
+
+log = logging.getLogger("grill")
+
+PROGRESS_INTERVAL_S = 5.0
+TICK_WAIT_S = 1.0  # the shape polls at most this long for a change before answering Locust
+ALL_AT_ONCE_SPAWN_RATE = 10_000.0
+
+
+@dataclass
+class PhaseProgress:
+    phase: Phase
+    started_wall: float = 0.0
+    started: float = 0.0  # monotonic
+    ended_wall: float | None = None
+    iterations_done: int = 0
+    records: int = 0
+    errors: int = 0
+    by_worker: Counter[str] = field(default_factory=Counter)
+    complete: bool = False
+    note: str = ""
+
+
+class Campaign:
+    """The campaign of one run: its phases, their progress, and the results folder."""
+
+    def __init__(
+        self,
+        environment: Environment,
+        scenario: Scenario,
+        writer: ResultsWriter,
+        run_id: str,
+        skip: set[tuple[str, int]] | None = None,
+    ) -> None:
+        self.environment = environment
+        self.scenario = scenario
+        self.writer = writer
+        self.run_id = run_id
+        self.phases = [p for p in plan_phases(scenario, run_id) if (p.target, p.tier_index) not in (skip or set())]
+        self.progress: dict[int, PhaseProgress] = {p.phase_id: PhaseProgress(p) for p in self.phases}
+        self.targets = {t.name: t for t in scenario.targets}
+        self.current: PhaseProgress | None = None
+        self._next_index = 0
+        self._pause_until: float | None = None
+        self._changed = gevent.event.Event()
+        self.finished = False
+        self.influx: Any = None  # an InfluxSink on the master when the live sink is on
+        self.lost_by_worker: Counter[str] = Counter()
+        self._worker_iterations: dict[str, Counter[int]] = defaultdict(Counter)
+
+    # -- records from workers -------------------------------------------------------------------
+    def on_records(self, worker: str, records: list[dict[str, Any]], iterations: dict[str, int]) -> None:
+        fresh = self.writer.write_records(records)
+        for record in fresh:
+            progress = self._progress_of(record)
+            if progress is not None:
+                progress.records += 1
+                if record["status"] != "ok":
+                    progress.errors += 1
+        for phase_id, count in iterations.items():
+            progress = self.progress.get(int(phase_id))
+            if progress is not None:
+                progress.iterations_done += count
+                progress.by_worker[worker] += count
+        if iterations:
+            self._changed.set()
+
+    def _progress_of(self, record: dict[str, Any]) -> PhaseProgress | None:
+        current = self.current
+        if current is not None and record["target"] == current.phase.target and record["tier_index"] == current.phase.tier_index:
+            return current
+        for progress in self.progress.values():
+            if progress.phase.target == record["target"] and progress.phase.tier_index == record["tier_index"]:
+                return progress
+        return None
+
+    # -- the shape --------------------------------------------------------------------------------
+    def tick(self) -> tuple[int, float] | None:
+        """Users and spawn rate for now; None when the campaign is over. Waits up to TICK_WAIT_S for news."""
+        self._changed.wait(TICK_WAIT_S)
+        self._changed.clear()
+        now = time.monotonic()
+        current = self.current
+        if current is not None:
+            phase = current.phase
+            if current.iterations_done >= phase.iterations_target:
+                self._end_phase(complete=True, note="")
+            elif now - current.started > self.scenario.load.tier_timeout_s:
+                self._end_phase(complete=False, note=f"time cap {self.scenario.load.tier_timeout_s:g} s reached")
+            else:
+                return phase.tier_users, self._spawn_rate(phase)
+        if self._pause_until is not None and now < self._pause_until:
+            return 0, ALL_AT_ONCE_SPAWN_RATE
+        if self._next_index >= len(self.phases):
+            self.finished = True
+            return None
+        if self.environment.runner is not None and self.environment.runner.user_count > 0 and self._pause_until:
+            return 0, ALL_AT_ONCE_SPAWN_RATE  # wait for the previous tier's users to be gone
+        self._start_phase(self.phases[self._next_index])
+        self._next_index += 1
+        assert self.current is not None
+        return self.current.phase.tier_users, self._spawn_rate(self.current.phase)
+
+    def _spawn_rate(self, phase: Phase) -> float:
+        rate = self.scenario.load.spawn_rate
+        return float(rate) if rate else max(ALL_AT_ONCE_SPAWN_RATE, phase.tier_users)
+
+    def _start_phase(self, phase: Phase) -> None:
+        progress = self.progress[phase.phase_id]
+        progress.started, progress.started_wall = time.monotonic(), time.time()
+        self.current = progress
+        self.broadcast()
+        self._write_phase_row(progress)
+        log.info(
+            "tier %d/%d start: %s at %d users, %d iterations to do",
+            phase.phase_id + 1,
+            len(self.phases),
+            phase.target,
+            phase.tier_users,
+            phase.iterations_target,
+        )
+        if self.influx is not None:
+            self.influx.write_phase("start", self._phase_row(progress))
+
+    def _end_phase(self, complete: bool, note: str) -> None:
+        progress = self.current
+        assert progress is not None
+        progress.ended_wall = time.time()
+        progress.complete = complete
+        progress.note = note
+        self.current = None
+        self.broadcast()
+        self._write_phase_row(progress)
+        self._pause_until = time.monotonic() + self.scenario.load.pause_s
+        phase = progress.phase
+        log.info(
+            "tier %d/%d %s: %s at %d users, %d/%d iterations, %d requests, %d errors%s",
+            phase.phase_id + 1,
+            len(self.phases),
+            "done" if complete else "INCOMPLETE",
+            phase.target,
+            phase.tier_users,
+            progress.iterations_done,
+            phase.iterations_target,
+            progress.records,
+            progress.errors,
+            f" ({note})" if note else "",
+        )
+        if self.influx is not None:
+            self.influx.write_phase("end", self._phase_row(progress))
+
+    def _phase_row(self, progress: PhaseProgress) -> dict[str, Any]:
+        phase = progress.phase
+        target = self.targets[phase.target]
+        return {
+            "run_id": self.run_id,
+            "target": phase.target,
+            "backend": target.backend.name,
+            "engine": target.backend.engine,
+            "model": target.model.name,
+            "scenario": target.conversation.name,
+            "tier_index": phase.tier_index,
+            "tier_users": phase.tier_users,
+            "start_wall": progress.started_wall,
+            "end_wall": progress.ended_wall if progress.ended_wall is not None else "",
+            "iterations_target": phase.iterations_target,
+            "iterations_done": progress.iterations_done,
+            "complete": progress.complete,
+            "note": progress.note,
+        }
+
+    def _write_phase_row(self, progress: PhaseProgress) -> None:
+        self.writer.set_phase(self._phase_row(progress))
+
+    # -- messages to workers ----------------------------------------------------------------------
+    def phase_message(self, with_scenario: bool) -> dict[str, Any]:
+        current = self.current
+        return {
+            "run_id": self.run_id,
+            "scenario": self.scenario.to_wire() if with_scenario else None,
+            "phase": current.phase.to_wire() if current is not None else None,
+        }
+
+    def broadcast(self) -> None:
+        """Tell every worker the current phase (before the shape spawns its users)."""
+        self.environment.runner.send_message(MSG_PHASE, self.phase_message(with_scenario=True))
+
+    # -- progress and end -------------------------------------------------------------------------
+    def progress_line(self) -> str:
+        current = self.current
+        if current is None:
+            done = sum(1 for p in self.progress.values() if p.ended_wall is not None)
+            return f"between tiers: {done}/{len(self.phases)} tiers done, {self.writer.record_count} records"
+        phase = current.phase
+        elapsed = time.monotonic() - current.started
+        rate = current.iterations_done / elapsed if elapsed > 0 else 0.0
+        remaining = phase.iterations_target - current.iterations_done
+        eta = f"{remaining / rate:.0f} s" if rate > 0 else "?"
+        return (
+            f"tier {phase.phase_id + 1}/{len(self.phases)} {phase.target} @ {phase.tier_users} users: "
+            f"{current.iterations_done}/{phase.iterations_target} iterations, {current.errors} errors, ETA {eta}"
+        )
+
+    def end(self) -> None:
+        """Mark a tier cut short by a stop as incomplete."""
+        if self.current is not None:
+            self._end_phase(complete=False, note="run stopped")
+
+
+def progress_printer(campaign: Campaign) -> None:
+    while not campaign.finished:
+        gevent.sleep(PROGRESS_INTERVAL_S)
+        log.info(campaign.progress_line())
+
+
+def run_dir_for(results_dir: str, run_id: str) -> Path:
+    return Path(results_dir) / run_id

@@ -1,0 +1,365 @@
+"""Everything grill-locust hooks into Locust: options, event listeners, the load shape, the web UI tab.
+
+Only Locust's extension points are used (events, LoadTestShape, register_message, the web UI's
+extended tabs); Locust itself is never patched. `locustfiles/coding.py` imports this module.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import gevent
+from locust import LoadTestShape, events
+from locust.runners import LocalRunner, MasterRunner, WorkerRunner
+
+from grill_locust.errors import GrillError
+from grill_locust.run.campaign import Campaign, progress_printer, run_dir_for
+from grill_locust.run.worker import MSG_HELLO, MSG_PHASE, MSG_RECORDS, WorkerState
+
+if TYPE_CHECKING:
+    from locust.env import Environment
+
+    from grill_locust.config import Scenario
+
+log = logging.getLogger("grill")
+
+DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "demo.yaml"
+
+
+@events.init_command_line_parser.add_listener
+def add_options(parser: Any) -> None:
+    group = parser.add_argument_group("grill-locust")
+    group.add_argument("--scenario", env_var="LOCUST_SCENARIO", default=None,
+                       help="Scenario YAML (backends, models, conversations, targets, load). "
+                            "Default without --scenario or --host: scenarios/demo.yaml")
+    group.add_argument("--results-dir", env_var="LOCUST_RESULTS_DIR", default="results",
+                       help="Folder that receives results/<run_id>/ (default: results)")
+    group.add_argument("--tiers", env_var="LOCUST_TIERS", default=None,
+                       help="Override the tiers of concurrent users, e.g. 1,5,10")
+    group.add_argument("--iterations", env_var="LOCUST_ITERATIONS", type=int, default=None,
+                       help="Override conversations per user per tier")
+    group.add_argument("--pause", env_var="LOCUST_PAUSE", type=float, default=None,
+                       help="Override the pause at 0 users between tiers (seconds)")
+    group.add_argument("--think-time", env_var="LOCUST_THINK_TIME", type=float, default=None,
+                       help="Override the think time between requests of one user (seconds)")
+    group.add_argument("--model", env_var="LOCUST_MODEL", default=None,
+                       help="Model for the plain users (MultiTurnUser, ...) with --host; default: the first listed")
+    group.add_argument("--engine", env_var="LOCUST_ENGINE", default="openai",
+                       help="Engine behind --host for the plain users (vllm, sglang, llamacpp, sim, openai, ...)")
+    group.add_argument("--resume", env_var="LOCUST_RESUME", default=None,
+                       help="Continue an interrupted campaign in results/<run_id>, skipping tiers already complete")
+    group.add_argument("--telemetry-interval", env_var="LOCUST_TELEMETRY_INTERVAL", type=float, default=2.0,
+                       help="Seconds between scrapes of engine /metrics and GPU exporters (0: off)")
+    group.add_argument("--influx-url", env_var="INFLUX_URL", default=None, help="InfluxDB URL for live results")
+    group.add_argument("--influx-org", env_var="INFLUX_ORG", default=None, help="InfluxDB organisation")
+    group.add_argument("--influx-bucket", env_var="INFLUX_BUCKET", default=None, help="InfluxDB bucket")
+    group.add_argument("--influx-token", env_var="INFLUX_TOKEN", default=None, help="InfluxDB token (never logged)",
+                       is_secret=True)
+
+
+class CampaignShape(LoadTestShape):
+    """Targets x tiers x iterations, with pauses: the shape asks the campaign (master or local runner)."""
+
+    # Locust must not warn about -u/-r/-t itself: we print our own one-line warning when a scenario drives.
+    use_common_options = True
+
+    def tick(self) -> tuple[int, float] | None:
+        campaign: Campaign | None = getattr(self.runner.environment, "grill_campaign", None) if self.runner else None
+        return campaign.tick() if campaign is not None else None
+
+
+def _fail(message: str) -> None:
+    print(f"grill: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def _parse_tiers(text: str) -> list[int]:
+    try:
+        tiers = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise GrillError(f"--tiers: expected comma-separated whole numbers like 1,5,10, got {text!r}") from None
+    if not tiers or any(t < 1 for t in tiers):
+        raise GrillError(f"--tiers: every tier must be a whole number >= 1, got {text!r}")
+    return tiers
+
+
+def _load_scenario(options: Any) -> tuple[Scenario, str]:
+    from grill_locust.config import load_scenario
+
+    path = options.scenario
+    if options.resume and not path:
+        meta_path = Path(options.resume) / "run.json"
+        if not meta_path.exists():
+            raise GrillError(f"--resume {options.resume}: no run.json there (is it a results/<run_id> folder?)")
+        path = json.loads(meta_path.read_text()).get("scenario_path")
+    path = path or str(DEFAULT_SCENARIO)
+    scenario = load_scenario(path)
+    for name in ("iterations", "pause", "think_time"):
+        value = getattr(options, name)
+        if value is not None and value < 0:
+            raise GrillError(f"--{name.replace('_', '-')}: must be >= 0, got {value}")
+    if options.iterations is not None and options.iterations < 1:
+        raise GrillError(f"--iterations: must be >= 1, got {options.iterations}")
+    scenario = scenario.with_overrides(
+        tiers=_parse_tiers(options.tiers) if options.tiers else None,
+        iterations=options.iterations,
+        pause_s=options.pause,
+        think_time_s=options.think_time,
+    )
+    return scenario, path
+
+
+@events.init.add_listener
+def on_init(environment: Environment, runner: Any = None, **_: Any) -> None:
+    options = environment.parsed_options
+    if options is None:
+        return
+    try:
+        _init(environment, options)
+    except GrillError as error:
+        _fail(str(error))
+
+
+def _init(environment: Environment, options: Any) -> None:
+    runner = environment.runner
+    if isinstance(runner, (WorkerRunner, LocalRunner)):
+        worker = WorkerState(environment)
+        environment.grill_worker = worker  # type: ignore[attr-defined]
+        runner.register_message(MSG_PHASE, lambda environment, msg, **kw: worker.on_phase_message(msg.data))
+        worker.influx = _influx_sink(options, None, worker.worker_id)
+    if isinstance(runner, WorkerRunner):
+        runner.send_message(MSG_HELLO, {})
+        return
+    scenario_drives = bool(options.scenario or options.resume or not options.host)
+    if scenario_drives:
+        scenario, path = _load_scenario(options)
+        given = [flag for flag, value in (("-u", options.num_users), ("-r", options.spawn_rate), ("-t", options.run_time)) if value]
+        if given:
+            log.warning("%s ignored: the scenario's load shape drives the run", "/".join(given))
+            options.run_time = None
+        environment.shape_class.use_common_options = False  # type: ignore[union-attr]  # hide -u/-r in the web UI
+        scenario = _start_simulated_backends(scenario)
+    else:
+        environment.shape_class = None  # plain Locust run: -u/-r/-t rule
+        scenario, path = None, ""
+    environment.grill_campaign = _new_campaign(environment, scenario, path, options)  # type: ignore[attr-defined]
+    runner.register_message(MSG_RECORDS, lambda environment, msg, **kw: _on_records(environment, msg.data))
+    runner.register_message(MSG_HELLO, lambda environment, msg, **kw: _on_hello(environment, msg.node_id))
+    if environment.web_ui is not None:
+        _extend_web_ui(environment)
+
+
+def _new_campaign(environment: Environment, scenario: Scenario | None, path: str, options: Any) -> Campaign:
+    from grill_locust.config import parse_scenario
+    from grill_locust.sinks.results import ResultsWriter, new_run_id, read_phases
+
+    skip: set[tuple[str, int]] = set()
+    if options.resume:
+        run_dir = Path(options.resume)
+        run_id = run_dir.name
+        skip = {(p["target"], int(p["tier_index"])) for p in read_phases(run_dir) if p["complete"] == "True"}
+    else:
+        run_id = new_run_id(scenario.name if scenario else "standalone")
+        run_dir = run_dir_for(options.results_dir, run_id)
+    if scenario is None:
+        scenario = parse_scenario({"name": "standalone", "backends": [], "models": [], "targets": []}, "--host")
+    meta = {
+        "run_id": run_id,
+        "scenario": scenario.name,
+        "scenario_path": str(Path(path).resolve()) if path else None,
+        "started_wall": time.time(),
+        "ended_wall": None,
+        "slo": scenario.slo.model_dump(),
+        "argv": [a for a in sys.argv if "token" not in a.lower() and "key" not in a.lower()],
+    }
+    writer = ResultsWriter(run_dir, meta, scenario.redacted(), resume=bool(options.resume))
+    campaign = Campaign(environment, scenario, writer, run_id, skip=skip)
+    campaign.influx = _influx_sink(options, scenario, "master")
+    worker = getattr(environment, "grill_worker", None)
+    if worker is not None:  # the local runner is its own worker
+        worker.run_id = run_id
+        worker.set_scenario(scenario)
+    log.info("results of this run: %s", run_dir)
+    return campaign
+
+
+def _influx_sink(options: Any, scenario: Scenario | None, worker_name: str) -> Any:
+    settings = scenario.sinks.influx if scenario is not None else None
+    url = options.influx_url or (settings.url if settings else None)
+    if not url:
+        return None
+    from grill_locust.sinks.influx import InfluxSink
+
+    token = options.influx_token or (settings.token.get_secret_value() if settings else "")
+    org = options.influx_org or (settings.org if settings else "")
+    bucket = options.influx_bucket or (settings.bucket if settings else "")
+    return InfluxSink(url=url, org=org, bucket=bucket, token=token, worker=worker_name)
+
+
+_sim_processes: list[Any] = []
+
+
+def _start_simulated_backends(scenario: Scenario) -> Scenario:
+    """Start `engine: sim` backends on free loopback ports; stop them when Locust quits."""
+    from grill_locust.sim import SimProcess
+
+    urls: dict[str, str] = {}
+    for backend in scenario.backends:
+        if backend.engine != "sim":
+            continue
+        model = next((t.model.name for t in scenario.targets if t.backend.name == backend.name), "grill-sim")
+        extra = [f"--{key.replace('_', '-')}={value}" for key, value in backend.sim_args.items()]
+        sim = SimProcess.start(profile=backend.profile or "vllm", served_model_name=model, extra_args=extra)
+        _sim_processes.append(sim)
+        urls[backend.name] = sim.url
+        log.info("simulated engine %s (profile %s) at %s", backend.name, backend.profile or "vllm", sim.url)
+    if urls:
+        atexit.register(_stop_simulated_backends)
+    return with_backend_urls(scenario, urls) if urls else scenario
+
+
+def with_backend_urls(scenario: Scenario, urls: dict[str, str]) -> Scenario:
+    """The scenario with some backends moved to new base URLs (their targets follow)."""
+    backends = [b.model_copy(update={"url": urls[b.name]}) if b.name in urls else b for b in scenario.backends]
+    by_name = {b.name: b for b in backends}
+    targets = [t.model_copy(update={"backend": by_name[t.backend.name]}) for t in scenario.targets]
+    return scenario.model_copy(update={"backends": backends, "targets": targets})
+
+
+def _stop_simulated_backends() -> None:
+    while _sim_processes:
+        _sim_processes.pop().stop()
+
+
+def _on_records(environment: Environment, data: dict[str, Any]) -> None:
+    campaign: Campaign = environment.grill_campaign  # type: ignore[attr-defined]
+    campaign.on_records(data["worker"], data["records"], data["iterations"])
+
+
+def _on_hello(environment: Environment, client_id: str) -> None:
+    campaign: Campaign = environment.grill_campaign  # type: ignore[attr-defined]
+    environment.runner.send_message(MSG_PHASE, campaign.phase_message(with_scenario=True), client_id=client_id)
+
+
+_progress_greenlet: gevent.Greenlet | None = None
+
+
+@events.test_start.add_listener
+def on_test_start(environment: Environment, **_: Any) -> None:
+    global _progress_greenlet
+    worker: WorkerState | None = getattr(environment, "grill_worker", None)
+    if worker is not None:
+        worker.start()
+    campaign: Campaign | None = getattr(environment, "grill_campaign", None)
+    if campaign is not None and not isinstance(environment.runner, WorkerRunner):
+        if campaign.finished:  # a new run from the web UI after the last one ended
+            _finish(environment)
+            environment.grill_campaign = campaign = _new_campaign(  # type: ignore[attr-defined]
+                environment, campaign.scenario, campaign.writer.meta.get("scenario_path") or "", environment.parsed_options
+            )
+        if environment.parsed_options.headless and campaign.phases and _progress_greenlet is None:
+            _progress_greenlet = gevent.spawn(progress_printer, campaign)
+
+
+@events.test_stop.add_listener
+def on_test_stop(environment: Environment, **_: Any) -> None:
+    worker: WorkerState | None = getattr(environment, "grill_worker", None)
+    if worker is not None:
+        worker.stop()
+    campaign: Campaign | None = getattr(environment, "grill_campaign", None)
+    if campaign is not None:
+        campaign.end()
+
+
+@events.quitting.add_listener
+def on_quitting(environment: Environment, **_: Any) -> None:
+    worker: WorkerState | None = getattr(environment, "grill_worker", None)
+    if worker is not None and worker.influx is not None:
+        worker.influx.close()
+    if not isinstance(environment.runner, WorkerRunner):
+        _finish(environment)
+    _stop_simulated_backends()
+
+
+def _finish(environment: Environment) -> None:
+    """Close the results folder: parquet files, summary.csv, the summary table on stdout."""
+    campaign: Campaign | None = getattr(environment, "grill_campaign", None)
+    if campaign is None or getattr(campaign, "closed", False):
+        return
+    campaign.closed = True  # type: ignore[attr-defined]
+    campaign.end()
+    writer = campaign.writer
+    writer.meta["ended_wall"] = time.time()
+    writer.write_meta()
+    writer.close()
+    if campaign.influx is not None:
+        campaign.influx.close()
+    from grill_locust.report import format_table, summarize_run
+
+    summary = summarize_run(writer.run_dir)
+    summary.to_csv(writer.run_dir / "summary.csv", index=False)
+    if campaign.influx is not None:
+        for row in summary.to_dict("records"):
+            campaign.influx.write_tier(row)
+    print(format_table(summary))
+    print(f"\n{writer.record_count} requests recorded. Results: {writer.run_dir}")
+    print(f"Report: grill report {writer.run_dir}")
+
+
+def _extend_web_ui(environment: Environment) -> None:
+    """A 'Campaign' tab: target, tier, iterations done / to do, errors, for every tier."""
+    from flask import Response, request
+
+    web_ui = environment.web_ui
+    assert web_ui is not None
+    web_ui.template_args["extendedTabs"] = [{"title": "Campaign", "key": "grill-campaign"}]
+    web_ui.template_args["extendedTables"] = [
+        {
+            "key": "grill-campaign",
+            "structure": [
+                {"key": "tier", "title": "Tier"},
+                {"key": "target", "title": "Target"},
+                {"key": "users", "title": "Users"},
+                {"key": "iterations", "title": "Iterations done / to do"},
+                {"key": "requests", "title": "Requests"},
+                {"key": "errors", "title": "Errors"},
+                {"key": "state", "title": "State"},
+            ],
+        }
+    ]
+
+    @web_ui.app.after_request
+    def add_campaign_stats(response: Response) -> Response:
+        if request.path != "/stats/requests" or not response.is_json:
+            return response
+        campaign: Campaign | None = getattr(environment, "grill_campaign", None)
+        rows = []
+        if campaign is not None:
+            for progress in campaign.progress.values():
+                phase = progress.phase
+                state = (
+                    "running" if progress is campaign.current
+                    else ("done" if progress.complete else "incomplete") if progress.ended_wall else "waiting"
+                )
+                rows.append({
+                    "tier": f"{phase.phase_id + 1}/{len(campaign.phases)}",
+                    "target": phase.target,
+                    "users": phase.tier_users,
+                    "iterations": f"{progress.iterations_done}/{phase.iterations_target}",
+                    "requests": progress.records,
+                    "errors": progress.errors,
+                    "state": state,
+                })
+        payload = response.get_json()
+        payload["extended_stats"] = [{"key": "grill-campaign", "data": rows}]
+        response.set_data(json.dumps(payload))
+        return response
+
+
+__all__ = ["CampaignShape", "MasterRunner"]

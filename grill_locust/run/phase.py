@@ -1,0 +1,50 @@
+"""A Phase: one target at one tier of concurrent users, the unit the load shape walks through."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from grill_locust.config import Scenario
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    phase_id: int  # position in the campaign, 0-based
+    run_id: str
+    target: str
+    tier_index: int
+    tier_users: int
+    iterations_per_user: int
+    think_time_s: float
+
+    @property
+    def iterations_target(self) -> int:
+        return self.tier_users * self.iterations_per_user
+
+    def to_wire(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> Phase:
+        return cls(**data)
+
+
+def plan_phases(scenario: Scenario, run_id: str) -> list[Phase]:
+    """Targets in scenario order, each through every tier."""
+    load = scenario.load
+    phases: list[Phase] = []
+    for target in scenario.targets:
+        for tier_index, users in enumerate(load.tiers):
+            phases.append(
+                Phase(
+                    phase_id=len(phases),
+                    run_id=run_id,
+                    target=target.name,
+                    tier_index=tier_index,
+                    tier_users=users,
+                    iterations_per_user=load.iterations,
+                    think_time_s=load.think_time_s,
+                )
+            )
+    return phases

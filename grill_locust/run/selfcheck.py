@@ -1,0 +1,56 @@
+"""The load generator's own health: event-loop lag (a probe greenlet) and CPU share of this process.
+
+A worker whose gevent hub is late inflates every TTFT it measures long before Locust's 90 % CPU warning
+fires; each record carries the worker's state when it ended, so the report can flag saturated tiers.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+import gevent
+import psutil
+
+from grill_locust.record import percentile
+
+PROBE_INTERVAL_S = 0.05  # how often the probe asks the hub to wake it
+LAG_WINDOW = 40  # probes kept: the last ~2 s
+CPU_SAMPLE_INTERVAL_S = 1.0
+SATURATION_LAG_P99_MS = 5.0  # above this the measurements of this worker are suspect
+SATURATION_CPU_PCT = 70.0
+
+
+class SelfCheck:
+    def __init__(self) -> None:
+        self._lags_ms: deque[float] = deque(maxlen=LAG_WINDOW)
+        self._process = psutil.Process()
+        self.cpu_pct: float | None = None
+        self.lag_p99_ms: float | None = None
+        self._greenlet: gevent.Greenlet | None = None
+
+    def start(self) -> None:
+        if self._greenlet is None:
+            self._process.cpu_percent(None)  # first call primes the counter
+            self._greenlet = gevent.spawn(self._probe)
+
+    def stop(self) -> None:
+        if self._greenlet is not None:
+            self._greenlet.kill(block=False)
+            self._greenlet = None
+
+    def _probe(self) -> None:
+        last_cpu = time.monotonic()
+        while True:
+            before = time.monotonic()
+            gevent.sleep(PROBE_INTERVAL_S)
+            now = time.monotonic()
+            self._lags_ms.append(max(0.0, (now - before - PROBE_INTERVAL_S) * 1000.0))
+            self.lag_p99_ms = percentile(sorted(self._lags_ms), 99)
+            if now - last_cpu >= CPU_SAMPLE_INTERVAL_S:
+                self.cpu_pct = self._process.cpu_percent(None)
+                last_cpu = now
+
+    @property
+    def saturated(self) -> bool:
+        return (self.lag_p99_ms or 0.0) > SATURATION_LAG_P99_MS or (self.cpu_pct or 0.0) > SATURATION_CPU_PCT

@@ -1,0 +1,235 @@
+"""Locust users: each one plays coding-assistant conversations against a target and records every request.
+
+`CampaignUser` follows the phases a scenario's load shape broadcasts (k conversations per user per
+tier, then idle). `MultiTurnUser`, `SharedPrefixUser`, `ShortBaselineUser` and `UniquePromptsUser` work
+as plain Locust users with `--host` and `--model`, with no scenario file (`-u/-r/-t` rule then).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+import gevent
+from locust import User, constant, task
+from locust.exception import StopUser
+
+from grill_locust.client import EngineClient, chat_payload, completions_payload
+from grill_locust.config import Scenario, Target
+from grill_locust.record import STATUS_OK, build_record, measure
+from grill_locust.run.phase import Phase
+from grill_locust.run.worker import WorkerState
+
+IDLE_POLL_S = 0.1  # how often an idle user looks for new work
+CHAT_PATH = "/v1/chat/completions"
+COMPLETIONS_PATH = "/v1/completions"
+STATUS_RATE_LIMITED = "http_429"
+MAX_RETRY_AFTER_S = 30.0
+
+
+class GrillUser(User):
+    """Base user: one conversation at a time, every request streamed, timed and recorded."""
+
+    abstract = True
+    wait_time = constant(0)  # think time is the scenario's, applied between requests below
+
+    def on_start(self) -> None:
+        self.grill: WorkerState = self.environment.grill_worker  # type: ignore[attr-defined]
+        self.user_index = self.grill.next_user_index()
+        self._clients: dict[str, EngineClient] = {}
+
+    def on_stop(self) -> None:
+        for client in self._clients.values():
+            client.close()
+        self._clients.clear()
+
+    def client_for(self, target: Target) -> EngineClient:
+        backend = target.backend
+        if backend.name not in self._clients:
+            self._clients[backend.name] = EngineClient(backend)
+        return self._clients[backend.name]
+
+    def run_conversation(self, target: Target, phase: Phase, iteration: int) -> None:
+        """Send one conversation turn by turn, carrying the real replies forward."""
+        workload = self.grill.workload_for(target)
+        user_key = f"p{phase.phase_id}-{self.grill.worker_id}-u{self.user_index}"
+        plan = workload.plan(user_key, iteration)
+        messages: list[dict[str, str]] = []
+        if plan.system:
+            messages.append({"role": "system", "content": plan.system})
+        labels = {
+            "run_id": phase.run_id,
+            "target": target.name,
+            "backend": target.backend.name,
+            "engine": target.backend.engine,
+            "model": target.model.name,
+            "scenario": target.conversation.name,
+            "tier_index": phase.tier_index,
+            "tier_users": phase.tier_users,
+            "iteration": iteration,
+            "user_id": self.user_index,
+            "worker_id": self.grill.worker_id,
+            "conversation_id": plan.conversation_id,
+        }
+        for turn, user_text in enumerate(plan.user_turns):
+            if turn > 0:
+                gevent.sleep(phase.think_time_s)
+            messages.append({"role": "user", "content": user_text})
+            result = self._send(target, messages, labels, turn)
+            if result is None:
+                return  # the conversation cannot go on without the reply
+            messages.append({"role": "assistant", "content": result})
+
+    def _send(self, target: Target, messages: list[dict[str, str]], labels: dict[str, Any], turn: int) -> str | None:
+        backend, model = target.backend, target.model
+        if backend.api == "completions":
+            prompt = "\n\n".join(m["content"] for m in messages)
+            path, payload = COMPLETIONS_PATH, completions_payload(model, prompt, backend.extra_body)
+        else:
+            path, payload = CHAT_PATH, chat_payload(model, messages, backend.extra_body)
+        client = self.client_for(target)
+        retries = 0
+        while True:
+            result = client.stream(path, payload)
+            measurement = measure(result.raw)
+            self._record(labels, turn, measurement, retries)
+            if measurement.status != STATUS_RATE_LIMITED or retries >= backend.retries:
+                break
+            # opt-in 429 retries: every attempt stays a record, the next one counts its retries
+            retries += 1
+            gevent.sleep(min(MAX_RETRY_AFTER_S, result.retry_after_s or 1.0))
+        return result.text if measurement.status == STATUS_OK else None
+
+    def _record(self, labels: dict[str, Any], turn: int, measurement: Any, retries: int) -> None:
+        grill = self.grill
+        record = build_record(
+            {**labels, "turn": turn, "record_id": grill.next_record_id()},
+            measurement,
+            worker_lag_p99_ms=grill.selfcheck.lag_p99_ms,
+            worker_cpu=grill.selfcheck.cpu_pct,
+            retries=retries,
+        ).to_dict()
+        grill.add_record(record)
+        fire = self.environment.events.request.fire
+        name = labels["target"]
+        if measurement.status == STATUS_OK:
+            for kind, value in (("TTFT", measurement.ttft_s), ("TPOT", measurement.tpot_s), ("E2E", measurement.e2e_s)):
+                if value is not None:
+                    fire(
+                        request_type=kind,
+                        name=name,
+                        response_time=value * 1000.0,
+                        response_length=measurement.output_tokens,
+                        exception=None,
+                        context={},
+                    )
+        else:
+            fire(
+                request_type="E2E",
+                name=name,
+                response_time=(measurement.e2e_s or 0.0) * 1000.0,
+                response_length=measurement.output_tokens,
+                exception=RequestFailed(f"{measurement.status}: {measurement.error}"),
+                context={},
+            )
+
+
+class RequestFailed(Exception):
+    """A failed request, as Locust's failure table shows it."""
+
+
+class CampaignUser(GrillUser):
+    """Driven by the scenario's load shape: k conversations in each phase, then idle until the next."""
+
+    def on_start(self) -> None:
+        super().on_start()
+        self._phase_id: int | None = None
+        self._iterations_done = 0
+
+    @task
+    def next_conversation(self) -> None:
+        grill = self.grill
+        phase, scenario = grill.phase, grill.scenario
+        if phase is None or scenario is None:
+            gevent.sleep(IDLE_POLL_S)
+            return
+        if phase.phase_id != self._phase_id:
+            self._phase_id, self._iterations_done = phase.phase_id, 0
+        if self._iterations_done >= phase.iterations_per_user:
+            gevent.sleep(IDLE_POLL_S)
+            return
+        iteration = self._iterations_done
+        if iteration > 0:
+            gevent.sleep(phase.think_time_s)
+        target = grill.target(phase.target)
+        self._iterations_done += 1
+        try:
+            self.run_conversation(target, phase, iteration)
+        finally:
+            grill.iteration_done(phase.phase_id)
+
+
+class StandaloneUser(GrillUser):
+    """A plain Locust user on `--host`/`--model`: conversations of one built-in workload, back to back."""
+
+    abstract = True
+    conversation: ClassVar[str]
+
+    def on_start(self) -> None:
+        super().on_start()
+        options = self.environment.parsed_options
+        if self.host is None:
+            raise StopUser()
+        self.scenario = standalone_scenario(self.host, options.model, options.engine, self.conversation, options)
+        self.target = self.scenario.targets[0]
+        self.iteration = 0
+        self.started = time.time()
+
+    @task
+    def next_conversation(self) -> None:
+        runner = self.environment.runner
+        phase = Phase(
+            phase_id=0,
+            run_id=self.grill.run_id,
+            target=self.target.name,
+            tier_index=0,
+            tier_users=runner.user_count if runner is not None else 1,
+            iterations_per_user=0,
+            think_time_s=self.scenario.load.think_time_s,
+        )
+        if self.iteration > 0:
+            gevent.sleep(phase.think_time_s)
+        self.run_conversation(self.target, phase, self.iteration)
+        self.iteration += 1
+
+
+def standalone_scenario(host: str, model: str | None, engine: str, conversation: str, options: Any) -> Scenario:
+    from grill_locust.config import parse_scenario
+
+    load: dict[str, Any] = {}
+    if getattr(options, "think_time", None) is not None:
+        load["think_time_s"] = options.think_time
+    data = {
+        "name": "standalone",
+        "backends": [{"name": "host", "url": host.rstrip("/"), "engine": engine}],
+        "models": [{"name": model or "default"}],
+        "targets": [{"backend": "host", "model": model or "default", "conversation": conversation}],
+        "load": load,
+    }
+    return parse_scenario(data, source="--host")
+
+
+class MultiTurnUser(StandaloneUser):
+    conversation = "multi-turn-session"
+
+
+class SharedPrefixUser(StandaloneUser):
+    conversation = "shared-prefix"
+
+
+class ShortBaselineUser(StandaloneUser):
+    conversation = "short-baseline"
+
+
+class UniquePromptsUser(StandaloneUser):
+    conversation = "unique-prompts"

@@ -1,0 +1,149 @@
+"""Worker side of a run: the current phase, and records shipped to the master in batches.
+
+Runs in every process that runs users (a worker, or the local runner, which is master and worker at
+once). Records are never sent one message per record: ZeroMQ's send queue would fill and stall the
+users. A batch leaves at least every FLUSH_INTERVAL_S and on stop.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import gevent
+import gevent.lock
+from locust.runners import MasterRunner, WorkerRunner
+
+from grill_locust.run.phase import Phase
+from grill_locust.run.selfcheck import SelfCheck
+from grill_locust.workload import Workload, backend_token_counter, build_workload
+
+if TYPE_CHECKING:
+    from locust.env import Environment
+
+    from grill_locust.config import Scenario, Target
+
+log = logging.getLogger(__name__)
+
+FLUSH_INTERVAL_S = 0.5
+MSG_RECORDS = "grill_records"  # worker -> master: {"worker", "records", "iterations": {phase_id: n}}
+MSG_PHASE = "grill_phase"  # master -> workers: {"run_id", "scenario": wire dict or None, "phase": wire dict or None}
+MSG_HELLO = "grill_hello"  # worker -> master: ask for the scenario and current phase
+
+
+class WorkerState:
+    """What the users of this process share: scenario, phase, the outgoing record buffer, self-check."""
+
+    def __init__(self, environment: Environment) -> None:
+        self.environment = environment
+        runner = environment.runner
+        if isinstance(runner, WorkerRunner):
+            self.worker_id = f"{socket.gethostname()}-w{runner.worker_index}-{runner.client_id[-6:]}"
+        else:
+            self.worker_id = f"{socket.gethostname()}-local"
+        self.run_id = ""
+        self.scenario: Scenario | None = None
+        self.phase: Phase | None = None
+        self._targets: dict[str, Target] = {}
+        self._workloads: dict[str, Workload] = {}
+        self._workload_lock = gevent.lock.Semaphore()
+        self.selfcheck = SelfCheck()
+        self._records: list[dict[str, Any]] = []
+        self._iterations: Counter[int] = Counter()
+        self._record_seq = 0
+        self._user_seq = 0
+        self._flusher: gevent.Greenlet | None = None
+        self.influx: Any = None  # an InfluxSink when the live sink is on
+
+    # -- called by users -------------------------------------------------------------------------
+    def next_record_id(self) -> str:
+        self._record_seq += 1
+        return f"{self.worker_id}-{self._record_seq}"
+
+    def next_user_index(self) -> int:
+        self._user_seq += 1
+        return self._user_seq - 1
+
+    def add_record(self, record: dict[str, Any]) -> None:
+        self._records.append(record)
+
+    def iteration_done(self, phase_id: int) -> None:
+        self._iterations[phase_id] += 1
+
+    def target(self, name: str) -> Target:
+        return self._targets[name]
+
+    def workload_for(self, target: Target) -> Workload:
+        """One workload per target, calibrated once against the backend's tokenizer."""
+        workload = self._workloads.get(target.name)
+        if workload is None:
+            with self._workload_lock:  # the first users of a tier arrive together: calibrate once
+                workload = self._workloads.get(target.name)
+                if workload is None:
+                    counter = backend_token_counter(target.backend)
+                    workload = build_workload(target.conversation, target.model, counter)
+                    self._workloads[target.name] = workload
+        return workload
+
+    # -- phase and scenario from the master ------------------------------------------------------
+    def on_phase_message(self, data: dict[str, Any]) -> None:
+        from grill_locust.config import Scenario
+
+        if data.get("scenario") is not None and self.scenario is None:
+            self.set_scenario(Scenario.from_wire(data["scenario"]))
+        self.run_id = data.get("run_id") or self.run_id
+        phase = data.get("phase")
+        self.phase = Phase.from_wire(phase) if phase is not None else None
+
+    def set_scenario(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self._targets = {target.name: target for target in scenario.targets}
+
+    # -- shipping --------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.selfcheck.start()
+        if self._flusher is None:
+            self._flusher = gevent.spawn(self._flush_loop)
+
+    def stop(self) -> None:
+        if self._flusher is not None:
+            self._flusher.kill(block=True)
+            self._flusher = None
+        self.flush()
+
+    def _flush_loop(self) -> None:
+        while True:
+            gevent.sleep(FLUSH_INTERVAL_S)
+            try:
+                self.flush()
+            except Exception:  # a failed send must not end the loop: records stay buffered
+                log.exception("could not ship records to the master; will retry")
+
+    def flush(self) -> None:
+        if not self._records and not self._iterations:
+            return
+        records, iterations = self._records, self._iterations
+        self._records, self._iterations = [], Counter()
+        message = {
+            "worker": self.worker_id,
+            "records": records,
+            "iterations": {str(k): v for k, v in iterations.items()},
+        }
+        try:
+            self.environment.runner.send_message(MSG_RECORDS, message)
+        except Exception:
+            self._records = records + self._records
+            self._iterations.update(iterations)
+            raise
+        if self.influx is not None and records:
+            self.influx.write_records(records)
+
+
+def is_master(environment: Environment) -> bool:
+    return isinstance(environment.runner, MasterRunner)
+
+
+def is_worker(environment: Environment) -> bool:
+    return isinstance(environment.runner, WorkerRunner)

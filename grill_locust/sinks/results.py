@@ -1,0 +1,152 @@
+"""The results folder of a run: records.jsonl as records arrive, records.parquet and summary at the end.
+
+Only the master (or the local runner) writes it. `records.jsonl` is appended and flushed batch by
+batch, so a crash or `kill -9` loses at most the last flush interval; each record_id is written once.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+import typing
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import yaml
+
+from grill_locust.record import RECORD_COLUMNS, RequestRecord
+
+RECORDS_JSONL = "records.jsonl"
+RECORDS_PARQUET = "records.parquet"
+PHASES_CSV = "phases.csv"
+TELEMETRY_PARQUET = "telemetry.parquet"
+TELEMETRY_JSONL = "telemetry.jsonl"
+CONFIG_YAML = "config.yaml"
+RUN_JSON = "run.json"
+SUMMARY_CSV = "summary.csv"
+
+PHASE_COLUMNS = (
+    "run_id",
+    "target",
+    "backend",
+    "engine",
+    "model",
+    "scenario",
+    "tier_index",
+    "tier_users",
+    "start_wall",
+    "end_wall",
+    "iterations_target",
+    "iterations_done",
+    "complete",
+    "note",
+)
+
+_ARROW_TYPES = {"str": pa.string(), "int": pa.int64(), "float": pa.float64()}
+
+
+def _record_schema() -> pa.Schema:
+    hints = typing.get_type_hints(RequestRecord)
+    fields = []
+    for name in RECORD_COLUMNS:
+        base = [arg for arg in typing.get_args(hints[name]) if arg is not type(None)] or [hints[name]]
+        fields.append(pa.field(name, _ARROW_TYPES[base[0].__name__]))
+    return pa.schema(fields)
+
+
+RECORD_SCHEMA = _record_schema()
+
+
+def new_run_id(scenario_name: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_" else "-" for c in scenario_name)[:40] or "run"
+    return time.strftime("%Y%m%d-%H%M%S") + f"-{safe}"
+
+
+class ResultsWriter:
+    """Writes one run's folder. Not thread-safe: call it from the master's greenlets only."""
+
+    def __init__(self, run_dir: Path, meta: dict[str, Any], redacted_config: dict[str, Any], resume: bool = False):
+        self.run_dir = run_dir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.meta = meta
+        self.phases: list[dict[str, Any]] = []
+        self._seen: set[str] = set()
+        if resume:
+            self._seen = {r["record_id"] for r in read_records_jsonl(run_dir / RECORDS_JSONL)}
+            self.phases = read_phases(run_dir)
+        else:
+            with open(run_dir / CONFIG_YAML, "w") as f:
+                yaml.safe_dump(redacted_config, f, sort_keys=False)
+        self._records = open(run_dir / RECORDS_JSONL, "a", encoding="utf-8")
+        self._telemetry = open(run_dir / TELEMETRY_JSONL, "a", encoding="utf-8")
+        self.write_meta()
+
+    @property
+    def record_count(self) -> int:
+        return len(self._seen)
+
+    def write_meta(self) -> None:
+        (self.run_dir / RUN_JSON).write_text(json.dumps(self.meta, indent=2, default=str))
+
+    def write_records(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Append the records not written before; returns those (a record is never written twice)."""
+        fresh = []
+        for record in records:
+            record_id = record["record_id"]
+            if record_id not in self._seen:
+                self._seen.add(record_id)
+                fresh.append(record)
+        if fresh:
+            self._records.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in fresh))
+            self._records.flush()
+        return fresh
+
+    def write_telemetry(self, samples: list[dict[str, Any]]) -> None:
+        if samples:
+            self._telemetry.write("".join(json.dumps(s, separators=(",", ":")) + "\n" for s in samples))
+            self._telemetry.flush()
+
+    def set_phase(self, row: dict[str, Any]) -> None:
+        """Add or update the row of one target x tier in phases.csv."""
+        key = (row["target"], row["tier_index"])
+        self.phases = [p for p in self.phases if (p["target"], int(p["tier_index"])) != key] + [row]
+        with open(self.run_dir / PHASES_CSV, "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=PHASE_COLUMNS)
+            writer.writeheader()
+            writer.writerows(self.phases)
+
+    def close(self) -> None:
+        """Finish the folder: records.parquet and telemetry.parquet from the jsonl files."""
+        self._records.close()
+        self._telemetry.close()
+        records = read_records_jsonl(self.run_dir / RECORDS_JSONL)
+        table = pa.Table.from_pylist(records, schema=RECORD_SCHEMA)
+        pq.write_table(table, self.run_dir / RECORDS_PARQUET)
+        samples = read_records_jsonl(self.run_dir / TELEMETRY_JSONL)
+        if samples:
+            pq.write_table(pa.Table.from_pylist(samples), self.run_dir / TELEMETRY_PARQUET)
+
+
+def read_records_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Every complete line of a jsonl file (a line cut by a crash is skipped)."""
+    if not path.exists():
+        return []
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return rows
+
+
+def read_phases(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / PHASES_CSV
+    if not path.exists():
+        return []
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
