@@ -1,0 +1,55 @@
+"""The telemetry sample: one flat dict per engine scrape or per GPU reading, the rows of telemetry.parquet.
+
+Every sample carries every column (None where it does not apply), so a list of samples becomes a
+DataFrame with stable columns whatever mix of engines and exporters a run scraped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+KIND_ENGINE = "engine"
+KIND_GPU = "gpu"
+
+LABEL_COLUMNS: tuple[str, ...] = (
+    "wall_time",  # Unix time of the scrape (or of the NVML reading, for the exporter's own samples)
+    "kind",  # "engine" | "gpu"
+    "source",  # backend name (engine) or the exporter's host:port (gpu)
+    "backend",  # backend this sample belongs to ("" for an exporter no backend lists)
+    "host",  # machine: metrics URL host (engine), exporter's hostname label (gpu)
+    "gpu_index",
+    "gpu_uuid",
+    "gpu_name",
+)
+
+ENGINE_COLUMNS: tuple[str, ...] = (
+    "requests_running",
+    "requests_waiting",
+    "kv_cache_usage",  # fraction 0..1 of the KV cache in use
+    "prefix_cache_hit_rate",  # 0..1, from counter deltas since the previous scrape of this backend
+    "prompt_tokens_total",
+    "cached_tokens_total",  # prompt tokens served from the prefix cache (counter)
+    "prefix_queries_total",  # denominator of the hit rate (counter): tokens looked up in the cache
+    "generation_tokens_total",
+    "preemptions_total",
+)
+
+GPU_COLUMNS: tuple[str, ...] = (
+    "gpu_util_pct",
+    "mem_used_bytes",
+    "mem_total_bytes",
+    "power_w",
+    "energy_mj",  # energy since the driver loaded (NVML total energy consumption), millijoules
+    "temperature_c",
+    "sm_clock_mhz",
+    "throttle_reasons",  # NVML clocks-event reasons bitmask
+)
+
+TELEMETRY_COLUMNS: tuple[str, ...] = LABEL_COLUMNS + ENGINE_COLUMNS + GPU_COLUMNS
+
+
+def empty_sample(kind: str, wall_time: float, source: str, backend: str, host: str) -> dict[str, Any]:
+    """A sample with every column present; the caller fills the numbers it has."""
+    sample: dict[str, Any] = dict.fromkeys(TELEMETRY_COLUMNS)
+    sample.update(kind=kind, wall_time=wall_time, source=source, backend=backend, host=host)
+    return sample

@@ -1,0 +1,198 @@
+"""The run's telemetry loop: every interval, scrape each backend's /metrics and each GPU exporter.
+
+A gevent greenlet (the master or local runner hosts it). HTTP goes through geventhttpclient, which
+yields to the hub; parsing is pure Python. A target that fails is logged once, retried each round,
+and its recovery logged: a scrape never stops the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from grill_locust.telemetry.engine_metrics import EngineSampler
+from grill_locust.telemetry.gpu_metrics import parse_gpu_text
+from grill_locust.telemetry.samples import KIND_ENGINE, KIND_GPU
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 2.0
+MAX_SCRAPE_TIMEOUT_S = 10.0
+METRICS_BY_DEFAULT = ("vllm", "sglang", "llamacpp", "sim")  # engines whose /metrics we read unasked
+
+SamplesCallback = Callable[[list[dict[str, Any]]], None]
+
+
+def default_metrics_url(backend: Any) -> str | None:
+    explicit = getattr(backend, "metrics_url", None)
+    if explicit:
+        return str(explicit)
+    if getattr(backend, "engine", "") in METRICS_BY_DEFAULT and getattr(backend, "url", None):
+        return str(backend.url).rstrip("/") + "/metrics"
+    return None
+
+
+def exporter_metrics_url(url: str) -> str:
+    """`gpu-host:9835` or `http://gpu-host:9835` -> `http://gpu-host:9835/metrics`."""
+    if "://" not in url:
+        url = "http://" + url
+    parts = urlsplit(url)
+    if parts.path in ("", "/"):
+        url = url.rstrip("/") + "/metrics"
+    return url
+
+
+@dataclass
+class ScrapeTarget:
+    """One URL scraped each round, with the labels its samples carry."""
+
+    kind: str
+    url: str
+    source: str
+    backend: str
+    host: str
+    engine_sampler: EngineSampler | None = None
+    client: Any = field(default=None, repr=False)
+
+    def samples_from(self, text: str, wall_time: float) -> list[dict[str, Any]]:
+        if self.engine_sampler is not None:
+            return [self.engine_sampler.sample(text, wall_time)]
+        return parse_gpu_text(text, wall_time, self.source, self.backend, self.host)
+
+
+def build_targets(backends: Iterable[Any], gpu_exporter_urls: Iterable[str]) -> list[ScrapeTarget]:
+    """Engine targets for backends with a metrics URL; one GPU target per distinct exporter URL."""
+    targets: list[ScrapeTarget] = []
+    exporters: dict[str, str] = {}  # url -> backend that lists it ("" for none)
+    for backend in backends:
+        url = default_metrics_url(backend)
+        if url is not None:
+            host = urlsplit(url).hostname or ""
+            sampler = EngineSampler(str(backend.engine), backend.name, backend.name, host)
+            targets.append(ScrapeTarget(KIND_ENGINE, url, backend.name, backend.name, host, sampler))
+        for exporter in getattr(backend, "gpu_exporters", None) or []:
+            exporters.setdefault(exporter_metrics_url(exporter), backend.name)
+    for exporter in gpu_exporter_urls:
+        exporters.setdefault(exporter_metrics_url(exporter), "")
+    for url, backend_name in exporters.items():
+        parts = urlsplit(url)
+        source = parts.netloc
+        targets.append(ScrapeTarget(KIND_GPU, url, source, backend_name, parts.hostname or ""))
+    return targets
+
+
+class TelemetryScraper:
+    """Scrapes every target each `interval_s` and hands each round's samples to `on_samples`."""
+
+    def __init__(
+        self,
+        backends: Iterable[Any],
+        gpu_exporter_urls: Iterable[str] = (),
+        interval_s: float = DEFAULT_INTERVAL_S,
+        on_samples: SamplesCallback | None = None,
+    ) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"interval_s must be > 0, got {interval_s}")
+        self.targets = build_targets(backends, gpu_exporter_urls)
+        self.interval_s = interval_s
+        self.timeout_s = min(MAX_SCRAPE_TIMEOUT_S, max(1.0, interval_s))
+        self.on_samples = on_samples
+        self._failing: set[str] = set()
+        self._greenlet: Any = None
+        self.rounds = 0
+
+    def start(self) -> None:
+        import gevent
+
+        if self._greenlet is None and self.targets:
+            self._greenlet = gevent.spawn(self._loop)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        greenlet, self._greenlet = self._greenlet, None
+        if greenlet is not None:
+            greenlet.kill(block=True, timeout=timeout_s)
+        for target in self.targets:
+            self._close(target)
+
+    def scrape_once(self) -> list[dict[str, Any]]:
+        """One round: all targets at once; the samples of those that answered."""
+        import gevent
+
+        jobs = [gevent.spawn(self._scrape, target) for target in self.targets]
+        gevent.joinall(jobs, timeout=self.timeout_s + 1.0)
+        samples: list[dict[str, Any]] = []
+        for job in jobs:
+            if job.successful() and job.value:
+                samples.extend(job.value)
+            else:
+                job.kill(block=False)
+        self.rounds += 1
+        return samples
+
+    def _loop(self) -> None:
+        import gevent
+
+        next_at = time.monotonic()
+        while True:
+            samples = self.scrape_once()
+            if samples and self.on_samples is not None:
+                try:
+                    self.on_samples(samples)
+                except Exception:  # the consumer's problem must not end telemetry
+                    log.exception("telemetry: handling %d samples failed", len(samples))
+            next_at = max(next_at + self.interval_s, time.monotonic())
+            gevent.sleep(next_at - time.monotonic())
+
+    def _scrape(self, target: ScrapeTarget) -> list[dict[str, Any]]:
+        try:
+            text = self._fetch(target)
+            samples = target.samples_from(text, time.time())
+        except Exception as error:  # network, HTTP status, unparseable text: all retried next round
+            self._close(target)
+            if target.url not in self._failing:
+                self._failing.add(target.url)
+                what = f"backend {target.backend}" if target.kind == KIND_ENGINE else "GPU exporter"
+                log.warning(
+                    "telemetry: scraping %s at %s failed (%s); retrying every %g s",
+                    what,
+                    target.url,
+                    _short(error),
+                    self.interval_s,
+                )
+            return []
+        if target.url in self._failing:
+            self._failing.discard(target.url)
+            log.warning("telemetry: %s answers again", target.url)
+        return samples
+
+    def _fetch(self, target: ScrapeTarget) -> str:
+        from geventhttpclient import URL, HTTPClient
+
+        url = URL(target.url)
+        if target.client is None:
+            target.client = HTTPClient.from_url(
+                url, connection_timeout=self.timeout_s, network_timeout=self.timeout_s
+            )
+        response = target.client.get(url.request_uri)
+        body = response.read()
+        if response.status_code != 200:
+            raise OSError(f"HTTP {response.status_code}")
+        return bytes(body).decode("utf-8", errors="replace")
+
+    @staticmethod
+    def _close(target: ScrapeTarget) -> None:
+        client, target.client = target.client, None
+        if client is not None:
+            try:
+                client.close()
+            except Exception:
+                pass
+
+
+def _short(error: BaseException) -> str:
+    text = str(error) or type(error).__name__
+    return text.splitlines()[0][:200]
