@@ -14,15 +14,13 @@ import gevent
 from locust import User, constant, task
 from locust.exception import StopUser
 
-from grill_locust.client import EngineClient, chat_payload, completions_payload
+from grill_locust.client import CHAT_PATH, COMPLETIONS_PATH, EngineClient, chat_payload, completions_payload
 from grill_locust.config import Scenario, Target
 from grill_locust.record import STATUS_OK, build_record, measure
 from grill_locust.run.phase import Phase
 from grill_locust.run.worker import WorkerState
 
 IDLE_POLL_S = 0.1  # how often an idle user looks for new work
-CHAT_PATH = "/v1/chat/completions"
-COMPLETIONS_PATH = "/v1/completions"
 STATUS_RATE_LIMITED = "http_429"
 MAX_RETRY_AFTER_S = 30.0
 
