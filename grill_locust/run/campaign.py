@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gevent
 import gevent.event
+from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
 from grill_locust.run.phase import Phase, plan_phases
 from grill_locust.run.worker import MSG_PHASE
@@ -45,6 +46,7 @@ class PhaseProgress:
     by_worker: Counter[str] = field(default_factory=Counter)
     complete: bool = False
     note: str = ""
+    lost_by_worker: Counter[str] = field(default_factory=Counter)
 
 
 class Campaign:
@@ -71,11 +73,14 @@ class Campaign:
         self._changed = gevent.event.Event()
         self.finished = False
         self.influx: Any = None  # an InfluxSink on the master when the live sink is on
-        self.lost_by_worker: Counter[str] = Counter()
-        self._worker_iterations: dict[str, Counter[int]] = defaultdict(Counter)
+        self.worker_names: dict[str, str] = {}  # Locust client id -> our worker id
+        self._users_seen: dict[str, int] = {}  # client id -> most users it ran in the current phase
+        self._gone: set[str] = set()  # workers lost (missing heartbeat) or quit during the run
 
     # -- records from workers -------------------------------------------------------------------
-    def on_records(self, worker: str, records: list[dict[str, Any]], iterations: dict[str, int]) -> None:
+    def on_records(
+        self, worker: str, records: list[dict[str, Any]], iterations: dict[str, int], client_id: str = "local"
+    ) -> None:
         fresh = self.writer.write_records(records)
         for record in fresh:
             progress = self._progress_of(record)
@@ -87,7 +92,8 @@ class Campaign:
             progress = self.progress.get(int(phase_id))
             if progress is not None:
                 progress.iterations_done += count
-                progress.by_worker[worker] += count
+                progress.by_worker[client_id] += count
+        self.worker_names[client_id] = worker
         if iterations:
             self._changed.set()
 
@@ -109,6 +115,7 @@ class Campaign:
         current = self.current
         if current is not None:
             phase = current.phase
+            self._watch_workers(current)
             if current.iterations_done >= phase.iterations_target:
                 self._end_phase(complete=True, note="")
             elif now - current.started > self.scenario.load.tier_timeout_s:
@@ -126,6 +133,32 @@ class Campaign:
         self._next_index += 1
         assert self.current is not None
         return self.current.phase.tier_users, self._spawn_rate(self.current.phase)
+
+    def _watch_workers(self, current: PhaseProgress) -> None:
+        """A worker that went missing or quit mid-tier: log it, count what it lost, respread its users."""
+        runner = self.environment.runner
+        if not isinstance(runner, MasterRunner):
+            return
+        present = {c.id: c for c in runner.clients.all if c.state != STATE_MISSING}
+        for client_id, client in present.items():
+            self._users_seen[client_id] = max(self._users_seen.get(client_id, 0), client.user_count)
+        lost_now = [cid for cid in self._users_seen if cid not in present and cid not in self._gone]
+        for client_id in lost_now:
+            self._gone.add(client_id)
+            phase = current.phase
+            quota = self._users_seen[client_id] * phase.iterations_per_user
+            lost = max(0, quota - current.by_worker[client_id])
+            name = self.worker_names.get(client_id, client_id)
+            current.lost_by_worker[name] += lost
+            log.warning(
+                "worker %s lost during tier %d (%s at %d users): %d of its %d iterations not done; "
+                "its users are spread over the remaining workers",
+                name, phase.phase_id + 1, phase.target, phase.tier_users, lost, quota,
+            )
+            if present and runner.state in (STATE_RUNNING, STATE_SPAWNING):
+                # Locust re-spreads users itself when a worker quits, but for a missing one only
+                # with --enable-rebalancing: ask for the tier's users again either way.
+                runner.start(phase.tier_users, self._spawn_rate(phase))
 
     def _spawn_rate(self, phase: Phase) -> float:
         rate = self.scenario.load.spawn_rate
@@ -153,11 +186,14 @@ class Campaign:
         assert progress is not None
         progress.ended_wall = time.time()
         progress.complete = complete
-        progress.note = note
+        lost = "; ".join(f"{n} iterations lost on worker {w}" for w, n in progress.lost_by_worker.items())
+        progress.note = "; ".join(part for part in (note, lost) if part)
+        note = progress.note
         self.current = None
         self.broadcast()
         self._write_phase_row(progress)
         self._pause_until = time.monotonic() + self.scenario.load.pause_s
+        self._users_seen = {cid: 0 for cid in self._users_seen if cid not in self._gone}
         phase = progress.phase
         log.info(
             "tier %d/%d %s: %s at %d users, %d/%d iterations, %d requests, %d errors%s",

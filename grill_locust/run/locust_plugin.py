@@ -149,7 +149,7 @@ def _init(environment: Environment, options: Any) -> None:
         environment.shape_class = None  # plain Locust run: -u/-r/-t rule
         scenario, path = None, ""
     environment.grill_campaign = _new_campaign(environment, scenario, path, options)  # type: ignore[attr-defined]
-    runner.register_message(MSG_RECORDS, lambda environment, msg, **kw: _on_records(environment, msg.data))
+    runner.register_message(MSG_RECORDS, lambda environment, msg, **kw: _on_records(environment, msg.data, msg.node_id))
     runner.register_message(MSG_HELLO, lambda environment, msg, **kw: _on_hello(environment, msg.node_id))
     if environment.web_ui is not None:
         _extend_web_ui(environment)
@@ -237,9 +237,9 @@ def _stop_simulated_backends() -> None:
         _sim_processes.pop().stop()
 
 
-def _on_records(environment: Environment, data: dict[str, Any]) -> None:
+def _on_records(environment: Environment, data: dict[str, Any], msg_node: str) -> None:
     campaign: Campaign = environment.grill_campaign  # type: ignore[attr-defined]
-    campaign.on_records(data["worker"], data["records"], data["iterations"])
+    campaign.on_records(data["worker"], data["records"], data["iterations"], client_id=msg_node)
 
 
 def _on_hello(environment: Environment, client_id: str) -> None:
