@@ -1,0 +1,504 @@
+"""Live metrics to InfluxDB (or anything that speaks its v2 write API), off the Locust users' path.
+
+The caller only appends to an in-memory buffer (bounded; what does not fit is dropped and counted). A real
+OS thread (gevent's thread pool, so it works under Locust's monkey-patching) turns the buffered rows into
+line protocol and writes them with influxdb-client's synchronous write API, retrying with backoff while
+InfluxDB is slow or down. influxdb-client's own batching write API is not used: its reactivex scheduler
+threads become greenlets under gevent and it can hang at exit.
+
+Schema (shared/DESIGN.md): measurements `grill_request`, `grill_tier`, `grill_phase`, `grill_gpu`,
+`grill_engine`; tags are low-cardinality labels only, every field is written as a float (one type per field
+whatever the value, and no strings: some Influx-protocol stores turn them into 0), timestamps in ms.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import gevent
+import gevent.threadpool
+from gevent import monkey
+
+logger = logging.getLogger(__name__)
+
+MEASUREMENT_REQUEST = "grill_request"
+MEASUREMENT_TIER = "grill_tier"
+MEASUREMENT_PHASE = "grill_phase"
+MEASUREMENT_GPU = "grill_gpu"
+MEASUREMENT_ENGINE = "grill_engine"
+
+# labels that may become tags (low cardinality only: never record, user or conversation ids)
+RUN_TAGS: tuple[str, ...] = ("run_id", "target", "backend", "engine", "model", "scenario", "tier_users")
+REQUEST_TAGS: tuple[str, ...] = (*RUN_TAGS, "status")
+TELEMETRY_TAGS: tuple[str, ...] = ("run_id", "backend", "source", "host", "gpu_index", "gpu_uuid", "gpu_name")
+PHASE_TAGS: tuple[str, ...] = (*RUN_TAGS, "event")
+WORKER_TAG = "worker"
+
+# record columns written as fields of grill_request (numbers only)
+REQUEST_FIELDS: tuple[str, ...] = (
+    "tier_index",
+    "iteration",
+    "user_id",
+    "turn",
+    "ttft_s",
+    "ttfo_s",
+    "tpot_s",
+    "e2e_s",
+    "itl_mean_s",
+    "itl_p50_s",
+    "itl_p99_s",
+    "itl_max_s",
+    "prompt_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "tokens_per_s",
+    "http_status",
+    "worker_lag_p99_ms",
+    "worker_cpu",
+    "retries",
+)
+# columns that hold a time, not a measurement: the point's timestamp comes from them
+TIME_COLUMNS: tuple[str, ...] = ("wall_start", "wall_time", "start_wall", "end_wall", "time")
+
+DEFAULT_MAX_BUFFERED_POINTS = 100_000  # about 40 MB of line protocol; ~100 s of 1,000 requests/s
+DEFAULT_BATCH_POINTS = 5_000
+DEFAULT_FLUSH_INTERVAL_S = 1.0
+DEFAULT_HTTP_TIMEOUT_S = 5.0
+DEFAULT_CLOSE_TIMEOUT_S = 10.0
+RETRY_FIRST_DELAY_S = 0.2
+RETRY_MAX_DELAY_S = 5.0
+WRITER_POLL_S = 0.05  # how often the writer thread looks at the buffer when idle
+WARNING_INTERVAL_S = 10.0  # at most one warning of each kind per interval
+TIMESTAMP_MEMORY_POINTS = 200_000  # timestamps remembered per sink to keep points of one series apart
+
+_real_sleep: Callable[[float], None] = monkey.get_original("time", "sleep")
+_real_lock_factory: Callable[[], Any] = monkey.get_original("_thread", "allocate_lock")
+
+
+# ---------------------------------------------------------------- line protocol (pure functions)
+
+
+def _escape_key(text: str) -> str:
+    return text.replace("\\", "\\\\").replace(",", r"\,").replace("=", r"\=").replace(" ", r"\ ")
+
+
+def _escape_measurement(text: str) -> str:
+    return text.replace("\\", "\\\\").replace(",", r"\,").replace(" ", r"\ ")
+
+
+def _field_value(value: Any) -> float | None:
+    """A field as a float, or None where it is not a finite number (strings, None, NaN)."""
+    if isinstance(value, bool):
+        return 1.0 if value else 0.0
+    if isinstance(value, int | float):
+        number = float(value)
+        return number if math.isfinite(number) else None
+    # numpy / pandas scalars
+    if hasattr(value, "item") and not isinstance(value, str | bytes):
+        try:
+            return _field_value(value.item())
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _tag_value(value: Any) -> str | None:
+    if value is None or isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # tier_users 10.0 -> "10"
+    text = str(value)
+    return text or None  # Influx rejects empty tag values
+
+
+@dataclass(frozen=True, slots=True)
+class PointSpec:
+    """One point before serialisation: the series key (measurement + tags), fields and time in ms."""
+
+    series: str
+    fields: dict[str, float]
+    time_ms: int
+
+    def line(self) -> str:
+        field_text = ",".join(f"{_escape_key(name)}={value!r}" for name, value in self.fields.items())
+        return f"{self.series} {field_text} {self.time_ms}"
+
+
+def series_key(measurement: str, tags: Mapping[str, Any]) -> str:
+    """`measurement,tag=value,...` with tags sorted by key (Influx's canonical order), empty ones left out."""
+    parts = [_escape_measurement(measurement)]
+    for key in sorted(tags):
+        text = _tag_value(tags[key])
+        if text is not None:
+            parts.append(f"{_escape_key(key)}={_escape_key(text)}")
+    return ",".join(parts)
+
+
+def _time_ms(row: Mapping[str, Any], fallback_s: float) -> int:
+    for column in TIME_COLUMNS:
+        value = _field_value(row.get(column))
+        if value is not None:
+            return int(round(value * 1000.0))
+    return int(round(fallback_s * 1000.0))
+
+
+def request_point(record: Mapping[str, Any], worker: str) -> PointSpec | None:
+    """A grill_request point from a record dict (record.py RECORD_COLUMNS)."""
+    tags = {key: record.get(key) for key in REQUEST_TAGS}
+    tags[WORKER_TAG] = worker
+    fields = {}
+    for name in REQUEST_FIELDS:
+        value = _field_value(record.get(name))
+        if value is not None:
+            fields[name] = value
+    if not fields:
+        return None
+    return PointSpec(series_key(MEASUREMENT_REQUEST, tags), fields, _time_ms(record, time.time()))
+
+
+def _labelled_point(
+    measurement: str, row: Mapping[str, Any], tag_keys: Iterable[str], extra_tags: Mapping[str, Any]
+) -> PointSpec | None:
+    """Tags from `tag_keys` present in the row, every other numeric column a field (times excepted)."""
+    tag_set = set(tag_keys)
+    tags = {key: row[key] for key in tag_set if key in row}
+    tags.update(extra_tags)
+    fields = {}
+    for name, value in row.items():
+        if name in tag_set or name in TIME_COLUMNS or name in extra_tags:
+            continue
+        number = _field_value(value)
+        if number is not None:
+            fields[name] = number
+    if not fields:
+        return None
+    return PointSpec(series_key(measurement, tags), fields, _time_ms(row, time.time()))
+
+
+def tier_point(row: Mapping[str, Any], worker: str) -> PointSpec | None:
+    """A grill_tier point from a summary row; `users` repeats tier_users as a number for x axes."""
+    fields_row = dict(row)
+    users = _field_value(row.get("tier_users"))
+    if users is not None:
+        fields_row["users"] = users
+    return _labelled_point(MEASUREMENT_TIER, fields_row, RUN_TAGS, {WORKER_TAG: worker})
+
+
+def phase_point(event: str, phase: Mapping[str, Any], worker: str, at_s: float) -> PointSpec | None:
+    """A grill_phase point (an annotation): event tag, `users` = tier users while the tier runs, 0 after."""
+    row = dict(phase)
+    row.setdefault("time", at_s)
+    users = _field_value(phase.get("tier_users")) or 0.0
+    row["users"] = 0.0 if event in ("end", "stop", "stopped") else users
+    return _labelled_point(MEASUREMENT_PHASE, row, PHASE_TAGS, {WORKER_TAG: worker, "event": event})
+
+
+def telemetry_point(sample: Mapping[str, Any], run_id: str | None) -> PointSpec | None:
+    """grill_gpu or grill_engine from a telemetry sample (kind "gpu" | "engine")."""
+    kind = sample.get("kind")
+    measurement = MEASUREMENT_GPU if kind == "gpu" else MEASUREMENT_ENGINE
+    extra: dict[str, Any] = {}
+    if run_id and not sample.get("run_id"):
+        extra["run_id"] = run_id
+    row = {key: value for key, value in sample.items() if key != "kind"}
+    return _labelled_point(measurement, row, TELEMETRY_TAGS, extra)
+
+
+class _SeriesClock:
+    """Keeps two points of one series from sharing a millisecond (Influx would keep only the last one).
+
+    Requests of one worker that start in the same millisecond with the same labels are common at a tier
+    start; the later one moves forward by a millisecond until its timestamp is free.
+    """
+
+    def __init__(self, memory_points: int = TIMESTAMP_MEMORY_POINTS) -> None:
+        self._used: dict[str, set[int]] = {}
+        self._order: deque[tuple[str, int]] = deque()
+        self._memory_points = memory_points
+
+    def place(self, point: PointSpec) -> PointSpec:
+        used = self._used.setdefault(point.series, set())
+        time_ms = point.time_ms
+        while time_ms in used:
+            time_ms += 1
+        used.add(time_ms)
+        self._order.append((point.series, time_ms))
+        if len(self._order) > self._memory_points:
+            old_series, old_ms = self._order.popleft()
+            old_set = self._used.get(old_series)
+            if old_set is not None:
+                old_set.discard(old_ms)
+                if not old_set:
+                    del self._used[old_series]
+        if time_ms == point.time_ms:
+            return point
+        return PointSpec(point.series, point.fields, time_ms)
+
+
+# ---------------------------------------------------------------- the sink
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """Rows handed over by one call, converted to points by the writer thread."""
+
+    to_point: Callable[[Any], PointSpec | None]
+    rows: list[Any]
+
+
+class InfluxSink:
+    """Buffers points and writes them from a background OS thread; no method blocks the caller.
+
+    `dropped` counts points lost: buffer full, rejected by the server (4xx), or still unsent at close.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        org: str,
+        bucket: str,
+        token: str,
+        worker: str,
+        *,
+        run_id: str | None = None,
+        max_buffered_points: int = DEFAULT_MAX_BUFFERED_POINTS,
+        batch_points: int = DEFAULT_BATCH_POINTS,
+        flush_interval_s: float = DEFAULT_FLUSH_INTERVAL_S,
+        http_timeout_s: float = DEFAULT_HTTP_TIMEOUT_S,
+    ) -> None:
+        from influxdb_client import InfluxDBClient
+        from influxdb_client.client.write_api import SYNCHRONOUS
+
+        self.url = url
+        self.org = org
+        self.bucket = bucket
+        self.worker = worker
+        self.run_id = run_id
+        self.max_buffered_points = max_buffered_points
+        self.batch_points = batch_points
+        self.flush_interval_s = flush_interval_s
+        self.written = 0  # points the server acknowledged
+        self._client = InfluxDBClient(url=url, token=token, org=org, timeout=int(http_timeout_s * 1000))
+        self._write_api = self._client.write_api(write_options=SYNCHRONOUS)
+        self._lock = _real_lock_factory()  # a real lock: shared with the writer thread
+        self._incoming: deque[_Chunk] = deque()
+        self._buffered = 0  # points accepted and not yet written or dropped
+        self._dropped_full = 0
+        self._dropped_by_writer = 0
+        self._last_error = ""  # secret-free summary of the writer's last failure
+        self._errors_seen = 0
+        self._warned_at: dict[str, float] = {}
+        self._reported = {"full": 0, "writer": 0, "errors": 0}
+        self._stopping = False
+        self._close_deadline = math.inf
+        self._closed = False
+        self._pool = gevent.threadpool.ThreadPool(1)
+        self._writer = self._pool.spawn(self._run_writer)
+
+    # ------------------------------------------------------------ caller side (gevent greenlets)
+
+    def write_records(self, records: list[dict[str, Any]]) -> None:
+        worker = self.worker
+        self._offer(lambda record: request_point(record, worker), list(records))
+
+    def write_phase(self, event: str, phase: dict[str, Any]) -> None:
+        worker, at_s = self.worker, time.time()
+        self._offer(lambda row: phase_point(event, row, worker, at_s), [dict(phase)])
+
+    def write_tier(self, row: dict[str, Any]) -> None:
+        worker = self.worker
+        self._offer(lambda summary: tier_point(summary, worker), [dict(row)])
+
+    def write_telemetry(self, samples: list[dict[str, Any]]) -> None:
+        run_id = self.run_id
+        self._offer(lambda sample: telemetry_point(sample, run_id), list(samples))
+
+    @property
+    def dropped(self) -> int:
+        """Points lost, all causes."""
+        return self._dropped_full + self._dropped_by_writer
+
+    def buffered(self) -> int:
+        """Points accepted and not yet written or dropped."""
+        return self._buffered
+
+    def close(self, timeout_s: float = DEFAULT_CLOSE_TIMEOUT_S) -> None:
+        """Flush what is buffered (for at most `timeout_s` plus one HTTP timeout), then stop the thread."""
+        if self._closed:
+            return
+        self._closed = True
+        with self._lock:
+            self._close_deadline = time.monotonic() + timeout_s
+            self._stopping = True
+        try:
+            self._writer.get(timeout=timeout_s + DEFAULT_HTTP_TIMEOUT_S + 5.0)
+        except (
+            Exception,
+            gevent.Timeout,
+        ) as error:  # the thread's own failure: report it, never raise at shutdown
+            logger.warning("InfluxDB sink %s: writer stopped with %s", self.url, type(error).__name__)
+        finally:
+            self._pool.kill()
+        with self._lock:
+            # whatever the writer did not get to is lost
+            self._dropped_by_writer += self._buffered
+            self._buffered = 0
+            self._incoming.clear()
+        self._report_problems(force=True)
+
+    def _offer(self, to_point: Callable[[Any], PointSpec | None], rows: list[Any]) -> None:
+        if self._closed or not rows:
+            return
+        with self._lock:
+            room = self.max_buffered_points - self._buffered
+            if room < len(rows):
+                lost = len(rows) - max(room, 0)
+                self._dropped_full += lost
+                rows = rows[: max(room, 0)]
+            if rows:
+                self._incoming.append(_Chunk(to_point, rows))
+                self._buffered += len(rows)
+        self._report_problems()
+
+    def _report_problems(self, force: bool = False) -> None:
+        """Warnings are logged here, on the caller's side: never from the writer thread."""
+        now = time.monotonic()
+        current = {"full": self._dropped_full, "writer": self._dropped_by_writer, "errors": self._errors_seen}
+        for kind, count in current.items():
+            if count <= self._reported[kind]:
+                continue
+            if not force and now - self._warned_at.get(kind, -math.inf) < WARNING_INTERVAL_S:
+                continue
+            self._warned_at[kind] = now
+            self._reported[kind] = count
+            if kind == "full":
+                logger.warning(
+                    "InfluxDB sink %s: buffer full (%d points), %d points dropped so far",
+                    self.url,
+                    self.max_buffered_points,
+                    count,
+                )
+            elif kind == "writer":
+                logger.warning(
+                    "InfluxDB sink %s: %d points dropped (rejected or unsent at close): %s",
+                    self.url,
+                    count,
+                    self._last_error,
+                )
+            else:
+                logger.warning(
+                    "InfluxDB sink %s: write failed (%s), retrying; %d points buffered",
+                    self.url,
+                    self._last_error,
+                    self._buffered,
+                )
+
+    # ------------------------------------------------------------ writer side (one real OS thread)
+
+    def _run_writer(self) -> None:
+        try:
+            self._write_until_closed()
+        finally:
+            self._close_connections()
+
+    def _close_connections(self) -> None:
+        """Close the HTTP connections here, in the thread that opened them.
+
+        Under gevent their sockets belong to this thread's own event loop, which dies with the thread;
+        urllib3 2's PoolManager.clear() leaves pooled sockets to an exit-time finaliser that would then
+        fail ("operation on destroyed loop"), so each pool is closed explicitly first.
+        """
+        try:
+            pools = self._client.api_client.rest_client.pool_manager.pools
+            for key in list(pools.keys()):
+                pools[key].close()
+        except Exception:  # influxdb-client internals moved: the finaliser remains as a fallback
+            pass
+        self._client.close()
+
+    def _write_until_closed(self) -> None:
+        clock = _SeriesClock()
+        lines: deque[str] = deque()
+        batch: list[str] = []
+        delay_s = 0.0
+        retry_at = 0.0
+        last_flush = time.monotonic()
+        while True:
+            self._convert_incoming(clock, lines)
+            now = time.monotonic()
+            stopping = self._stopping
+            if stopping and now >= self._close_deadline:
+                return
+            if not batch:
+                due = len(lines) >= self.batch_points or now - last_flush >= self.flush_interval_s or stopping
+                if due and lines:
+                    batch = [lines.popleft() for _ in range(min(self.batch_points, len(lines)))]
+                elif stopping and not lines and not self._incoming:
+                    return
+            if batch and now >= retry_at:
+                outcome = self._send(batch)
+                last_flush = time.monotonic()
+                if outcome == "retry":
+                    delay_s = min(max(delay_s * 2.0, RETRY_FIRST_DELAY_S), RETRY_MAX_DELAY_S)
+                    retry_at = last_flush + delay_s
+                else:
+                    with self._lock:
+                        self._buffered -= len(batch)
+                        if outcome == "ok":
+                            self.written += len(batch)
+                        else:
+                            self._dropped_by_writer += len(batch)
+                    batch = []
+                    delay_s = 0.0
+                    retry_at = 0.0
+                continue
+            _real_sleep(WRITER_POLL_S)
+
+    def _convert_incoming(self, clock: _SeriesClock, lines: deque[str]) -> None:
+        while self._incoming:
+            chunk = self._incoming.popleft()
+            skipped = 0
+            for row in chunk.rows:
+                try:
+                    point = chunk.to_point(row)
+                except Exception as error:  # a malformed row must not stop the writer
+                    self._last_error = f"bad row ({type(error).__name__})"
+                    point = None
+                if point is None:
+                    skipped += 1
+                else:
+                    lines.append(clock.place(point).line())
+            if skipped:
+                with self._lock:  # nothing to write (no numeric field): not a loss, just not buffered
+                    self._buffered -= skipped
+
+    def _send(self, batch: list[str]) -> str:
+        """'ok', 'retry' (network, 429, 5xx) or 'rejected' (other 4xx: retrying would not help)."""
+        from influxdb_client.client.write_api import WritePrecision
+        from influxdb_client.rest import ApiException
+
+        try:
+            self._write_api.write(
+                bucket=self.bucket,
+                org=self.org,
+                record="\n".join(batch),
+                write_precision=WritePrecision.MS,  # type: ignore[arg-type]
+            )
+            return "ok"
+        except ApiException as error:
+            status = int(error.status or 0)
+            self._last_error = f"HTTP {status} {str(error.reason or '')[:80]}".strip()
+            if status == 429 or status >= 500 or status == 0:
+                self._errors_seen += 1
+                return "retry"
+            return "rejected"
+        except Exception as error:  # connection refused, timeout, DNS: InfluxDB is down or slow
+            self._last_error = type(error).__name__
+            self._errors_seen += 1
+            return "retry"
