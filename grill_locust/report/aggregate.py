@@ -1,0 +1,294 @@
+"""Tier statistics: one row per target x tier from a run's records, vectorised with pandas groupby.
+
+Latency statistics use successful requests only (status "ok"), with the success rate beside them;
+percentiles are numpy's linear interpolation, as `grill_locust.record.percentile`. Throughput is
+Σ output tokens of successful requests / tier span (phases.csv start..end, or first request start to
+last request end when phases are missing).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from grill_locust.record import STATUS_OK
+from grill_locust.report.load import RunData, load_run
+
+TIER_KEYS: list[str] = ["target", "tier_index"]
+QUANTILES: tuple[int, ...] = (50, 90, 99)
+# summary name -> record column; ITL is the distribution of each request's mean inter-token gap
+LATENCY_METRICS: dict[str, str] = {
+    "ttft": "ttft_s",
+    "tpot": "tpot_s",
+    "itl": "itl_mean_s",
+    "e2e": "e2e_s",
+}
+REQUEST_RATE_METRIC = "tokens_per_s"  # per-request output tokens / E2E
+
+# The load generator's own health: above these, a tier measured the load generator, not the engine.
+SATURATION_LAG_P99_MS = 5.0  # p99 over the tier of each record's event-loop lag p99
+SATURATION_CPU_PERCENT = 70.0  # mean over the tier of the worker's CPU use (percent of one core)
+
+FLAG_INCOMPLETE = "incomplete"
+FLAG_SATURATED = "saturated"
+FLAG_NO_SUCCESS = "no successful requests"
+SUMMARY_CSV = "summary.csv"
+
+LABEL_COLUMNS: list[str] = ["run_id", "backend", "engine", "model", "scenario"]
+
+
+def summary_metric_columns() -> list[str]:
+    """The percentile columns of a summary, in table order."""
+    columns = []
+    for name in LATENCY_METRICS:
+        columns += [f"{name}_p{q}_s" for q in QUANTILES]
+    columns += [f"request_tokens_per_s_p{q}" for q in QUANTILES]
+    return columns
+
+
+SUMMARY_COLUMNS: list[str] = [
+    "run_id",
+    "series",
+    "target",
+    "backend",
+    "engine",
+    "model",
+    "scenario",
+    "tier_index",
+    "tier_users",
+    "requests",
+    "ok_requests",
+    "success_rate",
+    *summary_metric_columns(),
+    "ttfo_p50_s",
+    "output_tokens_per_s",
+    "requests_per_s",
+    "cached_token_ratio",
+    "prompt_tokens_mean",
+    "output_tokens_mean",
+    "span_s",
+    "turns",
+    "ttft_turn_ratio",
+    "e2e_turn_ratio",
+    "context_growth",
+    "worker_lag_p99_ms",
+    "worker_cpu_mean",
+    "saturated",
+    "complete",
+    "flags",
+    "note",
+]
+TURN_COLUMNS: list[str] = [
+    "series",
+    "target",
+    "scenario",
+    "tier_index",
+    "tier_users",
+    "turn",
+    "ok_requests",
+    "ttft_p50_s",
+    "e2e_p50_s",
+    "prompt_tokens_mean",
+]
+
+
+def summarize(run: RunData) -> pd.DataFrame:
+    """One row per target x tier (SUMMARY_COLUMNS, then any telemetry columns), sorted by target and users."""
+    records = run.records
+    phases = run.phases.set_index(TIER_KEYS)
+    by_tier = records.groupby(TIER_KEYS, sort=False)
+    ok_records = records[records["status"] == STATUS_OK]
+    ok_by_tier = ok_records.groupby(TIER_KEYS, sort=False)
+
+    labels = by_tier[[*LABEL_COLUMNS, "tier_users"]].first()
+    phase_labels = phases[[*LABEL_COLUMNS, "tier_users"]].replace("", pd.NA)
+    summary = phase_labels.combine_first(labels)
+    summary[LABEL_COLUMNS] = summary[LABEL_COLUMNS].fillna("")
+    summary["requests"] = by_tier.size()
+    summary["ok_requests"] = ok_by_tier.size()
+    summary[["requests", "ok_requests"]] = summary[["requests", "ok_requests"]].fillna(0).astype("int64")
+    summary["success_rate"] = summary["ok_requests"] / summary["requests"].where(summary["requests"] > 0)
+
+    summary = summary.join(_percentiles(ok_by_tier))
+    summary["ttfo_p50_s"] = ok_by_tier["ttfo_s"].median()
+
+    sums = ok_by_tier[["output_tokens", "prompt_tokens", "cached_tokens"]].sum(min_count=1)
+    summary["span_s"] = _tier_span_s(records, phases, summary.index)
+    span = summary["span_s"].where(summary["span_s"] > 0)
+    summary["output_tokens_per_s"] = sums["output_tokens"].reindex(summary.index).fillna(0.0) / span
+    summary["requests_per_s"] = summary["ok_requests"] / span
+    # cached ratio over the requests that report both numbers (some engines never send cached_tokens)
+    both = ok_records[ok_records["cached_tokens"].notna() & ok_records["prompt_tokens"].notna()]
+    cache_sums = both.groupby(TIER_KEYS)[["cached_tokens", "prompt_tokens"]].sum()
+    summary["cached_token_ratio"] = cache_sums["cached_tokens"] / cache_sums["prompt_tokens"].where(
+        cache_sums["prompt_tokens"] > 0
+    )
+    summary["prompt_tokens_mean"] = ok_by_tier["prompt_tokens"].mean()
+    summary["output_tokens_mean"] = ok_by_tier["output_tokens"].mean()
+
+    summary = summary.join(_turn_ratios(records))
+    summary["worker_lag_p99_ms"] = by_tier["worker_lag_p99_ms"].quantile(0.99)
+    summary["worker_cpu_mean"] = by_tier["worker_cpu"].mean()
+    summary["saturated"] = (summary["worker_lag_p99_ms"] > SATURATION_LAG_P99_MS) | (
+        summary["worker_cpu_mean"] > SATURATION_CPU_PERCENT
+    )
+    summary["complete"] = phases["complete"].reindex(summary.index).fillna(True).astype(bool)
+    summary["note"] = phases["note"].reindex(summary.index).fillna("").astype(str)
+    summary["flags"] = _flags(summary)
+
+    summary = summary.reset_index()
+    summary["series"] = series_names(summary)
+    summary = _join_telemetry(summary, run)
+    summary["tier_index"] = summary["tier_index"].astype("int64")
+    summary["tier_users"] = summary["tier_users"].astype("int64")
+    extra = [c for c in summary.columns if c not in SUMMARY_COLUMNS]
+    summary = summary[SUMMARY_COLUMNS + extra]
+    return summary.sort_values(["target", "tier_users", "tier_index"], kind="stable").reset_index(drop=True)
+
+
+def _percentiles(ok_by_tier: pd.core.groupby.DataFrameGroupBy) -> pd.DataFrame:
+    """p50/p90/p99 of each latency metric and of per-request tokens/s, one column each."""
+    source_columns = [*LATENCY_METRICS.values(), REQUEST_RATE_METRIC]
+    quantiles = ok_by_tier[source_columns].quantile([q / 100.0 for q in QUANTILES])
+    wide = quantiles.unstack(level=-1)
+    renamed = {}
+    for name, column in LATENCY_METRICS.items():
+        for q in QUANTILES:
+            renamed[(column, q / 100.0)] = f"{name}_p{q}_s"
+    for q in QUANTILES:
+        renamed[(REQUEST_RATE_METRIC, q / 100.0)] = f"request_tokens_per_s_p{q}"
+    wide.columns = [renamed[column] for column in wide.columns]
+    return wide
+
+
+def _tier_span_s(records: pd.DataFrame, phases: pd.DataFrame, index: pd.Index) -> pd.Series:
+    """phases end - start where recorded, else first request start to last request end."""
+    from_phases = (phases["end_wall"] - phases["start_wall"]).reindex(index)
+    ends = records["wall_start"] + records["e2e_s"].fillna(0.0)
+    frame = pd.DataFrame({"start": records["wall_start"], "end": ends})
+    for key in TIER_KEYS:
+        frame[key] = records[key]
+    bounds = frame.groupby(TIER_KEYS).agg(start=("start", "min"), end=("end", "max"))
+    from_records = (bounds["end"] - bounds["start"]).reindex(index)
+    return from_phases.where(from_phases > 0, from_records)
+
+
+def summarize_turns(run: RunData) -> pd.DataFrame:
+    """Multi-turn detail: TTFT and E2E p50 per turn, one row per target x tier x turn (TURN_COLUMNS).
+
+    Only targets whose records have a turn > 0 appear; empty when the run has no multi-turn target.
+    """
+    turns = _turn_table(run.records)
+    if not len(turns):
+        return pd.DataFrame(columns=TURN_COLUMNS)
+    for name in ("turn", "tier_index", "tier_users"):
+        turns[name] = turns[name].astype("int64")
+    turns["series"] = series_names(turns)
+    return turns[TURN_COLUMNS].reset_index(drop=True)
+
+
+def _turn_table(records: pd.DataFrame) -> pd.DataFrame:
+    ok_records = records[records["status"] == STATUS_OK]
+    multi_targets = ok_records.loc[ok_records["turn"] > 0, "target"].unique()
+    multi = ok_records[ok_records["target"].isin(multi_targets)]
+    if not len(multi):
+        return pd.DataFrame()
+    return (
+        multi.groupby([*TIER_KEYS, "turn"])
+        .agg(
+            scenario=("scenario", "first"),
+            backend=("backend", "first"),
+            model=("model", "first"),
+            tier_users=("tier_users", "first"),
+            ok_requests=("status", "size"),
+            ttft_p50_s=("ttft_s", "median"),
+            e2e_p50_s=("e2e_s", "median"),
+            prompt_tokens_mean=("prompt_tokens", "mean"),
+        )
+        .reset_index()
+    )
+
+
+def _turn_ratios(records: pd.DataFrame) -> pd.DataFrame:
+    """Turn-to-turn ratio (p50 of the last turn / p50 of the first) and context growth per tier."""
+    turns = _turn_table(records)
+    columns = ["turns", "ttft_turn_ratio", "e2e_turn_ratio", "context_growth"]
+    if not len(turns):
+        return pd.DataFrame(columns=columns, index=pd.MultiIndex.from_tuples([], names=TIER_KEYS))
+    by_tier = turns.sort_values([*TIER_KEYS, "turn"]).groupby(TIER_KEYS)
+    first = by_tier.first()
+    last = by_tier.last()
+    out = pd.DataFrame(index=first.index)
+    out["turns"] = by_tier["turn"].max() + 1
+    out["ttft_turn_ratio"] = last["ttft_p50_s"] / first["ttft_p50_s"].where(first["ttft_p50_s"] > 0)
+    out["e2e_turn_ratio"] = last["e2e_p50_s"] / first["e2e_p50_s"].where(first["e2e_p50_s"] > 0)
+    out["context_growth"] = last["prompt_tokens_mean"] / first["prompt_tokens_mean"].where(
+        first["prompt_tokens_mean"] > 0
+    )
+    return out
+
+
+def _flags(summary: pd.DataFrame) -> pd.Series:
+    """A short, human-readable list of what is wrong with each tier ('' when nothing is)."""
+    parts = pd.DataFrame(index=summary.index)
+    parts["incomplete"] = np.where(~summary["complete"], FLAG_INCOMPLETE, "")
+    lag = summary["worker_lag_p99_ms"].map(
+        lambda v: f" lag p99 {v:.1f} ms" if v > SATURATION_LAG_P99_MS else ""
+    )
+    cpu = summary["worker_cpu_mean"].map(lambda v: f" cpu {v:.0f}%" if v > SATURATION_CPU_PERCENT else "")
+    parts["saturated"] = np.where(
+        summary["saturated"], FLAG_SATURATED + " (load generator:" + lag + cpu + ")", ""
+    )
+    parts["no_success"] = np.where((summary["ok_requests"] == 0), FLAG_NO_SUCCESS, "")
+    return parts.apply(lambda row: "; ".join(p for p in row if p), axis=1).astype(str)
+
+
+def series_names(frame: pd.DataFrame) -> pd.Series:
+    """A line per backend; backend/model when one backend served several models in the run."""
+    models_per_backend = frame.groupby("backend")["model"].transform("nunique")
+    names = frame["backend"].astype(str)
+    return names.where(models_per_backend <= 1, names + "/" + frame["model"].astype(str))
+
+
+def _join_telemetry(summary: pd.DataFrame, run: RunData) -> pd.DataFrame:
+    """Merge grill_locust.telemetry.tier_telemetry(...) columns when telemetry and that function exist."""
+    if run.telemetry is None or not len(run.telemetry):
+        return summary
+    try:
+        from grill_locust import telemetry as telemetry_package
+
+        tier_telemetry = getattr(telemetry_package, "tier_telemetry", None)
+        if tier_telemetry is None:
+            from grill_locust.telemetry import aggregate as telemetry_aggregate  # type: ignore[attr-defined]
+
+            tier_telemetry = getattr(telemetry_aggregate, "tier_telemetry", None)
+    except ImportError:
+        tier_telemetry = None
+    if tier_telemetry is None:
+        return summary
+    try:
+        per_tier = tier_telemetry(run.telemetry, run.phases, run.records)
+    except Exception as error:  # a telemetry bug must not cost the user the whole report
+        print(f"grill report: telemetry skipped ({type(error).__name__}: {error})", file=sys.stderr)
+        return summary
+    if per_tier is None or not len(per_tier):
+        return summary
+    per_tier = per_tier.reset_index() if "target" not in per_tier.columns else per_tier.copy()
+    per_tier = per_tier[
+        [c for c in per_tier.columns if c == "target" or c == "tier_index" or c not in summary]
+    ]
+    per_tier["tier_index"] = pd.to_numeric(per_tier["tier_index"]).astype("float64")
+    per_tier["target"] = per_tier["target"].astype("string")
+    summary = summary.assign(tier_index=summary["tier_index"].astype("float64"))
+    return summary.merge(per_tier, on=TIER_KEYS, how="left")
+
+
+def summarize_run(run_dir: str | Path, write: bool = True) -> pd.DataFrame:
+    """Summary of a results folder; writes <run_dir>/summary.csv (the end of every run calls this)."""
+    summary = summarize(load_run(run_dir))
+    if write:
+        summary.to_csv(Path(run_dir) / SUMMARY_CSV, index=False)
+    return summary

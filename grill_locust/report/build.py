@@ -1,0 +1,150 @@
+"""Assemble a report from one or more runs and write it: summary.csv, summary.json, PNGs, report.html.
+
+`grill report` is a comparison of one run; `grill compare` labels each run and names each series
+`<label>/<backend>` so that two runs of the same backend stay two lines.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from grill_locust.report.aggregate import SUMMARY_CSV, summarize, summarize_turns
+from grill_locust.report.capacity import SloTarget, capacity_at_slo, recommendations
+from grill_locust.report.load import RunData, load_run
+from grill_locust.report.progress import Progress
+
+SUMMARY_JSON = "summary.json"
+REPORT_HTML = "report.html"
+
+
+@dataclass(frozen=True)
+class LabelledRun:
+    label: str
+    run: RunData
+
+
+@dataclass
+class Report:
+    """Everything a report shows, as DataFrames (the HTML and JSON are views of this)."""
+
+    runs: list[LabelledRun]
+    slo: SloTarget
+    summary: pd.DataFrame
+    turns: pd.DataFrame
+    capacity: pd.DataFrame
+    recommendations: pd.DataFrame
+    compare: bool
+    notes: list[str] = field(default_factory=list)
+
+
+def load_runs(
+    run_dirs: Sequence[tuple[str | None, str | Path]], progress: Progress | None = None
+) -> list[LabelledRun]:
+    """Load each (label or None, folder); unlabelled runs are named by run_id, made unique."""
+    runs: list[LabelledRun] = []
+    used: set[str] = set()
+    for label, run_dir in run_dirs:
+        run = load_run(run_dir)
+        name = label or run.run_id
+        base, counter = name, 2
+        while name in used:
+            name, counter = f"{base}#{counter}", counter + 1
+        used.add(name)
+        runs.append(LabelledRun(name, run))
+        if progress:
+            progress.step(f"loaded {name}")
+    return runs
+
+
+def assemble(
+    runs: list[LabelledRun], slo: SloTarget, compare: bool, progress: Progress | None = None
+) -> Report:
+    summaries, turn_tables = [], []
+    for labelled in runs:
+        summary = summarize(labelled.run)
+        turns = summarize_turns(labelled.run)
+        if compare:
+            summary["series"] = labelled.label + "/" + summary["series"].astype(str)
+            turns["series"] = labelled.label + "/" + turns["series"].astype(str)
+        summary.insert(0, "run_label", labelled.label)
+        turns.insert(0, "run_label", labelled.label)
+        summaries.append(summary)
+        turn_tables.append(turns)
+        if progress:
+            progress.step(f"summarised {labelled.label}")
+    summary = pd.concat(summaries, ignore_index=True) if summaries else pd.DataFrame()
+    nonempty_turns = [t for t in turn_tables if len(t)]
+    turns = pd.concat(nonempty_turns, ignore_index=True) if nonempty_turns else turn_tables[0]
+    capacity = capacity_at_slo(summary, slo)
+    return Report(
+        runs=runs,
+        slo=slo,
+        summary=summary,
+        turns=turns,
+        capacity=capacity,
+        recommendations=recommendations(capacity),
+        compare=compare,
+        notes=_slo_notes(runs, slo),
+    )
+
+
+def _slo_notes(runs: list[LabelledRun], slo: SloTarget) -> list[str]:
+    notes = []
+    for labelled in runs:
+        own = labelled.run.meta.get("slo")
+        if isinstance(own, dict) and any(
+            own.get(k) is not None and not math.isclose(float(own[k]), v) for k, v in slo.as_dict().items()
+        ):
+            notes.append(
+                f"run {labelled.label} declared a different SLO ({own}); all runs are judged by {slo.describe()}"
+            )
+    return notes
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """DataFrame rows as JSON-ready dicts (NaN -> null)."""
+    return json.loads(frame.to_json(orient="records", double_precision=10)) if len(frame) else []
+
+
+def report_json(report: Report) -> dict[str, Any]:
+    return {
+        "slo": report.slo.as_dict(),
+        "runs": [
+            {"label": r.label, "run_id": r.run.run_id, "run_dir": str(r.run.run_dir), "meta": r.run.meta}
+            for r in report.runs
+        ],
+        "tiers": _records(report.summary),
+        "turns": _records(report.turns),
+        "capacity": _records(report.capacity),
+        "recommendations": _records(report.recommendations),
+        "notes": report.notes,
+    }
+
+
+def write_report(
+    report: Report, out_dir: str | Path, band: bool = True, progress: Progress | None = None
+) -> list[Path]:
+    """Write summary.csv, summary.json, the figures and report.html into out_dir; returns the paths."""
+    from grill_locust.report.figures import write_figures
+    from grill_locust.report.html import render_html
+
+    folder = Path(out_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    written = [folder / SUMMARY_CSV, folder / SUMMARY_JSON]
+    report.summary.to_csv(written[0], index=False)
+    written[1].write_text(json.dumps(report_json(report), indent=1, default=str), encoding="utf-8")
+    figures = write_figures(report.summary, folder, band=band, on_step=progress.step if progress else None)
+    written += [f.path for f in figures]
+    html_path = folder / REPORT_HTML
+    html_path.write_text(render_html(report, figures), encoding="utf-8")
+    written.append(html_path)
+    if progress:
+        progress.step("report.html")
+    return written

@@ -1,0 +1,127 @@
+"""`grill report RUN_DIR` and `grill compare RUN... [--label NAME=RUN]`: tables, figures, report.html."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from grill_locust.errors import GrillError
+from grill_locust.report.build import Report, assemble, load_runs, write_report
+from grill_locust.report.capacity import SloTarget
+from grill_locust.report.figures import figure_count
+from grill_locust.report.progress import Progress
+from grill_locust.report.tables import format_capacity, format_table, format_turns
+
+DEFAULT_REPORT_SUBDIR = "report"
+FORMAT_HTML = "html"
+FORMAT_TABLE = "table"
+
+
+def configure_parser(parser: argparse.ArgumentParser, name: str) -> None:
+    if name == "compare":
+        parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="results folders (results/<run_id>)")
+        parser.add_argument(
+            "--label",
+            action="append",
+            default=[],
+            metavar="NAME=RUN_DIR",
+            help="a results folder with the name its series get (repeatable), e.g. --label cache-off=results/r2",
+        )
+        parser.add_argument(
+            "--out", metavar="DIR", help="where report.html, summary.* and figures go (required for html)"
+        )
+    else:
+        parser.add_argument("run_dir", metavar="RUN_DIR", help="a results folder (results/<run_id>)")
+        parser.add_argument(
+            "--out", metavar="DIR", help=f"output folder (default: RUN_DIR/{DEFAULT_REPORT_SUBDIR})"
+        )
+    parser.add_argument(
+        "--format",
+        choices=(FORMAT_HTML, FORMAT_TABLE),
+        default=FORMAT_HTML,
+        help="html: write report.html, summary.csv/json and PNGs; table: print the tables to the terminal",
+    )
+    parser.add_argument(
+        "--slo-ttft-p50", type=float, metavar="S", help="SLO: TTFT p50 at most S seconds (default 2)"
+    )
+    parser.add_argument(
+        "--slo-e2e-p50", type=float, metavar="S", help="SLO: E2E p50 at most S seconds (default 10)"
+    )
+    parser.add_argument(
+        "--slo-success",
+        type=float,
+        metavar="FRACTION",
+        help="SLO: success rate at least FRACTION (default 0.99)",
+    )
+    parser.add_argument(
+        "--band", action=argparse.BooleanOptionalAction, default=True, help="shade p50 to p90 in figures"
+    )
+    parser.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar (default: on a terminal)",
+    )
+    parser.set_defaults(_report_kind=name)
+
+
+def _run_dirs(args: argparse.Namespace) -> list[tuple[str | None, str]]:
+    if args._report_kind != "compare":
+        return [(None, args.run_dir)]
+    pairs: list[tuple[str | None, str]] = [(None, run) for run in args.runs]
+    for item in args.label:
+        name, sep, run_dir = item.partition("=")
+        if not sep or not name or not run_dir:
+            raise GrillError(f"--label {item!r}: expected NAME=RUN_DIR")
+        pairs.append((name, run_dir))
+    if not pairs:
+        raise GrillError("compare: give at least one results folder (RUN_DIR or --label NAME=RUN_DIR)")
+    return pairs
+
+
+def _slo(args: argparse.Namespace, report_meta: dict) -> SloTarget:
+    return SloTarget.from_meta(
+        report_meta, ttft_p50_s=args.slo_ttft_p50, e2e_p50_s=args.slo_e2e_p50, success_rate=args.slo_success
+    )
+
+
+def print_tables(report: Report) -> None:
+    print(f"SLO: {report.slo.describe()}")
+    for note in report.notes:
+        print(f"note: {note}")
+    print()
+    print(format_table(report.summary))
+    turns = format_turns(report.turns)
+    if turns:
+        print()
+        print(turns)
+    print()
+    print("Capacity at SLO")
+    print(format_capacity(report.capacity))
+    print()
+    for text in report.recommendations["recommendation"]:
+        print(text)
+
+
+def run(args: argparse.Namespace) -> int:
+    pairs = _run_dirs(args)
+    compare = args._report_kind == "compare"
+    if compare and args.format == FORMAT_HTML and not args.out:
+        raise GrillError("compare: --out DIR is required (where report.html goes)")
+    progress = Progress(total=2 * len(pairs), enabled=args.progress)
+    runs = load_runs(pairs, progress)
+    slo = _slo(args, runs[0].run.meta)
+    report = assemble(runs, slo, compare=compare, progress=progress)
+    if args.format == FORMAT_TABLE:
+        progress.close()
+        print_tables(report)
+        return 0
+    out_dir = Path(args.out) if args.out else Path(args.run_dir) / DEFAULT_REPORT_SUBDIR
+    progress.total += figure_count(report.summary) + 1
+    written = write_report(report, out_dir, band=args.band, progress=progress)
+    progress.close()
+    for text in report.recommendations["recommendation"]:
+        print(text)
+    print(f"wrote {len(written)} files to {out_dir}; open {out_dir / 'report.html'}", file=sys.stdout)
+    return 0

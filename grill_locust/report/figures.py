@@ -1,0 +1,270 @@
+"""The seed study's figures, from a summary: metrics against concurrent users, one line per series.
+
+Figure 1.3: TTFT, TPOT, tokens/s and E2E p50 against users for one scenario (a 2 x 2 panel).
+Figure 1.4: the same metrics as a grid, one row per scenario. GPU utilisation and VRAM against users
+when telemetry columns exist. Users on a log axis; an optional band from p50 to p90; tiers where the
+load generator was saturated are ringed in red, incomplete tiers drawn hollow.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only, never a window: reports run on servers and in CI
+
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
+
+FIGURE_DPI = 100
+SATURATED_COLOR = "#d62728"
+GIB_BYTES = 1024**3
+
+
+@dataclass(frozen=True)
+class MetricPlot:
+    """One panel: a summary metric family, its title and how its values are scaled for the axis."""
+
+    p50_column: str
+    p90_column: str | None
+    title: str
+    unit: str
+    scale: float = 1.0
+
+
+SEED_METRICS: list[MetricPlot] = [
+    MetricPlot("ttft_p50_s", "ttft_p90_s", "TTFT p50 (time to first token)", "s"),
+    MetricPlot("tpot_p50_s", "tpot_p90_s", "TPOT p50 (time per output token)", "ms", 1000.0),
+    MetricPlot(
+        "request_tokens_per_s_p50", "request_tokens_per_s_p90", "Output tokens/s per request, p50", "tokens/s"
+    ),
+    MetricPlot("e2e_p50_s", "e2e_p90_s", "E2E latency p50", "s"),
+]
+TELEMETRY_METRICS: list[MetricPlot] = [
+    MetricPlot("gpu_util_mean", None, "GPU utilisation, mean", "%"),
+    MetricPlot("vram_peak_bytes", None, "VRAM, peak", "GiB", 1.0 / GIB_BYTES),
+]
+
+
+@dataclass(frozen=True)
+class FigureFile:
+    """A figure written to disk, with the title and caption the HTML shows beside it."""
+
+    path: Path
+    title: str
+    caption: str
+
+
+def series_colors(summary: pd.DataFrame) -> dict[str, str]:
+    """One colour per series, the same in every figure of a report."""
+    palette = plt.get_cmap("tab10").colors
+    names = sorted(summary["series"].astype(str).unique())
+    return {name: matplotlib.colors.to_hex(palette[i % len(palette)]) for i, name in enumerate(names)}
+
+
+def _plot_panel(
+    axes: Axes,
+    tiers: pd.DataFrame,
+    metric: MetricPlot,
+    colors: dict[str, str],
+    band: bool,
+    show_title: bool = True,
+) -> None:
+    for series, rows in tiers.groupby("series", sort=True):
+        rows = rows.sort_values("tier_users")
+        color = colors[str(series)]
+        users = rows["tier_users"].astype(float)
+        values = rows[metric.p50_column].astype(float) * metric.scale
+        axes.plot(users, values, color=color, linewidth=1.8, label=str(series), zorder=3)
+        complete = rows["complete"].astype(bool) if "complete" in rows else pd.Series(True, index=rows.index)
+        axes.scatter(users[complete], values[complete], color=color, s=22, zorder=4)
+        axes.scatter(
+            users[~complete],
+            values[~complete],
+            facecolors="white",
+            edgecolors=color,
+            s=30,
+            linewidths=1.5,
+            zorder=4,
+        )
+        if band and metric.p90_column and metric.p90_column in rows:
+            upper = rows[metric.p90_column].astype(float) * metric.scale
+            axes.fill_between(users, values, upper, color=color, alpha=0.15, linewidth=0, zorder=2)
+        if "saturated" in rows:
+            saturated = rows["saturated"].astype(bool)
+            axes.scatter(
+                users[saturated],
+                values[saturated],
+                facecolors="none",
+                edgecolors=SATURATED_COLOR,
+                s=120,
+                linewidths=1.8,
+                zorder=5,
+            )
+    axes.set_xscale("log")
+    tested = sorted(tiers["tier_users"].astype(int).unique())
+    axes.set_xticks(tested)
+    axes.xaxis.set_major_formatter(ScalarFormatter())
+    axes.xaxis.set_minor_formatter(NullFormatter())
+    axes.tick_params(axis="x", labelsize=8)
+    axes.set_xlabel("concurrent users")
+    axes.set_ylabel(metric.unit)
+    axes.set_ylim(bottom=0)
+    axes.grid(True, which="major", alpha=0.3)
+    if show_title:
+        axes.set_title(metric.title, fontsize=10)
+
+
+def _legend_handles(summary: pd.DataFrame, colors: dict[str, str], band: bool) -> list[Line2D]:
+    handles = [
+        Line2D([], [], color=color, marker="o", markersize=4, label=name) for name, color in colors.items()
+    ]
+    if band:
+        handles.append(Line2D([], [], color="grey", alpha=0.4, linewidth=6, label="p50 to p90"))
+    if "complete" in summary and (~summary["complete"].astype(bool)).any():
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color="grey",
+                marker="o",
+                markerfacecolor="white",
+                linestyle="",
+                label="incomplete tier",
+            )
+        )
+    if "saturated" in summary and summary["saturated"].astype(bool).any():
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color=SATURATED_COLOR,
+                marker="o",
+                markerfacecolor="none",
+                markersize=10,
+                linestyle="",
+                label="load generator saturated",
+            )
+        )
+    return handles
+
+
+def figure_metrics(summary: pd.DataFrame, scenario: str, band: bool = True) -> Figure:
+    """Figure 1.3 of the seed: TTFT, TPOT, tokens/s and E2E p50 against users, one line per series."""
+    tiers = summary[summary["scenario"] == scenario]
+    colors = series_colors(summary)
+    figure, axes = plt.subplots(2, 2, figsize=(11, 7.5), dpi=FIGURE_DPI)
+    for panel, metric in zip(axes.flat, SEED_METRICS, strict=True):
+        _plot_panel(panel, tiers, metric, colors, band)
+    figure.suptitle(f"{scenario}: latency and throughput against concurrent users", fontsize=12)
+    handles = _legend_handles(tiers, {s: colors[s] for s in sorted(tiers["series"].unique())}, band)
+    figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
+    figure.tight_layout(rect=(0, 0.06, 1, 0.96))
+    return figure
+
+
+def figure_grid(summary: pd.DataFrame, band: bool = True) -> Figure:
+    """Figure 1.4 of the seed: one row per scenario, one column per metric."""
+    scenarios = sorted(summary["scenario"].unique())
+    colors = series_colors(summary)
+    figure, axes = plt.subplots(
+        len(scenarios),
+        len(SEED_METRICS),
+        figsize=(16, 3.2 * len(scenarios) + 1.0),
+        dpi=FIGURE_DPI,
+        squeeze=False,
+    )
+    for row, scenario in enumerate(scenarios):
+        tiers = summary[summary["scenario"] == scenario]
+        for column, metric in enumerate(SEED_METRICS):
+            _plot_panel(axes[row][column], tiers, metric, colors, band, show_title=False)
+            if row < len(scenarios) - 1:
+                axes[row][column].set_xlabel("")
+            if row == 0:
+                axes[row][column].set_title(metric.title, fontsize=10)
+        axes[row][0].set_ylabel(f"{scenario}\n{SEED_METRICS[0].unit}", fontsize=9)
+    figure.suptitle("All scenarios: p50 against concurrent users", fontsize=13)
+    handles = _legend_handles(summary, colors, band)
+    figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
+    figure.tight_layout(rect=(0, 0.8 / (3.2 * len(scenarios) + 1.0), 1, 0.97))
+    return figure
+
+
+def has_telemetry(summary: pd.DataFrame) -> bool:
+    return any(m.p50_column in summary and summary[m.p50_column].notna().any() for m in TELEMETRY_METRICS)
+
+
+def figure_telemetry(summary: pd.DataFrame, scenario: str) -> Figure:
+    """GPU utilisation and VRAM against users (panels for the telemetry columns the run has)."""
+    tiers = summary[summary["scenario"] == scenario]
+    metrics = [m for m in TELEMETRY_METRICS if m.p50_column in tiers and tiers[m.p50_column].notna().any()]
+    colors = series_colors(summary)
+    figure, axes = plt.subplots(1, max(len(metrics), 1), figsize=(11, 4.2), dpi=FIGURE_DPI, squeeze=False)
+    for panel, metric in zip(axes[0], metrics, strict=True):
+        _plot_panel(panel, tiers, metric, colors, band=False)
+    figure.suptitle(f"{scenario}: GPU against concurrent users", fontsize=12)
+    handles = _legend_handles(tiers, {s: colors[s] for s in sorted(tiers["series"].unique())}, band=False)
+    figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
+    figure.tight_layout(rect=(0, 0.1, 1, 0.94))
+    return figure
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9]+", "-", text).strip("-").lower() or "scenario"
+
+
+def write_figures(summary: pd.DataFrame, out_dir: Path, band: bool = True, on_step=None) -> list[FigureFile]:
+    """Every figure of a report as PNG in out_dir; `on_step(name)` after each (progress)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    files: list[FigureFile] = []
+    plotted = summary[summary["requests"] > 0]
+    if not len(plotted):
+        return files
+
+    def save(figure: Figure, name: str, title: str, caption: str) -> None:
+        path = out_dir / name
+        figure.savefig(path, dpi=FIGURE_DPI, format="png")
+        plt.close(figure)
+        files.append(FigureFile(path, title, caption))
+        if on_step:
+            on_step(name)
+
+    band_text = " Shaded: p50 to p90." if band else ""
+    for scenario in sorted(plotted["scenario"].unique()):
+        save(
+            figure_metrics(plotted, scenario, band),
+            f"metrics-{slug(scenario)}.png",
+            f"{scenario}: TTFT, TPOT, tokens/s and E2E against users",
+            "p50 over successful requests, users on a log axis." + band_text,
+        )
+    save(
+        figure_grid(plotted, band),
+        "grid.png",
+        "All scenarios x metrics",
+        "Rows: scenarios; columns: TTFT, TPOT, tokens/s per request, E2E (p50)." + band_text,
+    )
+    if has_telemetry(plotted):
+        for scenario in sorted(plotted["scenario"].unique()):
+            save(
+                figure_telemetry(plotted, scenario),
+                f"gpu-{slug(scenario)}.png",
+                f"{scenario}: GPU utilisation and VRAM against users",
+                "Per tier: mean GPU utilisation and peak VRAM from telemetry.",
+            )
+    return files
+
+
+def figure_count(summary: pd.DataFrame) -> int:
+    """How many figures write_figures will write (for the progress bar)."""
+    plotted = summary[summary["requests"] > 0]
+    if not len(plotted):
+        return 0
+    scenarios = plotted["scenario"].nunique()
+    return scenarios + 1 + (scenarios if has_telemetry(plotted) else 0)

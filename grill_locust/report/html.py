@@ -1,0 +1,170 @@
+"""report.html: one self-contained file (inline CSS, figures as base64 PNG, no script, no network)."""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import html
+from collections.abc import Iterable
+
+import pandas as pd
+
+from grill_locust.report.build import Report
+from grill_locust.report.figures import FigureFile
+from grill_locust.report.tables import display_capacity, display_tiers, display_turns
+
+STYLE = """
+body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2rem auto;
+       max-width: 1400px; padding: 0 1rem; color: #1d1d1f; background: #fff; }
+h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { margin-top: 2.2rem; border-bottom: 1px solid #ddd; }
+h3 { margin-top: 1.4rem; font-size: 1.05rem; }
+.subtitle { color: #555; margin-top: 0; }
+table { border-collapse: collapse; margin: .6rem 0 1rem; font-size: .82rem; }
+th, td { border: 1px solid #ddd; padding: .25rem .5rem; }
+th { background: #f4f5f7; text-align: left; position: sticky; top: 0; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.flagged td { background: #fff4e5; }
+.scroll { overflow-x: auto; }
+figure { margin: 1rem 0 2rem; } figure img { max-width: 100%; height: auto; border: 1px solid #eee; }
+figcaption { color: #555; font-size: .85rem; }
+ul.recommendations li { margin: .3rem 0; }
+.note { color: #8a4b00; } .legend { color: #555; font-size: .85rem; }
+"""
+WALL_KEYS = (
+    ("started", ("started_wall", "started", "start_wall", "started_at")),
+    ("ended", ("ended_wall", "ended", "end_wall", "ended_at")),
+)
+
+
+def _e(value: object) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text.lstrip("~<>= "))
+        return True
+    except ValueError:
+        return text == "-"
+
+
+def html_table(table: pd.DataFrame, flagged: Iterable[bool] | None = None) -> str:
+    """A DataFrame of strings as an HTML table; flagged rows are highlighted."""
+    flags = list(flagged) if flagged is not None else [False] * len(table)
+    head = "".join(f"<th>{_e(c)}</th>" for c in table.columns)
+    rows = []
+    for (_, row), flag in zip(table.iterrows(), flags, strict=True):
+        cells = "".join(
+            f'<td class="num">{_e(v)}</td>' if _is_number(str(v)) else f"<td>{_e(v)}</td>" for v in row
+        )
+        rows.append(f'<tr class="flagged">{cells}</tr>' if flag else f"<tr>{cells}</tr>")
+    return f'<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table></div>'
+
+
+def _when(meta: dict, keys: tuple[str, ...]) -> str:
+    for key in keys:
+        value = meta.get(key)
+        if isinstance(value, (int, float)):
+            return dt.datetime.fromtimestamp(float(value), dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+        if isinstance(value, str) and value:
+            return value
+    return "-"
+
+
+def _runs_section(report: Report) -> str:
+    rows = []
+    for labelled in report.runs:
+        meta = labelled.run.meta
+        scenario = meta.get("scenario") or meta.get("scenario_name") or "-"
+        rows.append(
+            {
+                "label": labelled.label,
+                "run_id": labelled.run.run_id,
+                "scenario file": str(scenario),
+                **{name: _when(meta, keys) for name, keys in WALL_KEYS},
+                "records": str(len(labelled.run.records)),
+                "folder": str(labelled.run.run_dir),
+            }
+        )
+    return "<h2>Runs</h2>" + html_table(pd.DataFrame(rows))
+
+
+def _capacity_section(report: Report) -> str:
+    parts = [
+        f"<h2>Capacity at SLO</h2><p>SLO: {_e(report.slo.describe())}. A tier meets it when all three hold; "
+        "the estimate interpolates linearly in users between the last passing and the first failing tier, "
+        "on the binding metric.</p>"
+    ]
+    if len(report.recommendations):
+        items = "".join(f"<li>{_e(text)}</li>" for text in report.recommendations["recommendation"])
+        parts.append(f'<ul class="recommendations">{items}</ul>')
+    if len(report.capacity):
+        parts.append(html_table(display_capacity(report.capacity)))
+    return "".join(parts)
+
+
+def _figures_section(figures: list[FigureFile]) -> str:
+    if not figures:
+        return "<h2>Figures</h2><p>No tier has records: nothing to plot.</p>"
+    parts = ["<h2>Figures</h2>"]
+    for figure in figures:
+        encoded = base64.b64encode(figure.path.read_bytes()).decode("ascii")
+        parts.append(
+            f'<figure><h3>{_e(figure.title)}</h3><img alt="{_e(figure.title)}" src="data:image/png;base64,{encoded}">'
+            f"<figcaption>{_e(figure.caption)}</figcaption></figure>"
+        )
+    return "".join(parts)
+
+
+def _tiers_section(report: Report) -> str:
+    summary = report.summary
+    parts = [
+        "<h2>Tiers</h2>",
+        '<p class="legend">Statistics over successful requests; ITL is the distribution of each request\'s mean '
+        "inter-token gap; tok/s/req = output tokens / E2E per request; system tok/s = output tokens of successful "
+        "requests / tier span. Highlighted rows carry a flag (incomplete tier, load generator saturated).</p>",
+    ]
+    if not len(summary):
+        return "".join(parts) + "<p>No tiers.</p>"
+    table = display_tiers(summary)
+    for scenario in sorted(summary["scenario"].unique()):
+        mask = summary["scenario"] == scenario
+        rows = table[mask].drop(columns=["scenario"])
+        parts.append(
+            f"<h3>{_e(scenario)}</h3>" + html_table(rows, (summary.loc[mask, "flags"] != "").tolist())
+        )
+    return "".join(parts)
+
+
+def _turns_section(report: Report) -> str:
+    if not len(report.turns):
+        return ""
+    table = display_turns(report.turns)
+    parts = ["<h2>Multi-turn: per turn</h2>"]
+    for scenario in sorted(report.turns["scenario"].unique()):
+        rows = table[report.turns["scenario"] == scenario].drop(columns=["scenario"])
+        parts.append(f"<h3>{_e(scenario)}</h3>" + html_table(rows))
+    return "".join(parts)
+
+
+def render_html(report: Report, figures: list[FigureFile]) -> str:
+    title = "grill-locust comparison" if report.compare else "grill-locust report"
+    labels = ", ".join(r.label for r in report.runs)
+    notes = "".join(f'<p class="note">{_e(n)}</p>' for n in report.notes)
+    body = "".join(
+        [
+            f'<h1>{_e(title)}</h1><p class="subtitle">{_e(labels)}</p>',
+            notes,
+            _capacity_section(report),
+            _figures_section(figures),
+            _tiers_section(report),
+            _turns_section(report),
+            _runs_section(report),
+        ]
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,">'
+        f"<title>{_e(title)}: {_e(labels)}</title><style>{STYLE}</style></head>"
+        f"<body>{body}</body></html>\n"
+    )

@@ -1,0 +1,229 @@
+"""Read one results folder (records, phases, telemetry, run.json) into a `RunData` for the report.
+
+A run that crashed leaves `records.jsonl` without `records.parquet`, perhaps with a half-written last
+line, and perhaps no `phases.csv`: the report still reads what is there.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from grill_locust.errors import GrillError
+from grill_locust.record import RECORD_COLUMNS
+
+RECORDS_PARQUET = "records.parquet"
+RECORDS_JSONL = "records.jsonl"
+PHASES_CSV = "phases.csv"
+TELEMETRY_PARQUET = "telemetry.parquet"
+RUN_JSON = "run.json"
+CONFIG_YAML = "config.yaml"
+
+PHASE_COLUMNS: tuple[str, ...] = (
+    "run_id",
+    "target",
+    "backend",
+    "engine",
+    "model",
+    "scenario",
+    "tier_index",
+    "tier_users",
+    "start_wall",
+    "end_wall",
+    "iterations_target",
+    "iterations_done",
+    "complete",
+    "note",
+)
+LABEL_COLUMNS: tuple[str, ...] = ("run_id", "target", "backend", "engine", "model", "scenario")
+NUMERIC_RECORD_COLUMNS: tuple[str, ...] = (
+    "tier_index",
+    "tier_users",
+    "iteration",
+    "user_id",
+    "turn",
+    "wall_start",
+    "ttft_s",
+    "ttfo_s",
+    "tpot_s",
+    "e2e_s",
+    "itl_mean_s",
+    "itl_p50_s",
+    "itl_p99_s",
+    "itl_max_s",
+    "prompt_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "tokens_per_s",
+    "http_status",
+    "worker_lag_p99_ms",
+    "worker_cpu",
+    "retries",
+)
+
+
+@dataclass(frozen=True)
+class RunData:
+    """Everything one run left in its results folder, as DataFrames."""
+
+    records: pd.DataFrame  # RECORD_COLUMNS, one row per request
+    phases: pd.DataFrame  # PHASE_COLUMNS, one row per target x tier
+    telemetry: pd.DataFrame | None  # telemetry.parquet when present
+    meta: dict[str, Any] = field(default_factory=dict)  # run.json, plus "slo" from config.yaml if needed
+    run_dir: Path | None = None
+
+    @property
+    def run_id(self) -> str:
+        return str(self.meta.get("run_id") or (self.run_dir.name if self.run_dir else "run"))
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Load a results folder; raises GrillError (one line naming the folder) when it holds no records."""
+    folder = Path(run_dir)
+    if not folder.is_dir():
+        raise GrillError(f"{folder}: no such results folder (expected results/<run_id>)")
+    meta = _read_meta(folder)
+    records = _read_records(folder)
+    if "run_id" not in meta:
+        ids = records["run_id"].dropna().unique() if len(records) else []
+        meta["run_id"] = str(ids[0]) if len(ids) else folder.name
+    phases = _read_phases(folder, records)
+    telemetry_path = folder / TELEMETRY_PARQUET
+    telemetry = pd.read_parquet(telemetry_path) if telemetry_path.is_file() else None
+    return RunData(records=records, phases=phases, telemetry=telemetry, meta=meta, run_dir=folder)
+
+
+def _read_records(folder: Path) -> pd.DataFrame:
+    parquet_path = folder / RECORDS_PARQUET
+    jsonl_path = folder / RECORDS_JSONL
+    if parquet_path.is_file():
+        frame = pd.read_parquet(parquet_path)
+    elif jsonl_path.is_file():
+        frame = _read_jsonl(jsonl_path)
+    else:
+        raise GrillError(f"{folder}: no {RECORDS_PARQUET} or {RECORDS_JSONL} (is this a results folder?)")
+    return normalize_records(frame)
+
+
+def _read_jsonl(path: Path) -> pd.DataFrame:
+    """Read records.jsonl, skipping a line a crash cut in half."""
+    try:
+        return pd.read_json(path, lines=True, dtype=False)
+    except ValueError:
+        rows = []
+        with path.open(encoding="utf-8") as handle:
+            for line in handle:
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        return pd.DataFrame.from_records(rows)
+
+
+def normalize_records(frame: pd.DataFrame) -> pd.DataFrame:
+    """Give a records frame every RECORD_COLUMNS column, numbers as floats, labels as strings."""
+    frame = frame.copy()
+    for name in RECORD_COLUMNS:
+        if name not in frame.columns:
+            frame[name] = np.nan if name in NUMERIC_RECORD_COLUMNS else None
+    for name in NUMERIC_RECORD_COLUMNS:
+        if not pd.api.types.is_float_dtype(frame[name]):
+            frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("float64")
+    for name in (*LABEL_COLUMNS, "status"):
+        frame[name] = frame[name].astype("string").fillna("")
+    ordered = list(RECORD_COLUMNS) + [c for c in frame.columns if c not in RECORD_COLUMNS]
+    return frame[ordered]
+
+
+def _read_phases(folder: Path, records: pd.DataFrame) -> pd.DataFrame:
+    path = folder / PHASES_CSV
+    if path.is_file():
+        phases = pd.read_csv(path)
+        if len(phases):
+            return _normalize_phases(phases)
+    return phases_from_records(records)
+
+
+def _normalize_phases(phases: pd.DataFrame) -> pd.DataFrame:
+    phases = phases.copy()
+    for name in PHASE_COLUMNS:
+        if name not in phases.columns:
+            phases[name] = np.nan
+    for name in (
+        "tier_index",
+        "tier_users",
+        "start_wall",
+        "end_wall",
+        "iterations_target",
+        "iterations_done",
+    ):
+        phases[name] = pd.to_numeric(phases[name], errors="coerce").astype("float64")
+    phases["complete"] = phases["complete"].map(_as_bool)
+    for name in (*LABEL_COLUMNS, "note"):
+        phases[name] = phases[name].astype("string").fillna("")
+    return phases[list(PHASE_COLUMNS)]
+
+
+def _as_bool(value: Any) -> bool:
+    """phases.csv writes True/False; a missing value counts as complete (nothing says otherwise)."""
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "0", "no")
+    if value is None or (isinstance(value, float) and np.isnan(value)):
+        return True
+    return bool(value)
+
+
+def phases_from_records(records: pd.DataFrame) -> pd.DataFrame:
+    """Rebuild phases (tier spans) from the records when phases.csv is missing."""
+    if not len(records):
+        return pd.DataFrame({name: pd.Series(dtype="float64") for name in PHASE_COLUMNS})
+    frame = records.assign(_end=records["wall_start"] + records["e2e_s"].fillna(0.0))
+    grouped = frame.groupby(["target", "tier_index"], sort=True)
+    phases = grouped.agg(
+        run_id=("run_id", "first"),
+        backend=("backend", "first"),
+        engine=("engine", "first"),
+        model=("model", "first"),
+        scenario=("scenario", "first"),
+        tier_users=("tier_users", "first"),
+        start_wall=("wall_start", "min"),
+        end_wall=("_end", "max"),
+        iterations_done=("iteration", "nunique"),
+    ).reset_index()
+    phases["iterations_target"] = np.nan
+    phases["complete"] = True
+    phases["note"] = "derived from records"
+    return _normalize_phases(phases)
+
+
+def _read_meta(folder: Path) -> dict[str, Any]:
+    meta: dict[str, Any] = {}
+    run_json = folder / RUN_JSON
+    if run_json.is_file():
+        try:
+            meta = dict(json.loads(run_json.read_text(encoding="utf-8")))
+        except (json.JSONDecodeError, TypeError, ValueError) as error:
+            raise GrillError(f"{run_json}: not valid JSON ({error})") from error
+    if not isinstance(meta.get("slo"), dict):
+        slo = _slo_from_config(folder / CONFIG_YAML)
+        if slo:
+            meta["slo"] = slo
+    return meta
+
+
+def _slo_from_config(path: Path) -> dict[str, Any] | None:
+    if not path.is_file():
+        return None
+    import yaml
+
+    try:
+        config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError:
+        return None
+    slo = config.get("slo") if isinstance(config, dict) else None
+    return slo if isinstance(slo, dict) else None

@@ -1,0 +1,224 @@
+"""Synthetic results folders: realistic records (RECORD_COLUMNS) for tests, benchmarks and demos.
+
+Engines are drawn with the shapes of the seed study (llama.cpp's TTFT collapses with users, vLLM and
+SGLang stay flat), not with anyone's absolute numbers. Generation is vectorised: a million records
+take a second or two.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from grill_locust.record import RECORD_COLUMNS, STATUS_OK
+from grill_locust.report.load import PHASE_COLUMNS, phases_from_records
+
+START_WALL = 1_767_225_600.0  # 2026-01-01 00:00 UTC: synthetic runs start here
+TIER_PAUSE_S = 30.0
+MULTI_TURN = "multi-turn-session"
+
+
+@dataclass(frozen=True)
+class EngineShape:
+    """How one engine's latencies grow with concurrent users (a rough model, good enough for plots)."""
+
+    engine: str
+    ttft_base_s: float
+    ttft_per_user_s: float  # queueing: added TTFT per concurrent user
+    tpot_base_s: float
+    tpot_per_user_s: float
+    cache_hit: float  # fraction of a repeated prefix that is served from cache
+    error_rate: float = 0.0
+
+
+ENGINE_SHAPES: dict[str, EngineShape] = {
+    "vllm": EngineShape("vllm", 0.25, 0.004, 0.016, 0.00005, 0.9),
+    "vllm-no-prefix-cache": EngineShape("vllm", 0.30, 0.012, 0.016, 0.00010, 0.0),
+    "sglang": EngineShape("sglang", 0.28, 0.006, 0.017, 0.00007, 0.85),
+    "llamacpp": EngineShape("llamacpp", 1.00, 1.500, 0.026, 0.0, 0.5, error_rate=0.002),
+}
+
+
+def make_record(**values: Any) -> dict[str, Any]:
+    """One record dict with every RECORD_COLUMNS key; plausible defaults, overridden by `values`."""
+    record: dict[str, Any] = {
+        "record_id": "r0",
+        "run_id": "run",
+        "target": "sim/grill-sim/short-baseline",
+        "backend": "sim",
+        "engine": "sim",
+        "model": "grill-sim",
+        "scenario": "short-baseline",
+        "tier_index": 0,
+        "tier_users": 1,
+        "iteration": 0,
+        "user_id": 0,
+        "worker_id": "local",
+        "conversation_id": "c0",
+        "turn": 0,
+        "wall_start": START_WALL,
+        "ttft_s": 0.1,
+        "ttfo_s": 0.1,
+        "tpot_s": 0.01,
+        "e2e_s": 1.09,
+        "itl_mean_s": 0.01,
+        "itl_p50_s": 0.01,
+        "itl_p99_s": 0.02,
+        "itl_max_s": 0.03,
+        "prompt_tokens": 100,
+        "cached_tokens": 0,
+        "output_tokens": 100,
+        "tokens_source": "usage",
+        "tokens_per_s": 100 / 1.09,
+        "finish_reason": "length",
+        "status": STATUS_OK,
+        "http_status": 200,
+        "error": "",
+        "worker_lag_p99_ms": 0.5,
+        "worker_cpu": 10.0,
+        "retries": 0,
+    }
+    unknown = set(values) - set(RECORD_COLUMNS)
+    if unknown:
+        raise KeyError(f"not record columns: {sorted(unknown)}")
+    record.update(values)
+    return record
+
+
+def synthetic_records(
+    n_records: int,
+    backends: Sequence[str] = ("vllm", "llamacpp"),
+    scenarios: Sequence[str] = (MULTI_TURN, "short-baseline"),
+    tiers: Sequence[int] = (1, 5, 10, 20),
+    run_id: str = "synthetic",
+    model: str = "devstral-small",
+    turns: int = 4,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """About `n_records` records over backends x scenarios x tiers (more for larger tiers), RECORD_COLUMNS."""
+    rng = np.random.default_rng(seed)
+    groups = [
+        (b, s, t_index, users) for b in backends for s in scenarios for t_index, users in enumerate(tiers)
+    ]
+    weights = np.array([users for *_, users in groups], dtype=float)
+    counts = np.maximum(np.round(weights / weights.sum() * n_records).astype(int), 1)
+    group_of = np.repeat(np.arange(len(groups)), counts)
+    n = len(group_of)
+    position = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
+
+    backend = np.array([g[0] for g in groups], dtype=object)[group_of]
+    scenario = np.array([g[1] for g in groups], dtype=object)[group_of]
+    tier_index = np.array([g[2] for g in groups])[group_of]
+    users = np.array([g[3] for g in groups], dtype=float)[group_of]
+    shapes = [ENGINE_SHAPES.get(b, ENGINE_SHAPES["vllm"]) for b in backends]
+    shape_of_backend = {b: s for b, s in zip(backends, shapes, strict=True)}
+
+    def per_record(attribute: str) -> np.ndarray:
+        table = np.array([getattr(shape_of_backend[g[0]], attribute) for g in groups], dtype=float)
+        return table[group_of]
+
+    multi = scenario == MULTI_TURN
+    turn = np.where(multi, position % turns, 0)
+    prompt_tokens = np.where(multi, 600 + turn * 900, rng.integers(40, 120, n)).astype(float)
+    cached_tokens = np.floor(np.where(turn > 0, (prompt_tokens - 900) * per_record("cache_hit"), 0.0))
+    output_tokens = rng.integers(120, 320, n).astype(float)
+    prefill_factor = prompt_tokens / 1000.0
+    ttft = (
+        per_record("ttft_base_s") * (0.5 + prefill_factor) + per_record("ttft_per_user_s") * (users - 1)
+    ) * (rng.lognormal(0.0, 0.25, n))
+    tpot = (per_record("tpot_base_s") + per_record("tpot_per_user_s") * users) * rng.lognormal(0.0, 0.08, n)
+    e2e = ttft + tpot * (output_tokens - 1)
+    failed = rng.random(n) < per_record("error_rate")
+
+    tier_span = np.array([60.0 + 2.0 * g[3] for g in groups])
+    tier_start = START_WALL + np.concatenate([[0.0], np.cumsum(tier_span + TIER_PAUSE_S)[:-1]])
+    wall_start = tier_start[group_of] + rng.random(n) * (tier_span[group_of] - e2e).clip(min=1.0)
+
+    status = np.where(failed, "http_503", STATUS_OK).astype(object)
+    target = np.char.add(np.char.add(backend.astype(str), f"/{model}/"), scenario.astype(str))
+    frame = pd.DataFrame(
+        {
+            "record_id": np.char.add("r", np.arange(n).astype(str)),
+            "run_id": run_id,
+            "target": target,
+            "backend": backend,
+            "engine": _map(backend, shape_of_backend),
+            "model": model,
+            "scenario": scenario,
+            "tier_index": tier_index,
+            "tier_users": users.astype(int),
+            "iteration": position % 5,
+            "user_id": (position // np.where(multi, turns, 1)) % users.astype(int),
+            "worker_id": "local",
+            "conversation_id": np.char.add("c", (position // np.where(multi, turns, 1)).astype(str)),
+            "turn": turn,
+            "wall_start": wall_start,
+            "ttft_s": np.where(failed, np.nan, ttft),
+            "ttfo_s": np.where(failed, np.nan, ttft),
+            "tpot_s": np.where(failed, np.nan, tpot),
+            "e2e_s": np.where(failed, ttft, e2e),
+            "itl_mean_s": np.where(failed, np.nan, tpot),
+            "itl_p50_s": np.where(failed, np.nan, tpot * 0.95),
+            "itl_p99_s": np.where(failed, np.nan, tpot * 2.5),
+            "itl_max_s": np.where(failed, np.nan, tpot * 4.0),
+            "prompt_tokens": prompt_tokens,
+            "cached_tokens": cached_tokens,
+            "output_tokens": np.where(failed, 0, output_tokens).astype(int),
+            "tokens_source": "usage",
+            "tokens_per_s": np.where(failed, np.nan, output_tokens / e2e),
+            "finish_reason": np.where(failed, None, "length"),
+            "status": status,
+            "http_status": np.where(failed, 503, 200),
+            "error": np.where(failed, "service unavailable", ""),
+            "worker_lag_p99_ms": rng.gamma(2.0, 0.4, n),
+            "worker_cpu": 20.0 + users * 0.2,
+            "retries": 0,
+        }
+    )
+    return frame[list(RECORD_COLUMNS)]
+
+
+def _map(values: np.ndarray, shapes: dict[str, EngineShape]) -> np.ndarray:
+    return pd.Series(values).map({name: shape.engine for name, shape in shapes.items()}).to_numpy()
+
+
+def write_results_folder(
+    run_dir: str | Path,
+    records: pd.DataFrame | Iterable[dict[str, Any]],
+    phases: pd.DataFrame | Iterable[dict[str, Any]] | None = None,
+    meta: dict[str, Any] | None = None,
+    records_format: str = "parquet",
+) -> Path:
+    """Write a results folder as the run writes one: records (parquet or jsonl), phases.csv, run.json.
+
+    `phases=None` derives complete phases from the records' time spans; pass `[]` to write none.
+    """
+    folder = Path(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    frame = records if isinstance(records, pd.DataFrame) else pd.DataFrame.from_records(list(records))
+    frame = frame.reindex(columns=list(RECORD_COLUMNS))
+    if records_format == "parquet":
+        frame.to_parquet(folder / "records.parquet", index=False)
+    elif records_format == "jsonl":
+        frame.to_json(folder / "records.jsonl", orient="records", lines=True)
+    else:
+        raise ValueError(f"records_format must be parquet or jsonl, not {records_format!r}")
+    if phases is None:
+        from grill_locust.report.load import normalize_records
+
+        phase_frame = phases_from_records(normalize_records(frame)).assign(note="")
+    else:
+        phase_frame = phases if isinstance(phases, pd.DataFrame) else pd.DataFrame.from_records(list(phases))
+    if len(phase_frame):
+        phase_frame.reindex(columns=list(PHASE_COLUMNS)).to_csv(folder / "phases.csv", index=False)
+    run_id = str(frame["run_id"].iloc[0]) if len(frame) else folder.name
+    run_meta = {"run_id": run_id, "scenario": "synthetic", "argv": []}
+    run_meta.update(meta or {})
+    (folder / "run.json").write_text(json.dumps(run_meta, indent=2), encoding="utf-8")
+    return folder

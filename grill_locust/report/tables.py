@@ -1,0 +1,219 @@
+"""Human-readable tables: the summary with units in the headers, as terminal text or HTML rows.
+
+`display_*` functions give DataFrames of strings (one place decides how each number reads);
+`format_*` functions lay them out as fixed-width text for the terminal.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import pandas as pd
+
+Formatter = Callable[[float], str]
+MISSING = "-"
+GIB_BYTES = 1024**3
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.2f}" if abs(value) < 100 else f"{value:.0f}"
+
+
+def _milliseconds(value: float) -> str:
+    return f"{value * 1000:.1f}"
+
+
+def _rate(value: float) -> str:
+    return f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def _percent(value: float) -> str:
+    return f"{value * 100:.1f}"
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.2f}"
+
+
+def _integer(value: float) -> str:
+    return f"{int(value)}"
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB_BYTES:.1f}"
+
+
+def _plain_percent(value: float) -> str:
+    return f"{value:.0f}"
+
+
+# (summary column, header, formatter); optional columns are shown only when some tier has a value
+TIER_TABLE: list[tuple[str, str, Formatter]] = [
+    ("tier_users", "users", _integer),
+    ("requests", "requests", _integer),
+    ("success_rate", "ok %", _percent),
+    ("ttft_p50_s", "TTFT p50 s", _seconds),
+    ("ttft_p90_s", "TTFT p90 s", _seconds),
+    ("ttft_p99_s", "TTFT p99 s", _seconds),
+    ("tpot_p50_s", "TPOT p50 ms", _milliseconds),
+    ("tpot_p90_s", "TPOT p90 ms", _milliseconds),
+    ("tpot_p99_s", "TPOT p99 ms", _milliseconds),
+    ("itl_p50_s", "ITL p50 ms", _milliseconds),
+    ("itl_p90_s", "ITL p90 ms", _milliseconds),
+    ("itl_p99_s", "ITL p99 ms", _milliseconds),
+    ("e2e_p50_s", "E2E p50 s", _seconds),
+    ("e2e_p90_s", "E2E p90 s", _seconds),
+    ("e2e_p99_s", "E2E p99 s", _seconds),
+    ("request_tokens_per_s_p50", "tok/s/req p50", _rate),
+    ("output_tokens_per_s", "system tok/s", _rate),
+    ("requests_per_s", "req/s", _ratio),
+    ("cached_token_ratio", "cached %", _percent),
+]
+OPTIONAL_TIER_COLUMNS: list[tuple[str, str, Formatter]] = [
+    ("turns", "turns", _integer),
+    ("ttft_turn_ratio", "TTFT last/first", _ratio),
+    ("e2e_turn_ratio", "E2E last/first", _ratio),
+    ("context_growth", "context growth", _ratio),
+    ("gpu_util_mean", "GPU util %", _plain_percent),
+    ("vram_peak_bytes", "VRAM peak GiB", _gib),
+    ("power_mean_w", "power W", _plain_percent),
+    ("energy_per_token_j", "J/token", _ratio),
+    ("kv_cache_mean", "KV cache mean %", _percent),
+    ("kv_cache_peak", "KV cache peak %", _percent),
+    ("prefix_hit_rate", "prefix hit %", _percent),
+    ("waiting_mean", "waiting", _ratio),
+]
+TERMINAL_TIER_COLUMNS = {
+    "users",
+    "requests",
+    "ok %",
+    "TTFT p50 s",
+    "TTFT p90 s",
+    "TPOT p50 ms",
+    "ITL p50 ms",
+    "E2E p50 s",
+    "E2E p90 s",
+    "tok/s/req p50",
+    "system tok/s",
+    "req/s",
+    "cached %",
+    "TTFT last/first",
+    "context growth",
+    "GPU util %",
+    "VRAM peak GiB",
+}
+TURN_TABLE: list[tuple[str, str, Formatter]] = [
+    ("tier_users", "users", _integer),
+    ("turn", "turn", _integer),
+    ("ok_requests", "requests", _integer),
+    ("ttft_p50_s", "TTFT p50 s", _seconds),
+    ("e2e_p50_s", "E2E p50 s", _seconds),
+    ("prompt_tokens_mean", "prompt tokens", _integer),
+]
+
+
+def _format_column(values: pd.Series, formatter: Formatter) -> pd.Series:
+    return values.map(
+        lambda v: MISSING if v is None or (isinstance(v, float) and math.isnan(v)) else formatter(v)
+    )
+
+
+def _display(frame: pd.DataFrame, spec: list[tuple[str, str, Formatter]], leading: list[str]) -> pd.DataFrame:
+    out = pd.DataFrame(index=frame.index)
+    for column in leading:
+        out[column] = frame[column].astype(str)
+    for column, header, formatter in spec:
+        if column in frame.columns:
+            out[header] = _format_column(pd.to_numeric(frame[column], errors="coerce"), formatter)
+    return out
+
+
+def display_tiers(summary: pd.DataFrame, terminal: bool = False) -> pd.DataFrame:
+    """The tier table as strings; `terminal` keeps the columns that fit a wide terminal."""
+    optional = [(c, h, f) for c, h, f in OPTIONAL_TIER_COLUMNS if c in summary and summary[c].notna().any()]
+    table = _display(summary, TIER_TABLE + optional, ["series", "scenario"])
+    table["flags"] = summary["flags"].astype(str) if "flags" in summary else ""
+    if terminal:
+        keep = ["series", "scenario", *[c for c in table.columns if c in TERMINAL_TIER_COLUMNS], "flags"]
+        table = table[keep]
+    return table
+
+
+def display_turns(turns: pd.DataFrame) -> pd.DataFrame:
+    return _display(turns, TURN_TABLE, ["series", "scenario"])
+
+
+def display_capacity(capacity: pd.DataFrame) -> pd.DataFrame:
+    from grill_locust.report.capacity import users_phrase
+
+    out = pd.DataFrame(index=capacity.index)
+    out["scenario"] = capacity["scenario"].astype(str)
+    out["series"] = capacity["series"].astype(str)
+    out["largest tier meeting SLO"] = capacity["max_users_meeting_slo"].map(
+        lambda v: str(int(v)) if v else "none"
+    )
+    out["estimated users"] = capacity.apply(users_phrase, axis=1) if len(capacity) else []
+    out["binding metric"] = capacity["binding_metric"].astype(str)
+    out["first failing tier"] = _format_column(capacity["first_failing_users"], _integer)
+    out["note"] = capacity["note"].astype(str)
+    return out
+
+
+def format_text(table: pd.DataFrame) -> str:
+    """Fixed-width text: numbers right-aligned, words left-aligned, a rule under the header."""
+    if not len(table.columns):
+        return ""
+    headers = list(table.columns)
+    cells = [[str(v) for v in table[c]] for c in headers]
+    widths = [max([len(h), *(len(v) for v in column)]) for h, column in zip(headers, cells, strict=True)]
+    numeric = [all(_looks_numeric(v) for v in column) and len(column) > 0 for column in cells]
+
+    def line(values: list[str]) -> str:
+        padded = [v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric, strict=True)]
+        return "  ".join(padded).rstrip()
+
+    lines = [line(headers), line(["-" * w for w in widths])]
+    lines += [line([column[i] for column in cells]) for i in range(len(table))]
+    return "\n".join(lines)
+
+
+def _looks_numeric(text: str) -> bool:
+    stripped = text.lstrip("~<>= ")
+    try:
+        float(stripped)
+        return True
+    except ValueError:
+        return text == MISSING
+
+
+def format_table(summary: pd.DataFrame) -> str:
+    """The tier summary as terminal text, one block per scenario x series."""
+    if not len(summary):
+        return "(no tiers)"
+    table = display_tiers(summary, terminal=True)
+    blocks = []
+    for (scenario, series), rows in table.groupby(["scenario", "series"], sort=True):
+        body = rows.drop(columns=["scenario", "series"])
+        empty = [
+            c for c in body.columns if (body[c] == MISSING).all() or (c == "flags" and (body[c] == "").all())
+        ]
+        body = body.drop(columns=empty)
+        blocks.append(f"{series} · {scenario}\n{format_text(body)}")
+    return "\n\n".join(blocks)
+
+
+def format_turns(turns: pd.DataFrame) -> str:
+    if not len(turns):
+        return ""
+    table = display_turns(turns)
+    blocks = []
+    for (scenario, series), rows in table.groupby(["scenario", "series"], sort=True):
+        blocks.append(
+            f"{series} · {scenario} (per turn)\n{format_text(rows.drop(columns=['scenario', 'series']))}"
+        )
+    return "\n\n".join(blocks)
+
+
+def format_capacity(capacity: pd.DataFrame) -> str:
+    return format_text(display_capacity(capacity)) if len(capacity) else "(no capacity: no tiers)"
