@@ -1,0 +1,150 @@
+"""Engine parameters of the simulated engine and the named profiles that set them.
+
+A profile reproduces an engine's *shape* (batching, prefix reuse, queueing), not its absolute speed.
+Every field can be overridden from a YAML file or a command-line flag of the same name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grill_locust.errors import GrillError
+
+CACHE_BLOCKS = "blocks"  # paged KV cache, prefix reuse by chained block hashes (vLLM, SGLang)
+CACHE_SLOTS = "slots"  # a few slots, each keeping only its own last prompt (llama.cpp)
+
+
+@dataclass(frozen=True, slots=True)
+class EngineParams:
+    """Everything that decides how the simulated engine schedules and how long a step takes."""
+
+    max_num_seqs: int = 256  # running requests at most (llama.cpp: the number of slots)
+    max_num_batched_tokens: int = 4096  # tokens per step (prefill chunks + one per decode)
+    max_model_len: int = 32768  # longest prompt + output accepted
+    block_size: int = 16  # KV block (page) size in tokens; 1 = token-granular radix reuse
+    kv_blocks: int = 10000  # KV capacity in blocks
+    prefix_caching: bool = True
+    cache_kind: str = CACHE_BLOCKS
+    # step time = a + b * decode_batch + c * prefill_tokens + d * kv_tokens
+    step_a_ms: float = 12.0
+    step_b_ms: float = 0.03
+    step_c_ms: float = 0.015
+    step_d_ms: float = 0.00005
+    reasoning_tokens: int = 0  # the first R output tokens stream as `reasoning_content`
+    natural_output_tokens: int = 600  # mean length at which an answer stops by itself (no ignore_eos)
+    metrics_flavor: str = "vllm"  # extra metric names besides vLLM's: "sglang", "llamacpp"
+
+    def step_time_s(self, decode_batch: int, prefill_tokens: int, kv_tokens: int) -> float:
+        step_ms = (
+            self.step_a_ms
+            + self.step_b_ms * decode_batch
+            + self.step_c_ms * prefill_tokens
+            + self.step_d_ms * kv_tokens
+        )
+        return step_ms / 1000.0
+
+    @property
+    def kv_capacity_tokens(self) -> int:
+        return self.kv_blocks * self.block_size
+
+    def with_overrides(self, overrides: dict[str, Any], source: str) -> EngineParams:
+        """A copy with `overrides` applied (keys may use dashes); bad keys or values raise GrillError."""
+        known = {f.name: f for f in dataclasses.fields(self)}
+        changes: dict[str, Any] = {}
+        for raw_key, value in overrides.items():
+            key = str(raw_key).replace("-", "_")
+            if key not in known:
+                raise GrillError(f"{source}: {raw_key}: unknown engine parameter (one of {', '.join(known)})")
+            changes[key] = _coerce(key, getattr(self, key), value, source)
+        params = dataclasses.replace(self, **changes)
+        params.validate(source)
+        return params
+
+    def validate(self, source: str) -> None:
+        for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "kv_blocks"):
+            if getattr(self, name) < 1:
+                raise GrillError(f"{source}: {name}: must be at least 1")
+        if self.cache_kind not in (CACHE_BLOCKS, CACHE_SLOTS):
+            raise GrillError(f"{source}: cache_kind: expected '{CACHE_BLOCKS}' or '{CACHE_SLOTS}'")
+        if self.kv_capacity_tokens < self.max_model_len and self.cache_kind == CACHE_BLOCKS:
+            raise GrillError(f"{source}: kv_blocks: {self.kv_blocks} blocks cannot hold max_model_len tokens")
+
+
+def _coerce(key: str, current: Any, value: Any, source: str) -> Any:
+    try:
+        if isinstance(current, bool):
+            if isinstance(value, str):
+                lowered = value.lower()
+                if lowered in ("on", "true", "yes", "1"):
+                    return True
+                if lowered in ("off", "false", "no", "0"):
+                    return False
+                raise ValueError(value)
+            return bool(value)
+        if isinstance(current, int):
+            return int(value)
+        if isinstance(current, float):
+            return float(value)
+        return str(value)
+    except (TypeError, ValueError):
+        raise GrillError(
+            f"{source}: {key}: cannot use {value!r} (expected {type(current).__name__})"
+        ) from None
+
+
+_VLLM = EngineParams()
+PROFILES: dict[str, EngineParams] = {
+    "vllm": _VLLM,
+    "vllm-no-prefix-cache": dataclasses.replace(_VLLM, prefix_caching=False),
+    # SGLang: radix tree at token granularity (page size 1), a little slower per step here
+    "sglang": dataclasses.replace(
+        _VLLM,
+        block_size=1,
+        kv_blocks=_VLLM.kv_blocks * 16,
+        step_a_ms=13.0,
+        step_b_ms=0.04,
+        step_c_ms=0.02,
+        metrics_flavor="sglang",
+    ),
+    # llama.cpp: 4 slots, no paging, each slot keeps its own last prompt; slow prefill and decode
+    "llamacpp": dataclasses.replace(
+        _VLLM,
+        max_num_seqs=4,
+        max_num_batched_tokens=2048,
+        kv_blocks=4 * 32768 // 16,
+        cache_kind=CACHE_SLOTS,
+        step_a_ms=25.0,
+        step_b_ms=1.0,
+        step_c_ms=0.25,
+        step_d_ms=0.0001,
+        metrics_flavor="llamacpp",
+    ),
+}
+
+
+def resolve_params(
+    profile: str, config_path: str | None = None, overrides: dict[str, Any] | None = None
+) -> EngineParams:
+    """Profile, then the YAML file's values, then explicit overrides (flags), in that order."""
+    if profile not in PROFILES:
+        raise GrillError(f"--profile: unknown profile {profile!r} (one of {', '.join(PROFILES)})")
+    params = PROFILES[profile]
+    if config_path:
+        path = Path(config_path)
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError) as error:
+            raise GrillError(
+                f"{config_path}: cannot read engine parameters: {error}".splitlines()[0]
+            ) from None
+        if not isinstance(data, dict):
+            raise GrillError(f"{config_path}: expected a mapping of engine parameters")
+        params = params.with_overrides(data, config_path)
+    if overrides:
+        params = params.with_overrides(overrides, "flags")
+    return params

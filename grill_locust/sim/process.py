@@ -1,0 +1,128 @@
+"""Start and stop the simulated engine in a subprocess (for tests, benchmarks and the demo)."""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from types import TracebackType
+from typing import IO
+
+from grill_locust.errors import GrillError
+
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 5.0
+_READY = re.compile(r"listening on http://([^:]+):(\d+)")
+
+
+class SimProcess:
+    """A running `python -m grill_locust.sim` on 127.0.0.1; `.url`, `.port`, `.stop()`; a context manager."""
+
+    def __init__(self, process: subprocess.Popen[str], port: int) -> None:
+        self.process = process
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.stderr_file: IO[str] | None = None
+
+    @classmethod
+    def start(
+        cls,
+        profile: str = "vllm",
+        port: int | None = None,
+        served_model_name: str = "grill-sim",
+        truth_log: str | None = None,
+        extra_args: Sequence[str] = (),
+        timeout_s: float = START_TIMEOUT_S,
+    ) -> SimProcess:
+        command = [
+            sys.executable,
+            "-m",
+            "grill_locust.sim",
+            "--profile",
+            profile,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port or 0),
+            "--served-model-name",
+            served_model_name,
+        ]
+        if truth_log:
+            command += ["--truth-log", str(truth_log)]
+        command += list(extra_args)
+        # stderr goes to a file: a pipe nobody reads could fill up and block the server
+        stderr_file = tempfile.TemporaryFile(mode="w+")
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr_file, text=True)
+        deadline = time.monotonic() + timeout_s
+        line = ""
+        assert process.stdout is not None
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([process.stdout], [], [], 0.1)
+            if ready:
+                line = process.stdout.readline()
+                break
+            if process.poll() is not None:
+                break
+        match = _READY.search(line)
+        if not match:
+            process.kill()
+            process.wait(timeout=STOP_TIMEOUT_S)
+            stderr_file.seek(0)
+            last = stderr_file.read().strip().splitlines()[-1:] or ["no output"]
+            stderr_file.close()
+            raise GrillError(f"grill sim --profile {profile}: did not start: {last[0]}")
+        sim = cls(process, int(match.group(2)))
+        sim.stderr_file = stderr_file
+        sim._wait_healthy(deadline)
+        return sim
+
+    def _wait_healthy(self, deadline: float) -> None:
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=1.0) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.05)
+        self.stop()
+        raise GrillError(f"grill sim at {self.url}: /health did not answer 200 in time")
+
+    def stop(self) -> int | None:
+        """SIGTERM, then kill after a grace period; returns the exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=STOP_TIMEOUT_S)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        return self.process.returncode
+
+    def stderr_text(self) -> str:
+        """What the server wrote to stderr so far (for test failure messages)."""
+        if self.stderr_file is None or self.stderr_file.closed:
+            return ""
+        self.stderr_file.flush()
+        self.stderr_file.seek(0)
+        return self.stderr_file.read()
+
+    def __enter__(self) -> SimProcess:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def __del__(self) -> None:
+        if getattr(self, "process", None) is not None and self.process.poll() is None and os.getpid():
+            self.process.kill()

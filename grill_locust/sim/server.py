@@ -1,0 +1,556 @@
+"""The simulated engine's OpenAI-compatible server: routes, request validation, streaming, faults, truth.
+
+One asyncio loop runs both the HTTP connections and the engine's step loop; a step's tokens are written
+to the sockets the moment the step ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from grill_locust.sim import wire
+from grill_locust.sim.engine import Engine, Sequence
+from grill_locust.sim.faults import FAULT_HEADER, FaultPicker, FaultSettings
+from grill_locust.sim.httpserver import HttpConnection, HttpRequest
+from grill_locust.sim.metrics import render_metrics
+from grill_locust.sim.params import EngineParams
+from grill_locust.sim.text import OUTPUT_JSON, VOCAB_SIZE, output_text, render_chat, token_ids
+from grill_locust.sim.truth import TruthLog
+
+NO_STOP = 1 << 62
+SPIN_WINDOW_S = 0.0015  # epoll waits in whole milliseconds: spin the last stretch of a step instead
+TRUTH_MARGIN_S = 0.002  # leave this much of a step's wait free of truth-log writing
+JITTER_SAMPLES = 200_000
+IDLE_FLUSH_S = 0.5
+
+
+class SimServer:
+    """The simulated engine behind an HTTP/1.1 listener."""
+
+    def __init__(
+        self,
+        params: EngineParams,
+        served_model_name: str = "grill-sim",
+        api_key: str | None = None,
+        faults: FaultSettings | None = None,
+        truth_log: str | None = None,
+        spin_window_s: float = SPIN_WINDOW_S,
+        profile: str = "custom",
+    ) -> None:
+        self.params = params
+        self.profile = profile
+        self.model = served_model_name
+        self.api_key = api_key
+        self.engine = Engine(params)
+        self.faults = FaultPicker(faults or FaultSettings())
+        self.truth = TruthLog(truth_log) if truth_log else None
+        self.spin_window_s = spin_window_s
+        self.clock = time.monotonic
+        self.wall_offset = time.time() - time.monotonic()
+        self.created = int(time.time())
+        self.events = 0  # SSE output events written
+        self.requests = 0
+        self.jitter_s: deque[float] = deque(maxlen=JITTER_SAMPLES)
+        self.wake = asyncio.Event()
+        self.stopping = asyncio.Event()
+        self.port = 0
+        self._rng = random.Random(0x5EED)
+        self._id_prefix = os.urandom(4).hex()
+        self.routes: dict[tuple[str, str], Callable[[HttpConnection, HttpRequest], None]] = {
+            ("GET", "/health"): self._health,
+            ("GET", "/v1/models"): self._models,
+            ("POST", "/v1/chat/completions"): self._chat,
+            ("POST", "/v1/completions"): self._completions,
+            ("POST", "/tokenize"): self._tokenize,
+            ("GET", "/metrics"): self._metrics,
+            ("GET", "/sim/stats"): self._stats,
+            ("POST", "/sim/stats/reset"): self._stats_reset,
+        }
+
+    # -- running
+    async def serve(self, host: str, port: int, ready: Callable[[int], None] | None = None) -> None:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(lambda: HttpConnection(self.handle), host, port, backlog=2048)
+        self.port = server.sockets[0].getsockname()[1]
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            try:
+                loop.add_signal_handler(signum, self.stopping.set)
+            except (NotImplementedError, RuntimeError):
+                pass
+        step_task = asyncio.create_task(self._step_loop())
+        if ready is not None:
+            ready(self.port)
+        try:
+            await self.stopping.wait()
+        finally:
+            step_task.cancel()
+            server.close()
+            if self.truth is not None:
+                self.truth.close()
+
+    async def _step_loop(self) -> None:
+        engine = self.engine
+        clock = self.clock
+        while True:
+            if engine.idle:
+                self.wake.clear()
+                if self.truth is not None:
+                    self.truth.flush()
+                await self.wake.wait()
+                continue
+            start = clock()
+            step = engine.schedule(start)
+            if step.empty:
+                await self._wait_for_work(engine.earliest_trickle_s())
+                continue
+            deadline = start + step.duration_s
+            if self.truth is not None and self.truth.pending:
+                self.truth.drain(until=deadline - TRUTH_MARGIN_S - self.spin_window_s, clock=clock)
+            await self._sleep_until(deadline)
+            now = clock()
+            self.jitter_s.append(now - deadline)
+            engine.commit(step, now)
+
+    async def _sleep_until(self, deadline: float) -> None:
+        clock = self.clock
+        remaining = deadline - clock()
+        if remaining > self.spin_window_s:
+            await asyncio.sleep(remaining - self.spin_window_s)
+        while clock() < deadline:
+            await asyncio.sleep(0)
+
+    async def _wait_for_work(self, until: float | None) -> None:
+        """Nothing can run now (only trickled streams): wait for their next token or a new request."""
+        self.wake.clear()
+        timeout = IDLE_FLUSH_S if until is None else max(0.0, until - self.clock())
+        try:
+            await asyncio.wait_for(self.wake.wait(), timeout)
+        except TimeoutError:
+            pass
+
+    # -- routing
+    def handle(self, conn: HttpConnection, request: HttpRequest) -> None:
+        route = self.routes.get((request.method, request.path))
+        if route is None:
+            if any(path == request.path for _, path in self.routes):
+                conn.respond(405, wire.error_body(405, "Method Not Allowed"))
+            else:
+                conn.respond(404, b'{"detail":"Not Found"}')
+            return
+        if self.api_key and request.path.startswith("/v1/"):
+            if request.headers.get("authorization", "") != f"Bearer {self.api_key}":
+                conn.respond(401, wire.error_body(401, "Unauthorized"))
+                return
+        try:
+            route(conn, request)
+        except BadRequest as error:
+            conn.respond(error.status, wire.error_body(error.status, str(error), error.param))
+
+    def _health(self, conn: HttpConnection, request: HttpRequest) -> None:
+        conn.respond(200, b"", "application/json")
+
+    def _models(self, conn: HttpConnection, request: HttpRequest) -> None:
+        card = {
+            "id": self.model,
+            "object": "model",
+            "created": self.created,
+            "owned_by": "vllm",
+            "root": self.model,
+            "parent": None,
+            "max_model_len": self.params.max_model_len,
+            "permission": [],
+        }
+        conn.respond(200, wire.json_body({"object": "list", "data": [card]}))
+
+    def _tokenize(self, conn: HttpConnection, request: HttpRequest) -> None:
+        body = _json_object(request.body)
+        if "messages" in body:
+            messages = body["messages"]
+            if not isinstance(messages, list):
+                raise BadRequest("messages: expected a list of messages", "messages")
+            ids = token_ids(render_chat(messages))
+        elif isinstance(body.get("prompt"), str):
+            ids = token_ids(body["prompt"])
+        else:
+            raise BadRequest("prompt or messages: field required", "prompt")
+        answer = {
+            "count": len(ids),
+            "max_model_len": self.params.max_model_len,
+            "tokens": ids,
+            "token_strs": None,
+        }
+        conn.respond(200, wire.json_body(answer))
+
+    def _metrics(self, conn: HttpConnection, request: HttpRequest) -> None:
+        text = render_metrics(self.engine, self.model, self.params.metrics_flavor)
+        conn.respond(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
+
+    def _stats(self, conn: HttpConnection, request: HttpRequest) -> None:
+        jitter = sorted(self.jitter_s)
+
+        def pick(q: float) -> float | None:
+            return jitter[min(len(jitter) - 1, int(q * len(jitter)))] * 1000.0 if jitter else None
+
+        stats = {
+            "profile": self.profile,
+            "steps": self.engine.counters.steps,
+            "events": self.events,
+            "requests": self.requests,
+            "running": len(self.engine.running),
+            "waiting": len(self.engine.waiting),
+            "kv_usage": self.engine.cache.usage(),
+            "jitter_samples": len(jitter),
+            "jitter_p50_ms": pick(0.50),
+            "jitter_p99_ms": pick(0.99),
+            "jitter_max_ms": jitter[-1] * 1000.0 if jitter else None,
+            "truth_pending": len(self.truth.pending) if self.truth else 0,
+        }
+        conn.respond(200, wire.json_body(stats))
+
+    def _stats_reset(self, conn: HttpConnection, request: HttpRequest) -> None:
+        self.jitter_s.clear()
+        conn.respond(200, b"{}")
+
+    # -- completions
+    def _chat(self, conn: HttpConnection, request: HttpRequest) -> None:
+        body = _json_object(request.body)
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise BadRequest("messages: field required (a non-empty list)", "messages")
+        for message in messages:
+            if not isinstance(message, dict) or "role" not in message:
+                raise BadRequest("messages: each message needs a role", "messages")
+        self._generate(conn, request, body, wire.CHAT, token_ids(render_chat(messages)))
+
+    def _completions(self, conn: HttpConnection, request: HttpRequest) -> None:
+        body = _json_object(request.body)
+        prompt = body.get("prompt")
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]
+        if isinstance(prompt, str):
+            suffix = body.get("suffix")
+            if isinstance(suffix, str) and suffix:
+                prompt = f"<|fim_prefix|>{prompt}<|fim_suffix|>{suffix}<|fim_middle|>"
+            ids = token_ids(prompt)
+        elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+            ids = list(prompt)
+        else:
+            raise BadRequest("prompt: field required (a string, or a list of token ids)", "prompt")
+        if not ids:
+            raise BadRequest("prompt: must not be empty", "prompt")
+        self._generate(conn, request, body, wire.COMPLETIONS, ids)
+
+    def _generate(
+        self, conn: HttpConnection, request: HttpRequest, body: dict[str, Any], kind: str, ids: list[int]
+    ) -> None:
+        arrival = self.clock()
+        model = body.get("model")
+        if model is not None and model != self.model:
+            raise BadRequest(f"The model `{model}` does not exist.", "model", status=404)
+        max_model_len = self.params.max_model_len
+        prompt_len = len(ids)
+        default_max = 16 if kind == wire.COMPLETIONS else max_model_len - prompt_len
+        max_tokens = _int_field(body, "max_completion_tokens", None)
+        if max_tokens is None:
+            max_tokens = _int_field(body, "max_tokens", default_max)
+        if max_tokens is None or max_tokens < 1:
+            raise BadRequest("max_tokens: must be at least 1", "max_tokens")
+        if prompt_len + max_tokens > max_model_len:
+            raise BadRequest(
+                f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+                f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in the completion). "
+                "Please reduce the length of the messages or completion.",
+                "max_tokens" if prompt_len < max_model_len else "messages",
+            )
+        min_tokens = _int_field(body, "min_tokens", 0) or 0
+        try:
+            fault = self.faults.pick(request.headers.get(FAULT_HEADER))
+        except ValueError as error:
+            raise BadRequest(f"{FAULT_HEADER}: unknown fault {error}", FAULT_HEADER) from None
+        self.requests += 1
+        request_id = request.headers.get("x-request-id") or f"{self._id_prefix}{self.requests:012x}"
+        prefix = "chatcmpl-" if kind == wire.CHAT else "cmpl-"
+        response_id = prefix + request_id
+        headers = [("x-request-id", request_id)]
+
+        if fault in ("500", "503", "429"):
+            status = int(fault)
+            messages = {
+                500: "Internal server error (simulated)",
+                503: "Service unavailable (simulated)",
+                429: "Too many requests (simulated)",
+            }
+            if status == 429:
+                headers.append(("retry-after", str(self.faults.settings.retry_after_s)))
+            conn.respond(status, wire.error_body(status, messages[status]), headers=headers)
+            if self.truth is not None:
+                now = self.clock()
+                self.truth.add(
+                    self._truth_base(request_id, request.path, kind, fault, status, arrival, now, prompt_len)
+                )
+            return
+
+        seed = body.get("seed")
+        if not isinstance(seed, int):
+            temperature = body.get("temperature")
+            seed = hash(tuple(ids)) if temperature in (None, 0, 0.0) else self._rng.getrandbits(32)
+        rng = random.Random(seed)
+        output_start = rng.randrange(VOCAB_SIZE)
+        natural = self.params.natural_output_tokens
+        if body.get("ignore_eos"):
+            stop_after = NO_STOP
+        else:
+            stop_after = max(min_tokens, 1, int(natural * (0.5 + rng.random())))
+        stream = bool(body.get("stream"))
+        options = body.get("stream_options")
+        include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
+        reply = Reply(
+            self, conn, kind, request_id, response_id, stream, include_usage, fault, arrival, request.path
+        )
+        gap_s = self.faults.settings.trickle_gap_ms / 1000.0 if fault == "trickle" else 0.0
+        seq = Sequence(
+            request_id,
+            ids,
+            max_tokens,
+            stop_after,
+            output_start,
+            arrival,
+            reply.on_token,
+            reply.on_finish,
+            gap_s,
+        )
+        reply.seq = seq
+        limit = seq.output_limit
+        reply.fault_at = min(max(1, limit // 2), limit - 1) if fault == "cut" else max(0, limit // 2)
+        conn.on_close = reply.on_client_gone
+        if stream:
+            first = reply.templates.role_event() if kind == wire.CHAT else b""
+            conn.start_stream(headers, first)
+        else:
+            reply.headers = headers
+        if fault == "stall":
+            return  # accepted, then nothing: the client's timeout must fire
+        self.engine.add(seq)
+        self.wake.set()
+
+    def _truth_base(
+        self,
+        request_id: str,
+        path: str,
+        kind: str,
+        fault: str | None,
+        status: int,
+        arrival: float,
+        end: float,
+        prompt_len: int,
+    ) -> dict[str, Any]:
+        offset = self.wall_offset
+        return {
+            "request_id": request_id,
+            "endpoint": path,
+            "api": kind,
+            "status": status,
+            "outcome": "error",
+            "fault": fault,
+            "arrival": arrival + offset,
+            "admitted": None,
+            "first_token": None,
+            "end": end + offset,
+            "prompt_tokens": prompt_len,
+            "cached_tokens": 0,
+            "output_tokens": 0,
+            "finish_reason": None,
+            "preemptions": 0,
+            "event_times": [],
+        }
+
+
+class Reply:
+    """Writes one request's answer as its sequence produces tokens (streamed or all at the end)."""
+
+    __slots__ = (
+        "server",
+        "conn",
+        "kind",
+        "request_id",
+        "response_id",
+        "stream",
+        "include_usage",
+        "fault",
+        "fault_at",
+        "arrival",
+        "path",
+        "seq",
+        "templates",
+        "reasoning_tokens",
+        "event_times",
+        "outcome",
+        "headers",
+        "ended",
+    )
+
+    def __init__(
+        self,
+        server: SimServer,
+        conn: HttpConnection,
+        kind: str,
+        request_id: str,
+        response_id: str,
+        stream: bool,
+        include_usage: bool,
+        fault: str | None,
+        arrival: float,
+        path: str,
+    ) -> None:
+        self.server = server
+        self.conn = conn
+        self.kind = kind
+        self.request_id = request_id
+        self.response_id = response_id
+        self.stream = stream
+        self.include_usage = include_usage
+        self.fault = fault
+        self.fault_at = 0
+        self.arrival = arrival
+        self.path = path
+        self.seq: Sequence | None = None
+        self.templates = wire.ChunkTemplates(kind, response_id, server.created, server.model)
+        self.reasoning_tokens = server.params.reasoning_tokens
+        self.event_times: list[float] | None = [] if server.truth is not None else None
+        self.outcome = "ok"
+        self.headers: list[tuple[str, str]] = []
+        self.ended = False
+
+    def on_token(self, seq: Sequence, now: float) -> None:
+        """Hot path: one output event."""
+        index = seq.output_count - 1
+        if not self.stream:
+            if self.fault == "cut" and index == self.fault_at:
+                self.outcome = "cut"
+                self.conn.abort()
+                self.server.engine.cancel(seq)
+            elif self.event_times is not None:
+                self.event_times.append(now)
+            return
+        if self.fault is not None and index == self.fault_at:
+            if self.fault == "cut":
+                self.outcome = "cut"
+                self.conn.abort()
+                self.server.engine.cancel(seq)
+                return
+            if self.fault == "bad_json":
+                self.conn.write_chunk(self.templates.broken_event())
+        templates = self.templates
+        token = OUTPUT_JSON[(seq.output_start + index) % VOCAB_SIZE]
+        opening = templates.reasoning_open if index < self.reasoning_tokens else templates.content_open
+        if seq.finish_reason is None:
+            self.conn.write_chunk(opening + token + templates.close_running)
+        else:
+            self.conn.write_chunk(opening + token + templates.close_final % seq.finish_reason.encode())
+        self.server.events += 1
+        if self.event_times is not None:
+            self.event_times.append(self.server.clock())
+
+    def on_finish(self, seq: Sequence, now: float) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        conn = self.conn
+        if seq.finish_reason is None:  # cut, or the client went away
+            if self.outcome == "ok":
+                self.outcome = "client_closed"
+        elif self.stream:
+            tail = b""
+            if self.include_usage:
+                tail = self.templates.usage_event(seq.prompt_len, seq.output_count, seq.num_cached)
+            conn.end_stream(tail + wire.DONE_EVENT)
+        else:
+            self._respond_whole(seq)
+        self._record_truth(seq, self.server.clock())
+
+    def on_client_gone(self) -> None:
+        seq = self.seq
+        if seq is None or self.ended:
+            return
+        if self.outcome == "ok":
+            self.outcome = "client_closed"
+        if self.fault == "stall":
+            self.ended = True
+            self._record_truth(seq, self.server.clock())
+            return
+        self.server.engine.cancel(seq)
+
+    def _respond_whole(self, seq: Sequence) -> None:
+        count = seq.output_count
+        reasoning_count = min(self.reasoning_tokens, count)
+        reasoning = output_text(seq.output_start, reasoning_count) if reasoning_count else None
+        content = output_text(seq.output_start + reasoning_count, count - reasoning_count)
+        usage = wire.usage_body(seq.prompt_len, count, seq.num_cached)
+        reason = seq.finish_reason or "stop"
+        created = self.server.created
+        model = self.server.model
+        if self.kind == wire.CHAT:
+            body = wire.chat_response(self.response_id, created, model, content, reasoning, reason, usage)
+        else:
+            body = wire.completion_response(
+                self.response_id, created, model, (reasoning or "") + content, reason, usage
+            )
+        if self.fault == "bad_json":
+            body = body[: len(body) // 2]
+        self.conn.respond(200, body, headers=self.headers)
+
+    def _record_truth(self, seq: Sequence, end: float) -> None:
+        truth = self.server.truth
+        if truth is None:
+            return
+        offset = self.server.wall_offset
+        times = self.event_times or []
+        record = self.server._truth_base(
+            self.request_id, self.path, self.kind, self.fault, 200, self.arrival, end, seq.prompt_len
+        )
+        record.update(
+            outcome=self.outcome,
+            stream=self.stream,
+            admitted=None if seq.admitted_at is None else seq.admitted_at + offset,
+            first_token=times[0] + offset if times else None,
+            cached_tokens=seq.num_cached,
+            output_tokens=seq.output_count,
+            finish_reason=seq.finish_reason,
+            preemptions=seq.preemptions,
+            event_times=[round(t + offset, 6) for t in times],
+        )
+        truth.add(record)
+
+
+class BadRequest(Exception):
+    def __init__(self, message: str, param: str | None = None, status: int = 400) -> None:
+        super().__init__(message)
+        self.param = param
+        self.status = status
+
+
+def _json_object(body: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(body) if body else None
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("the request body is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise BadRequest("the request body must be a JSON object")
+    return value
+
+
+def _int_field(body: dict[str, Any], name: str, default: int | None) -> int | None:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRequest(f"{name}: expected an integer", name)
+    return value

@@ -1,0 +1,43 @@
+"""Ground truth: one JSON line per request with the true time of every event, on the `time.time()` clock.
+
+Records are queued by the step loop and serialised in the gaps between steps, a few at a time, so that
+writing never delays a step.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from typing import IO, Any
+
+TRUTH_BUFFER_BYTES = 1 << 20
+
+
+class TruthLog:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.file: IO[str] = open(path, "a", encoding="utf-8", buffering=TRUTH_BUFFER_BYTES)  # noqa: SIM115
+        self.pending: deque[dict[str, Any]] = deque()
+        self.written = 0
+
+    def add(self, record: dict[str, Any]) -> None:
+        self.pending.append(record)
+
+    def drain(self, until: float | None = None, clock: Any = time.monotonic) -> None:
+        """Write queued records; stop when `clock()` passes `until` (the next step's deadline margin)."""
+        pending = self.pending
+        write = self.file.write
+        while pending:
+            if until is not None and clock() > until:
+                return
+            write(json.dumps(pending.popleft(), separators=(",", ":")) + "\n")
+            self.written += 1
+
+    def flush(self) -> None:
+        self.drain()
+        self.file.flush()
+
+    def close(self) -> None:
+        self.flush()
+        self.file.close()
