@@ -207,8 +207,8 @@ def figure_telemetry(summary: pd.DataFrame, scenario: str) -> Figure:
     metrics = [m for m in TELEMETRY_METRICS if m.p50_column in tiers and tiers[m.p50_column].notna().any()]
     colors = series_colors(summary)
     figure, axes = plt.subplots(1, max(len(metrics), 1), figsize=(11, 4.2), dpi=FIGURE_DPI, squeeze=False)
-    for panel, metric in zip(axes[0], metrics, strict=True):
-        _plot_panel(panel, tiers, metric, colors, band=False)
+    for index, metric in enumerate(metrics):
+        _plot_panel(axes[0][index], tiers, metric, colors, band=False)
     figure.suptitle(f"{scenario}: GPU against concurrent users", fontsize=12)
     handles = _legend_handles(tiers, {s: colors[s] for s in sorted(tiers["series"].unique())}, band=False)
     figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)

@@ -1,0 +1,224 @@
+"""Tier statistics on hand-made records: exact percentiles, throughput, cache ratio, multi-turn, flags."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from grill_locust.errors import GrillError
+from grill_locust.record import percentile
+from grill_locust.report import format_table, load_run, summarize, summarize_run, summarize_turns
+from grill_locust.report.aggregate import SUMMARY_COLUMNS
+from grill_locust.report.synthetic import START_WALL, make_record, write_results_folder
+
+TARGET = "sim/grill-sim/short-baseline"
+
+
+def phase(tier_index: int, users: int, start: float, end: float, complete: bool = True, **labels) -> dict:
+    row = {
+        "run_id": "run",
+        "target": TARGET,
+        "backend": "sim",
+        "engine": "sim",
+        "model": "grill-sim",
+        "scenario": "short-baseline",
+        "tier_index": tier_index,
+        "tier_users": users,
+        "start_wall": start,
+        "end_wall": end,
+        "iterations_target": 1,
+        "iterations_done": 1 if complete else 0,
+        "complete": complete,
+        "note": "" if complete else "tier timeout",
+    }
+    row.update(labels)
+    return row
+
+
+def ten_ok_and_one_failure() -> list[dict]:
+    records = [
+        make_record(
+            record_id=f"r{i}",
+            ttft_s=i / 10,
+            e2e_s=i,
+            tpot_s=i / 100,
+            itl_mean_s=i / 100,
+            tokens_per_s=10.0 * i,
+            output_tokens=100,
+            prompt_tokens=200,
+            cached_tokens=50 if i <= 5 else None,
+            wall_start=START_WALL + i,
+        )
+        for i in range(1, 11)
+    ]
+    records.append(
+        make_record(
+            record_id="bad",
+            status="http_500",
+            ttft_s=100.0,
+            e2e_s=100.0,
+            output_tokens=999,
+            cached_tokens=None,
+        )
+    )
+    return records
+
+
+def test_percentiles_are_exact_over_successful_requests_only(tmp_path):
+    write_results_folder(
+        tmp_path, ten_ok_and_one_failure(), phases=[phase(0, 1, START_WALL, START_WALL + 20)]
+    )
+    row = summarize(load_run(tmp_path)).iloc[0]
+
+    assert row["requests"] == 11 and row["ok_requests"] == 10
+    assert row["success_rate"] == pytest.approx(10 / 11)
+    assert row["ttft_p50_s"] == pytest.approx(0.55)
+    assert row["ttft_p90_s"] == pytest.approx(0.91)
+    assert row["ttft_p99_s"] == pytest.approx(0.991)
+    assert row["e2e_p99_s"] == pytest.approx(9.91)
+    assert row["tpot_p90_s"] == pytest.approx(0.091)
+    assert row["itl_p50_s"] == pytest.approx(0.055)
+    assert row["request_tokens_per_s_p50"] == pytest.approx(55.0)
+    ttfts = [i / 10 for i in range(1, 11)]
+    assert row["ttft_p90_s"] == pytest.approx(percentile(ttfts, 90))  # same definition as record.py
+    assert row["ttft_p99_s"] == pytest.approx(float(np.percentile(ttfts, 99)))
+
+
+def test_throughput_uses_the_tier_span_from_phases(tmp_path):
+    write_results_folder(
+        tmp_path, ten_ok_and_one_failure(), phases=[phase(0, 1, START_WALL, START_WALL + 20)]
+    )
+    row = summarize(load_run(tmp_path)).iloc[0]
+    assert row["span_s"] == pytest.approx(20.0)
+    assert row["output_tokens_per_s"] == pytest.approx(
+        10 * 100 / 20.0
+    )  # the failed request's 999 not counted
+    assert row["requests_per_s"] == pytest.approx(10 / 20.0)
+
+
+def test_tier_span_falls_back_to_first_start_and_last_end_without_phases(tmp_path):
+    write_results_folder(tmp_path, ten_ok_and_one_failure(), phases=[])
+    run = load_run(tmp_path)
+    row = summarize(run).iloc[0]
+    # first start: the failed record at START_WALL, which also ends last (its e2e is 100 s)
+    assert row["span_s"] == pytest.approx(100.0)
+    assert row["complete"]
+
+
+def test_cached_ratio_counts_requests_that_report_cached_tokens(tmp_path):
+    write_results_folder(tmp_path, ten_ok_and_one_failure())
+    row = summarize(load_run(tmp_path)).iloc[0]
+    assert row["cached_token_ratio"] == pytest.approx(5 * 50 / (5 * 200))
+
+
+def test_multi_turn_reports_turns_ratio_and_context_growth(tmp_path):
+    records = []
+    for conversation in range(2):
+        for turn in range(3):
+            records.append(
+                make_record(
+                    record_id=f"c{conversation}t{turn}",
+                    target="vllm/m/multi-turn-session",
+                    backend="vllm",
+                    scenario="multi-turn-session",
+                    conversation_id=f"c{conversation}",
+                    turn=turn,
+                    ttft_s=(turn + 1) * 0.1 + conversation * 0.02,  # turn p50: 0.11, 0.21, 0.31
+                    e2e_s=(turn + 1) * 1.0,
+                    prompt_tokens=1000 * (turn + 1),
+                )
+            )
+    write_results_folder(tmp_path, records)
+    run = load_run(tmp_path)
+    row = summarize(run).iloc[0]
+    assert row["turns"] == 3
+    assert row["ttft_turn_ratio"] == pytest.approx(0.31 / 0.11)
+    assert row["e2e_turn_ratio"] == pytest.approx(3.0)
+    assert row["context_growth"] == pytest.approx(3.0)
+    turns = summarize_turns(run)
+    assert turns["turn"].tolist() == [0, 1, 2]
+    assert turns["ttft_p50_s"].tolist() == pytest.approx([0.11, 0.21, 0.31])
+    assert turns["ok_requests"].tolist() == [2, 2, 2]
+
+
+def test_single_turn_targets_have_no_turn_columns(tmp_path):
+    write_results_folder(tmp_path, ten_ok_and_one_failure())
+    run = load_run(tmp_path)
+    assert np.isnan(summarize(run).iloc[0]["ttft_turn_ratio"])
+    assert len(summarize_turns(run)) == 0
+
+
+def test_incomplete_and_saturated_tiers_are_flagged(tmp_path):
+    records = [make_record(record_id="a", tier_index=0, tier_users=1, worker_lag_p99_ms=1.0, worker_cpu=20.0)]
+    records += [
+        make_record(record_id=f"b{i}", tier_index=1, tier_users=5, worker_lag_p99_ms=12.0, worker_cpu=20.0)
+        for i in range(3)
+    ]
+    records += [
+        make_record(record_id="c", tier_index=2, tier_users=10, worker_lag_p99_ms=1.0, worker_cpu=95.0)
+    ]
+    phases = [
+        phase(0, 1, START_WALL, START_WALL + 10),
+        phase(1, 5, START_WALL + 20, START_WALL + 30),
+        phase(2, 10, START_WALL + 40, START_WALL + 50, complete=False),
+    ]
+    write_results_folder(tmp_path, records, phases=phases)
+    summary = summarize(load_run(tmp_path))
+    assert summary["saturated"].tolist() == [False, True, True]
+    assert summary["flags"].iloc[0] == ""
+    assert "saturated" in summary["flags"].iloc[1] and "lag p99 12.0 ms" in summary["flags"].iloc[1]
+    assert "incomplete" in summary["flags"].iloc[2] and "cpu 95%" in summary["flags"].iloc[2]
+    table = format_table(summary)
+    assert "incomplete" in table and "saturated" in table
+
+
+def test_a_tier_in_phases_without_records_still_has_a_row(tmp_path):
+    records = [make_record(record_id="a", tier_index=0, tier_users=1)]
+    phases = [
+        phase(0, 1, START_WALL, START_WALL + 10),
+        phase(1, 5, START_WALL + 20, START_WALL + 21, complete=False),
+    ]
+    write_results_folder(tmp_path, records, phases=phases)
+    summary = summarize(load_run(tmp_path))
+    assert summary["tier_users"].tolist() == [1, 5]
+    assert summary["requests"].tolist() == [1, 0]
+    assert "no successful requests" in summary["flags"].iloc[1]
+
+
+def test_crashed_run_is_read_from_jsonl_with_a_cut_last_line(tmp_path):
+    write_results_folder(tmp_path, ten_ok_and_one_failure(), phases=[], records_format="jsonl")
+    with (tmp_path / "records.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write('{"record_id": "half", "ttft_s": 0.')
+    run = load_run(tmp_path)
+    assert len(run.records) == 11
+    assert summarize(run).iloc[0]["ttft_p50_s"] == pytest.approx(0.55)
+
+
+def test_records_missing_newer_columns_are_filled(tmp_path):
+    frame = pd.DataFrame(ten_ok_and_one_failure()).drop(
+        columns=["retries", "worker_cpu", "worker_lag_p99_ms"]
+    )
+    tmp_path.mkdir(exist_ok=True)
+    frame.to_parquet(tmp_path / "records.parquet")
+    summary = summarize(load_run(tmp_path))
+    assert not summary["saturated"].iloc[0]
+    assert list(summary.columns[: len(SUMMARY_COLUMNS)]) == SUMMARY_COLUMNS
+
+
+def test_missing_results_folder_is_a_one_line_user_error(tmp_path):
+    with pytest.raises(GrillError, match="no such results folder"):
+        load_run(tmp_path / "nope")
+    with pytest.raises(GrillError, match="records.parquet or records.jsonl"):
+        load_run(tmp_path)
+
+
+def test_summarize_run_writes_summary_csv(tmp_path):
+    write_results_folder(tmp_path, ten_ok_and_one_failure(), meta={"slo": {"ttft_p50_s": 1.0}})
+    summary = summarize_run(tmp_path)
+    written = pd.read_csv(tmp_path / "summary.csv")
+    assert len(written) == len(summary) == 1
+    assert written["ttft_p50_s"].iloc[0] == pytest.approx(0.55)
+    assert json.loads((tmp_path / "run.json").read_text())["slo"] == {"ttft_p50_s": 1.0}
