@@ -1,0 +1,392 @@
+"""EngineClient: sends one streaming request at a time to one backend and times every event.
+
+The I/O half of the client. Plain `socket` / `ssl` (gevent-cooperative once Locust has
+monkey-patched them), one keep-alive connection per client, each `recv` timestamped with
+`time.perf_counter()` as it returns, so an event's time is when its bytes arrived, never when
+some buffer filled. Parsing and the metric contract live in the sans-IO `_http`, `_sse` and
+`_timer` modules.
+"""
+
+from __future__ import annotations
+
+import json
+import select
+import socket
+import ssl
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from greenlet import GreenletExit
+
+from grill_locust.client._http import ProtocolError, ResponseParser
+from grill_locust.client._reader import StreamReader
+from grill_locust.client._timer import StreamTimer
+from grill_locust.record import (
+    STATUS_CONNECT,
+    STATUS_OK,
+    STATUS_STREAM_CUT,
+    STATUS_TIMEOUT,
+    RawTiming,
+)
+
+RECV_BYTES = 65536
+AFTER_DONE_GRACE_S = 2.0  # after `[DONE]`, how long to wait for the body's end before dropping the connection
+TOKENIZE_TIMEOUT_S = 10.0
+USER_AGENT = "grill-locust"
+_SECRET_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie")
+
+
+@dataclass(slots=True)
+class StreamResult:
+    """One request: its raw timings (see `record.measure`), the visible text and the reasoning."""
+
+    raw: RawTiming
+    text: str
+    reasoning: str
+
+
+class _Failed(Exception):
+    """Internal: the exchange ended with a failure status (already recorded on the timer)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """Where a URL points: scheme, host, port and path prefix."""
+
+    scheme: str
+    host: str
+    port: int
+    prefix: str
+
+    @classmethod
+    def parse(cls, url: str) -> Origin:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {url!r}")
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        return cls(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
+
+    @property
+    def host_header(self) -> str:
+        default = 443 if self.scheme == "https" else 80
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port == default else f"{host}:{self.port}"
+
+    def same_server(self, other: Origin) -> bool:
+        return (self.scheme, self.host, self.port) == (other.scheme, other.host, other.port)
+
+
+def _secret_value(secret: Any) -> str | None:
+    if secret is None:
+        return None
+    getter = getattr(secret, "get_secret_value", None)
+    value = getter() if getter is not None else secret
+    return str(value) if value else None
+
+
+def _open_socket(origin: Origin, timeout_s: float) -> socket.socket:
+    """A connected socket (TLS for https); raises OSError (socket.timeout included)."""
+    sock = socket.create_connection((origin.host, origin.port), timeout=max(timeout_s, 0.001))
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if origin.scheme == "https":
+            context = ssl.create_default_context()
+            sock = context.wrap_socket(sock, server_hostname=origin.host)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _connect_error(error: OSError, timeout_s: float) -> str:
+    if isinstance(error, socket.timeout):
+        return f"connect timed out after {timeout_s:g} s"
+    if isinstance(error, socket.gaierror):
+        return f"cannot resolve host: {error.strerror or error}"
+    if isinstance(error, ConnectionRefusedError):
+        return "connection refused"
+    return f"cannot connect: {error.strerror or type(error).__name__}"
+
+
+class EngineClient:
+    """One per Locust user. `stream(path, payload)` never raises for engine or network failures:
+    they are a status in `result.raw`. A `GreenletExit` (the user being stopped) marks the request
+    `stream_cut` / "cancelled", leaves it in `last_result`, and is re-raised."""
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.origin = Origin.parse(str(backend.url))
+        timeouts = backend.timeouts
+        self.connect_s = float(timeouts.connect_s)
+        self.first_token_s = float(timeouts.first_token_s)
+        self.total_s = float(timeouts.total_s)
+        api_key = _secret_value(getattr(backend, "api_key", None))
+        headers: dict[str, str] = {
+            "Host": self.origin.host_header,
+            "User-Agent": USER_AGENT,
+            "Content-Type": "application/json",
+            "Accept": "text/event-stream",
+            "Accept-Encoding": "identity",  # a compressed stream would arrive in compressor-sized lumps
+            "Connection": "keep-alive",
+        }
+        if api_key:
+            headers["Authorization"] = f"Bearer {api_key}"
+        for name, value in (getattr(backend, "headers", None) or {}).items():
+            headers[str(name)] = str(value)
+        self._auth_headers = {
+            name: value
+            for name, value in headers.items()
+            if any(w in name.lower() for w in _SECRET_HEADER_WORDS)
+        }
+        self.secrets: tuple[str, ...] = tuple(
+            s for s in {api_key or "", *self._auth_headers.values()} if s and len(s) >= 4
+        )
+        self._header_bytes = "".join(f"{name}: {value}\r\n" for name, value in headers.items()).encode(
+            "latin-1"
+        )
+        tokenize_url = getattr(backend, "tokenize_url", None)
+        self.tokenize_url: str | None = str(tokenize_url) if tokenize_url else None
+        self._sock: socket.socket | None = None
+        self.last_result: StreamResult | None = None
+        self.connections_opened = 0  # for tests and diagnostics
+
+    # --- public -------------------------------------------------------------------------------
+
+    def stream(self, path: str, payload: dict[str, Any]) -> StreamResult:
+        """POST `payload` to `path` (e.g. "/v1/chat/completions") and time its event stream."""
+        body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        target = (self.origin.prefix + "/" + path.lstrip("/")).encode("latin-1")
+        request = b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (
+            target,
+            self._header_bytes,
+            len(body),
+            body,
+        )
+        t0 = time.perf_counter()
+        raw = RawTiming(t0=t0, wall_start=time.time())
+        timer = StreamTimer(raw, secrets=self.secrets)
+        try:
+            self._exchange(request, timer, t0)
+        except _Failed:
+            self.close()
+        except GreenletExit:
+            timer.fail(time.perf_counter(), STATUS_STREAM_CUT, "cancelled")
+            self.close()
+            self.last_result = StreamResult(raw, timer.text, timer.reasoning)
+            raise
+        except BaseException:
+            self.close()
+            raise
+        result = StreamResult(raw, timer.text, timer.reasoning)
+        if raw.completion_tokens is None and raw.status == STATUS_OK and self.tokenize_url:
+            raw.tokenizer_tokens = self.count_tokens(result.reasoning + result.text, payload.get("model"))
+        self.last_result = result
+        return result
+
+    def close(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
+
+    def count_tokens(self, text: str, model: Any = None) -> int | None:
+        """Tokens in `text` by the backend's tokenizer endpoint (llama.cpp / sim: `content`; vLLM,
+        SGLang: `prompt`), or None when it does not answer."""
+        if not self.tokenize_url or not text:
+            return 0 if self.tokenize_url else None
+        body: dict[str, Any] = {
+            "content": text,
+            "prompt": text,
+            "add_special": False,
+            "add_special_tokens": False,
+        }
+        if model:
+            body["model"] = model
+        try:
+            origin = Origin.parse(self.tokenize_url)
+        except ValueError:
+            return None
+        headers = self._auth_headers if origin.same_server(self.origin) else {}
+        reply = request_once(self.tokenize_url, "POST", body, headers=headers, timeout_s=TOKENIZE_TIMEOUT_S)
+        if reply is None or not 200 <= reply.status < 300:
+            return None
+        try:
+            data = json.loads(reply.body)
+        except ValueError:
+            return None
+        if isinstance(data, dict):
+            if isinstance(data.get("count"), int):
+                return int(data["count"])
+            if isinstance(data.get("tokens"), list):
+                return len(data["tokens"])
+        return None
+
+    # --- the exchange -------------------------------------------------------------------------
+
+    def _connect(self, timer: StreamTimer, deadline: float) -> socket.socket:
+        timeout_s = min(self.connect_s, deadline - time.perf_counter())
+        try:
+            sock = _open_socket(self.origin, timeout_s)
+        except OSError as error:
+            timer.fail(time.perf_counter(), STATUS_CONNECT, _connect_error(error, timeout_s))
+            raise _Failed from None
+        self.connections_opened += 1
+        self._sock = sock
+        return sock
+
+    def _reusable_socket(self) -> socket.socket | None:
+        """The kept-alive connection, unless the server has already closed it (readable = EOF)."""
+        sock = self._sock
+        if sock is None:
+            return None
+        try:
+            readable, _, _ = select.select([sock], [], [], 0)
+        except (OSError, ValueError):
+            readable = [sock]
+        if readable:
+            self.close()
+            return None
+        return sock
+
+    def _send(self, request: bytes, timer: StreamTimer, t0: float) -> tuple[socket.socket, bool]:
+        """Send on the kept-alive connection if it is still open, else on a new one."""
+        total_deadline = t0 + self.total_s
+        sock = self._reusable_socket()
+        if sock is not None:
+            try:
+                sock.settimeout(max(total_deadline - time.perf_counter(), 0.001))
+                sock.sendall(request)
+                return sock, True
+            except OSError:
+                self.close()  # a stale connection: reconnecting before any response is not a retry
+        sock = self._connect(timer, total_deadline)
+        self._sendall(sock, request, timer, total_deadline)
+        return sock, False
+
+    def _sendall(self, sock: socket.socket, request: bytes, timer: StreamTimer, deadline: float) -> None:
+        try:
+            sock.settimeout(max(deadline - time.perf_counter(), 0.001))
+            sock.sendall(request)
+        except OSError as error:
+            reason = error.strerror or type(error).__name__
+            timer.fail(time.perf_counter(), STATUS_CONNECT, f"send failed: {reason}")
+            raise _Failed from None
+
+    def _exchange(self, request: bytes, timer: StreamTimer, t0: float) -> None:
+        sock, reused = self._send(request, timer, t0)
+        first_token_deadline = t0 + self.first_token_s
+        total_deadline = t0 + self.total_s
+        reader = StreamReader(timer)
+        output_times = timer.raw.output_times
+        perf_counter = time.perf_counter
+        while not reader.finished:
+            done_at = reader.done_at
+            if done_at is not None:
+                deadline = min(total_deadline, done_at + AFTER_DONE_GRACE_S)
+            elif output_times:
+                deadline = total_deadline
+            else:
+                deadline = min(first_token_deadline, total_deadline)
+            remaining = deadline - perf_counter()
+            reason = ""
+            try:
+                if remaining <= 0:
+                    raise TimeoutError
+                sock.settimeout(remaining)
+                data = sock.recv(RECV_BYTES)
+            except TimeoutError:
+                if done_at is not None:  # the stream is complete; only its framing is late
+                    timer.close(done_at)
+                    raise _Failed from None
+                if output_times or deadline == total_deadline:
+                    message = f"stream longer than total_s={self.total_s:g}"
+                else:
+                    message = f"no output within first_token_s={self.first_token_s:g}"
+                timer.fail(perf_counter(), STATUS_TIMEOUT, message)
+                raise _Failed from None
+            except OSError as error:
+                data = b""
+                reason = error.strerror or type(error).__name__
+            t = perf_counter()
+            if data:
+                reader.feed(t, data)
+            elif reused and not reader.got_bytes:
+                # the kept-alive connection was closed under us before any reply: reconnecting and
+                # sending again is not a retry (the server never saw the request)
+                self.close()
+                sock = self._connect(timer, total_deadline)
+                reused = False
+                self._sendall(sock, request, timer, total_deadline)
+            else:
+                reader.feed_eof(t, reason)
+        if not reader.keep_alive:
+            self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A whole (non-streamed) HTTP reply."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def request_once(
+    url: str,
+    method: str = "GET",
+    json_body: Any = None,
+    *,
+    headers: dict[str, str] | None = None,
+    timeout_s: float = 10.0,
+    max_body_bytes: int = 8 * 1024 * 1024,
+) -> Reply | None:
+    """One request on a fresh connection (for /tokenize, /v1/models, /metrics); None when the server
+    cannot be reached or the reply is cut or not HTTP."""
+    origin = Origin.parse(url)
+    target = origin.prefix or "/"
+    query = urlsplit(url).query
+    if query:
+        target += "?" + query
+    body = b"" if json_body is None else json.dumps(json_body).encode("utf-8")
+    lines = [f"{method} {target} HTTP/1.1", f"Host: {origin.host_header}", f"User-Agent: {USER_AGENT}"]
+    lines += ["Accept-Encoding: identity", "Connection: close"]
+    if json_body is not None:
+        lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
+    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
+    request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+    deadline = time.monotonic() + timeout_s
+    try:
+        sock = _open_socket(origin, timeout_s)
+    except OSError:
+        return None
+    parser = ResponseParser(request_method=method)
+    pieces: list[bytes] = []
+    size = 0
+    try:
+        sock.settimeout(timeout_s)
+        sock.sendall(request)
+        while not parser.complete:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            sock.settimeout(remaining)
+            data = sock.recv(RECV_BYTES)
+            events = parser.feed(data) if data else parser.feed_eof()
+            for event in events:
+                if type(event) is bytes and size < max_body_bytes:
+                    pieces.append(event)
+                    size += len(event)
+            if not data:
+                break
+    except (OSError, ProtocolError):
+        return None
+    finally:
+        sock.close()
+    if not parser.complete or parser.head is None:
+        return None
+    return Reply(parser.head.status, parser.head.headers, b"".join(pieces))

@@ -1,0 +1,137 @@
+"""StreamReader: one response's bytes in, a filled `StreamTimer` out (sans-IO).
+
+It joins the HTTP parser, the SSE parser and the timer, and decides what the reply is: an event
+stream (declared by content-type, or sniffed from a body starting with `data:`), an opaque 2xx
+body (empty, a whole JSON completion, an HTML page), or an error status. `EngineClient` feeds it
+each `recv` with its arrival time; tests and the benchmark feed it recorded bytes on a fake clock.
+"""
+
+from __future__ import annotations
+
+from grill_locust.client._http import End, Head, ProtocolError, ResponseParser
+from grill_locust.client._replies import scrub, summarize_body
+from grill_locust.client._sse import SSEParser
+from grill_locust.client._timer import StreamTimer
+from grill_locust.record import STATUS_BAD_EVENT, STATUS_STREAM_CUT, http_status_kind
+
+MAX_KEPT_BODY_BYTES = 16 * 1024  # of a non-stream reply, kept to say what went wrong
+
+_SSE = "sse"
+_SNIFF = "sniff"  # 2xx without an event-stream content-type: the first body bytes decide
+_OPAQUE = "opaque"
+_ERROR = "error"  # non-2xx
+
+
+class StreamReader:
+    """Feed one response: `feed(t, data)` per received piece, `feed_eof(t)` if the peer closed.
+
+    `finished` turns True when nothing more is to be read (complete, or failed); `keep_alive` says
+    whether the connection may carry the next request.
+    """
+
+    __slots__ = (
+        "timer",
+        "head",
+        "finished",
+        "keep_alive",
+        "got_bytes",
+        "done_at",
+        "_http",
+        "_sse",
+        "_mode",
+        "_kept",
+    )
+
+    def __init__(self, timer: StreamTimer) -> None:
+        self.timer = timer
+        self.head: Head | None = None
+        self.finished = False
+        self.keep_alive = False
+        self.got_bytes = False
+        self.done_at: float | None = None  # arrival of `[DONE]`
+        self._http = ResponseParser()
+        self._sse = SSEParser()
+        self._mode = ""
+        self._kept = bytearray()
+
+    def feed(self, t: float, data: bytes) -> None:
+        self.got_bytes = True
+        try:
+            events = self._http.feed(data)
+        except ProtocolError as error:
+            self.timer.fail(t, STATUS_BAD_EVENT, f"bad HTTP response: {error}")
+            self.finished = True
+            return
+        self._handle(t, events)
+
+    def feed_eof(self, t: float, reason: str = "") -> None:
+        """The connection closed (or broke: `reason`)."""
+        if self.finished:
+            return
+        events = self._http.feed_eof()
+        if self._http.complete:  # a body framed by the close
+            self._handle(t, events)
+            return
+        self.finished = True
+        self.keep_alive = False
+        why = f" ({reason})" if reason else ""
+        if self.head is None:
+            self.timer.fail(t, STATUS_STREAM_CUT, "connection closed before a response" + why)
+        elif self._mode in (_SSE, _ERROR):
+            # a stream closed after its finish_reason is complete (DESIGN.md); otherwise it is cut
+            self._end_body(t)
+        else:
+            self.timer.fail(t, STATUS_STREAM_CUT, "connection closed mid-body" + why)
+
+    def _handle(self, t: float, events: list[Head | bytes | End]) -> None:
+        body: bytes = b""
+        end: End | None = None
+        for event in events:
+            if type(event) is bytes:
+                body = body + event if body else event
+            elif isinstance(event, Head):
+                self._on_head(event)
+            elif isinstance(event, End):
+                end = event
+        if body:
+            mode = self._mode
+            if mode == _SNIFF:
+                start = body.lstrip()[:6]
+                mode = self._mode = _SSE if start.startswith((b"data:", b":", b"event:")) else _OPAQUE
+            if mode == _SSE:
+                timer = self.timer
+                for item in self._sse.feed(body):
+                    timer.on_event(t, item)
+                if timer.done and self.done_at is None:
+                    self.done_at = t
+            elif len(self._kept) < MAX_KEPT_BODY_BYTES:
+                self._kept += body[: MAX_KEPT_BODY_BYTES - len(self._kept)]
+        if end is not None:
+            self.finished = True
+            self.keep_alive = end.keep_alive and not self._http.leftover
+            self._end_body(t)
+
+    def _on_head(self, head: Head) -> None:
+        self.head = head
+        self.timer.raw.http_status = head.status
+        if not 200 <= head.status < 300:
+            self._mode = _ERROR
+        elif "event-stream" in head.content_type:
+            self._mode = _SSE
+        else:
+            self._mode = _SNIFF
+
+    def _end_body(self, t: float) -> None:
+        head = self.head
+        assert head is not None
+        timer = self.timer
+        if self._mode == _SSE:
+            for event in self._sse.feed_eof():
+                timer.on_event(t, event)
+            timer.close(t)
+        elif self._mode == _ERROR:
+            summary = scrub(summarize_body(bytes(self._kept), head.content_type), timer.secrets)
+            timer.fail(t, http_status_kind(head.status), summary or head.reason)
+        else:  # opaque, or sniff with an empty body
+            timer.on_opaque_body(t, head.content_type, bytes(self._kept))
+            timer.close(t)

@@ -1,0 +1,93 @@
+"""Short, secret-free one-line summaries of what an engine said when it did not stream as asked."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+MAX_ERROR_CHARS = 200
+_SECRET_PATTERNS = (
+    re.compile(r"(?i)(bearer\s+)[^\s\"',;]+"),
+    re.compile(r"\b(sk|pk|rk|hf|gsk|xai)[-_][A-Za-z0-9_\-]{8,}"),
+    re.compile(r"(?i)((?:api[_-]?key|token|secret|password)[\"']?\s*[:=]\s*[\"']?)[^\s\"',;&]+"),
+)
+_HTML_TITLE = re.compile(r"(?is)<title[^>]*>(.*?)</title>")
+_HTML_TAG = re.compile(r"(?s)<[^>]+>")
+_SPACES = re.compile(r"\s+")
+
+
+def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
+    """Remove known secrets and anything shaped like a key or bearer token; one line, bounded."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    text = _SECRET_PATTERNS[0].sub(r"\1***", text)
+    text = _SECRET_PATTERNS[1].sub("***", text)
+    text = _SECRET_PATTERNS[2].sub(r"\1***", text)
+    text = _SPACES.sub(" ", text).strip()
+    if len(text) > MAX_ERROR_CHARS:
+        text = text[: MAX_ERROR_CHARS - 1] + "…"
+    return text
+
+
+def error_message(payload: Any) -> str | None:
+    """The human message inside an OpenAI-, vLLM-, TGI-, FastAPI- or llama.cpp-shaped error object."""
+    if isinstance(payload, str):
+        return payload
+    if not isinstance(payload, dict):
+        return None
+    error = payload.get("error")
+    if isinstance(error, dict):
+        return error_message(error) or json.dumps(error)[:MAX_ERROR_CHARS]
+    if isinstance(error, str) and error:
+        return error
+    for key in ("message", "detail", "msg"):
+        value = payload.get(key)
+        if isinstance(value, str) and value:
+            return value
+        if value:  # FastAPI validation errors: a list of dicts
+            return json.dumps(value)[:MAX_ERROR_CHARS]
+    return None
+
+
+def error_code(payload: Any) -> int | None:
+    """An HTTP-like status code inside an error object (vLLM `code`, llama.cpp `code`, LiteLLM "500")."""
+    if not isinstance(payload, dict):
+        return None
+    inner = payload.get("error")
+    if isinstance(inner, dict):
+        found = error_code(inner)
+        if found is not None:
+            return found
+    for key in ("code", "status", "status_code"):
+        value = payload.get(key)
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
+        if isinstance(value, int) and 400 <= value <= 599:
+            return value
+    return None
+
+
+def summarize_body(body: bytes, content_type: str) -> str:
+    """What a non-stream body says, in one line: the JSON error message, an HTML page's title, or
+    the start of the text."""
+    text = body.decode("utf-8", errors="replace").strip()
+    if not text:
+        return "empty body"
+    if text[:1] in "{[":
+        try:
+            payload = json.loads(text)
+        except ValueError:
+            pass
+        else:
+            message = error_message(payload)
+            if message:
+                return message
+            return text
+    if "html" in content_type.lower() or text[:1] == "<":
+        title = _HTML_TITLE.search(text)
+        if title and title.group(1).strip():
+            return "HTML page: " + title.group(1).strip()
+        return "HTML page: " + _HTML_TAG.sub(" ", text)
+    return text

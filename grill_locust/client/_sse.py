@@ -1,0 +1,96 @@
+"""A sans-IO Server-Sent Events parser: body bytes in, the data of each complete event out.
+
+Follows the WHATWG event-stream rules (CRLF / CR / LF line ends, `:` comments, `data:` with or
+without a space, multi-line data joined by "\\n", `event:` names) with one addition: llama.cpp's
+server reports a failure mid-stream as a line `error: {...}`, a field the standard ignores; we
+treat it as an event named "error". Events named other than "message" come out as `NamedEvent`
+so that the common case, a plain `data:` event, costs no object beyond its string.
+"""
+
+from __future__ import annotations
+
+import codecs
+from dataclasses import dataclass
+
+DONE_MARKER = "[DONE]"
+
+
+@dataclass(frozen=True, slots=True)
+class NamedEvent:
+    """An event with an `event:` name other than "message" (e.g. "error")."""
+
+    name: str
+    data: str
+
+
+class SSEParser:
+    """`feed(bytes)` returns, in order, a `str` (the data) for each complete unnamed/"message" event
+    and a `NamedEvent` for each named one. Events without data (keep-alive comments) return nothing.
+    """
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._buffer = ""
+        self._pending_cr = False
+
+    def feed(self, data: bytes) -> list[str | NamedEvent]:
+        text = self._decoder.decode(data)
+        if self._pending_cr:
+            text = "\r" + text
+            self._pending_cr = False
+        if "\r" in text:
+            if text.endswith("\r"):  # its "\n" may come with the next bytes
+                text = text[:-1]
+                self._pending_cr = True
+            text = text.replace("\r\n", "\n").replace("\r", "\n")
+        buffer = self._buffer + text if self._buffer else text
+        if "\n\n" not in buffer:
+            self._buffer = buffer
+            return []
+        blocks = buffer.split("\n\n")
+        self._buffer = blocks.pop()
+        out: list[str | NamedEvent] = []
+        for block in blocks:
+            # fast path: one `data:` line, the shape of nearly every engine's event
+            if block.startswith("data:") and "\n" not in block:
+                value = block[5:]
+                out.append(value[1:] if value.startswith(" ") else value)
+            elif block:
+                event = _parse_block(block)
+                if event is not None:
+                    out.append(event)
+        return out
+
+    def feed_eof(self) -> list[str | NamedEvent]:
+        """The stream ended: flush a last event only if its lines are complete (a server may omit the
+        final blank line); a half-received line is a cut stream, not an event."""
+        tail = self._buffer + ("\n" if self._pending_cr else "")
+        self._buffer = ""
+        self._pending_cr = False
+        if not tail.endswith("\n"):
+            return []
+        event = _parse_block(tail.strip("\n"))
+        return [event] if event is not None else []
+
+
+def _parse_block(block: str) -> str | NamedEvent | None:
+    data_lines: list[str] = []
+    name = "message"
+    for line in block.split("\n"):
+        if not line or line[0] == ":":
+            continue
+        field, colon, value = line.partition(":")
+        if colon and value.startswith(" "):
+            value = value[1:]
+        if field == "data":
+            data_lines.append(value)
+        elif field == "event":
+            name = value or "message"
+        elif field == "error":  # llama.cpp: `error: {json}`
+            name = "error"
+            data_lines.append(value)
+        # id, retry and unknown fields do not matter to a client that never reconnects a stream
+    if not data_lines:
+        return None
+    data = data_lines[0] if len(data_lines) == 1 else "\n".join(data_lines)
+    return data if name == "message" else NamedEvent(name, data)

@@ -1,0 +1,232 @@
+"""StreamTimer: applies the metric contract (shared/DESIGN.md) to a stream's events as they arrive.
+
+Sans-IO: the caller passes each event's arrival time `t` (monotonic seconds) and its data; the
+timer fills a `RawTiming` that `grill_locust.record.measure()` turns into metrics. An output event
+is a chunk whose delta carries non-empty `content`, `reasoning_content` / `reasoning` or
+`tool_calls` (chat), or non-empty `text` (completions); role-only, empty and usage-only chunks are
+not output. The first non-reasoning output sets `first_visible_time` (TTFO).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from grill_locust.client._replies import error_code, error_message, scrub, summarize_body
+from grill_locust.client._sse import DONE_MARKER, NamedEvent
+from grill_locust.record import (
+    STATUS_BAD_EVENT,
+    STATUS_EMPTY,
+    STATUS_OK,
+    STATUS_STREAM_CUT,
+    RawTiming,
+    http_status_kind,
+)
+
+_loads = json.loads
+
+
+class StreamTimer:
+    """Collects one request's timings, text and usage from its parsed stream events."""
+
+    __slots__ = (
+        "raw",
+        "text_parts",
+        "reasoning_parts",
+        "done",
+        "_output_times",
+        "_timings",
+        "secrets",
+    )
+
+    def __init__(self, raw: RawTiming, *, secrets: tuple[str, ...] = ()) -> None:
+        self.raw = raw
+        self.text_parts: list[str] = []
+        self.reasoning_parts: list[str] = []
+        self.done = False  # `[DONE]` arrived
+        self._output_times = raw.output_times
+        self._timings: dict[str, Any] | None = None  # llama.cpp's `timings`, the last one sent
+        self.secrets = secrets
+
+    # --- events -------------------------------------------------------------------------------
+
+    def on_event(self, t: float, event: str | NamedEvent) -> None:
+        """One SSE event, as `SSEParser.feed` returns it."""
+        if type(event) is str:
+            self.on_data(t, event)
+        else:
+            assert isinstance(event, NamedEvent)
+            if event.name == "error":
+                self.on_error_payload(t, _loads_or_text(event.data))
+            else:  # other named events (none of our engines send them) still carry chunks
+                self.on_data(t, event.data)
+
+    def on_data(self, t: float, data: str) -> None:
+        """The data of one SSE event: a JSON chunk or `[DONE]`."""
+        if data[:1] == "[" and data.strip() == DONE_MARKER:
+            self.on_done(t)
+            return
+        try:
+            chunk = _loads(data)
+        except ValueError:
+            self.fail(t, STATUS_BAD_EVENT, "unparseable event: " + scrub(data[:80], self.secrets))
+            return
+        if type(chunk) is not dict:
+            self.fail(t, STATUS_BAD_EVENT, "event is not a JSON object: " + scrub(data[:80], self.secrets))
+            return
+        self.on_chunk(t, chunk)
+
+    def on_chunk(self, t: float, chunk: dict[str, Any]) -> None:
+        """One parsed chunk (chat.completion.chunk or text_completion)."""
+        choices = chunk.get("choices")
+        if choices:
+            output = visible = False
+            for choice in choices:
+                delta = choice.get("delta")
+                if delta is not None:
+                    content = delta.get("content")
+                    if content:
+                        self.text_parts.append(content)
+                        output = visible = True
+                    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                    if reasoning:
+                        self.reasoning_parts.append(reasoning)
+                        output = True
+                    if delta.get("tool_calls"):
+                        output = visible = True
+                else:
+                    text = choice.get("text")
+                    if text:
+                        self.text_parts.append(text)
+                        output = visible = True
+                finish_reason = choice.get("finish_reason")
+                if finish_reason:
+                    self.raw.finish_reason = finish_reason
+            if output:
+                self._output_times.append(t)
+                if visible and self.raw.first_visible_time is None:
+                    self.raw.first_visible_time = t
+        usage = chunk.get("usage")
+        if usage:
+            self._on_usage(usage)
+        if "timings" in chunk:
+            self._timings = chunk["timings"]
+        if chunk.get("error") is not None or chunk.get("object") == "error":
+            self.on_error_payload(t, chunk)
+
+    def on_done(self, t: float) -> None:
+        """`data: [DONE]`: the end of the stream; E2E ends here."""
+        if not self.done:
+            self.done = True
+            if self.raw.end_time is None:
+                self.raw.end_time = t
+
+    def on_error_payload(self, t: float, payload: Any) -> None:
+        """An error reported inside a 200 stream: `http_<code>` when it names one, else `stream_cut`."""
+        code = error_code(payload)
+        message = error_message(payload) or "error event"
+        status = http_status_kind(code) if code is not None else STATUS_STREAM_CUT
+        self.fail(t, status, "error event: " + scrub(message, self.secrets))
+
+    def on_opaque_body(self, t: float, content_type: str, body: bytes) -> None:
+        """A 2xx reply that was not an event stream: an empty body, a whole JSON completion, an
+        HTML page... It becomes a record with a kind, keeping any usage it reports."""
+        text = body.strip()
+        if not text:
+            self.fail(t, STATUS_EMPTY, "empty response body")
+            return
+        try:
+            payload = _loads(text)
+        except ValueError:
+            payload = None
+        if isinstance(payload, dict):
+            if payload.get("usage"):
+                self._on_usage(payload["usage"])
+            choices = payload.get("choices")
+            if choices and isinstance(choices, list) and isinstance(choices[0], dict):
+                finish_reason = choices[0].get("finish_reason")
+                if finish_reason:
+                    self.raw.finish_reason = finish_reason
+                self.fail(t, STATUS_BAD_EVENT, "a non-streaming JSON reply to a streaming request")
+                return
+            message = error_message(payload)
+            if message:
+                self.fail(t, STATUS_BAD_EVENT, "error reply: " + scrub(message, self.secrets))
+                return
+            keys = ", ".join(list(payload)[:5])
+            self.fail(t, STATUS_BAD_EVENT, f"JSON reply without choices (keys: {keys})")
+            return
+        summary = scrub(summarize_body(body, content_type), self.secrets)
+        self.fail(
+            t, STATUS_BAD_EVENT, f"not an event stream ({content_type or 'no content-type'}): {summary}"
+        )
+
+    def fail(self, t: float, status: str, error: str) -> None:
+        """The request failed at `t`: the first failure names the status; timings so far are kept."""
+        if self.raw.status == STATUS_OK:
+            self.raw.status = status
+            self.raw.error = error
+        if self.raw.end_time is None:
+            self.raw.end_time = t
+
+    def close(self, t: float) -> RawTiming:
+        """The body ended at `t` (framing complete or connection closed). Without `[DONE]` and
+        without a finish_reason the stream was cut."""
+        raw = self.raw
+        if raw.end_time is None:
+            raw.end_time = t
+        if raw.status == STATUS_OK and not self.done and raw.finish_reason is None:
+            raw.status = STATUS_STREAM_CUT
+            raw.error = "stream ended without finish_reason or [DONE]"
+        self._apply_timings()
+        return raw
+
+    # --- results ------------------------------------------------------------------------------
+
+    @property
+    def text(self) -> str:
+        return "".join(self.text_parts)
+
+    @property
+    def reasoning(self) -> str:
+        return "".join(self.reasoning_parts)
+
+    def _on_usage(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        raw = self.raw
+        prompt_tokens = usage.get("prompt_tokens")
+        if isinstance(prompt_tokens, int):
+            raw.prompt_tokens = prompt_tokens
+        completion_tokens = usage.get("completion_tokens")
+        if isinstance(completion_tokens, int):
+            raw.completion_tokens = completion_tokens
+        details = usage.get("prompt_tokens_details")
+        if isinstance(details, dict):
+            cached = details.get("cached_tokens")
+            if isinstance(cached, int):
+                raw.cached_tokens = cached
+
+    def _apply_timings(self) -> None:
+        """llama.cpp reports the prompt cache in `timings` (cache_n: reused, prompt_n: computed);
+        it fills what the usage object left out."""
+        timings = self._timings
+        if not isinstance(timings, dict):
+            return
+        raw = self.raw
+        cache_n = timings.get("cache_n")
+        prompt_n = timings.get("prompt_n")
+        if raw.cached_tokens is None and isinstance(cache_n, int):
+            raw.cached_tokens = cache_n
+        if raw.prompt_tokens is None and isinstance(prompt_n, int):
+            raw.prompt_tokens = prompt_n + (cache_n if isinstance(cache_n, int) else 0)
+        predicted_n = timings.get("predicted_n")
+        if raw.completion_tokens is None and isinstance(predicted_n, int):
+            raw.completion_tokens = predicted_n
+
+
+def _loads_or_text(data: str) -> Any:
+    try:
+        return _loads(data)
+    except ValueError:
+        return data

@@ -1,0 +1,58 @@
+"""Request bodies for OpenAI-compatible streaming: `/v1/chat/completions` and `/v1/completions`.
+
+Every body asks for a stream with usage (`stream_options.include_usage`), so output tokens come
+from the engine itself wherever it supports it. `model` is a `grill_locust.config.Model` (or any
+object with its attributes: name, max_tokens, min_tokens, temperature, top_p, top_k, ignore_eos)
+or just the served model name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+CHAT_PATH = "/v1/chat/completions"
+COMPLETIONS_PATH = "/v1/completions"
+
+
+def _sampling(model: Any) -> dict[str, Any]:
+    if isinstance(model, str):
+        return {"model": model}
+    body: dict[str, Any] = {"model": model.name}
+    max_tokens = getattr(model, "max_tokens", None)
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    temperature = getattr(model, "temperature", None)
+    if temperature is not None:
+        body["temperature"] = temperature
+    # the next ones are not OpenAI's: send them only when set, so strict gateways accept the body
+    for name in ("top_p", "top_k", "min_tokens"):
+        value = getattr(model, name, None)
+        if value is not None:
+            body[name] = value
+    if getattr(model, "ignore_eos", False):
+        body["ignore_eos"] = True
+    return body
+
+
+def _streaming(body: dict[str, Any], extra_body: dict[str, Any] | None) -> dict[str, Any]:
+    body["stream"] = True
+    body["stream_options"] = {"include_usage": True}
+    if extra_body:
+        body.update(extra_body)
+    return body
+
+
+def chat_payload(
+    model: Any, messages: list[dict[str, Any]], extra_body: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """A streaming chat completion request body."""
+    body = _sampling(model)
+    body["messages"] = messages
+    return _streaming(body, extra_body)
+
+
+def completions_payload(model: Any, prompt: str, extra_body: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A streaming (legacy) completion request body."""
+    body = _sampling(model)
+    body["prompt"] = prompt
+    return _streaming(body, extra_body)

@@ -1,0 +1,131 @@
+"""Real-shaped transcripts of vLLM, SGLang, llama.cpp, TGI, Ollama and LiteLLM, replayed on a fake
+clock through the client's sans-IO reader: each metric of the contract (DESIGN.md) is pinned."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from client_replay import load, piece_time, replay, split_pieces, transcript_names
+
+from grill_locust.record import measure
+
+
+@dataclass(frozen=True)
+class Expected:
+    status: str
+    output_pieces: tuple[int, ...]  # pieces (see split_pieces) that carry an output event
+    visible_piece: int | None  # first non-reasoning output
+    end_piece: int  # [DONE], the failure, or the close
+    finish_reason: str | None
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    output_tokens: int
+    tokens_source: str
+    text: str
+    reasoning: str = ""
+    error_contains: str = ""
+
+
+VLLM_CHAT = Expected("ok", (2, 3, 4, 5, 6), 2, 9, "stop", 1534, 1520, 5, "usage", "def add(a, b):")
+EXPECTED: dict[str, Expected] = {
+    "vllm_chat": VLLM_CHAT,
+    "litellm_crlf": VLLM_CHAT,
+    "vllm_reasoning": Expected(
+        "ok", (2, 3, 4, 5), 4, 7, "length", 40, None, 4, "usage", "Use sorted", "The user"
+    ),
+    "vllm_error_midstream": Expected(
+        "http_500", (2, 3), 2, 4, None, None, None, 2, "events", "import os", error_contains="EngineCore"
+    ),
+    "vllm_completions": Expected("ok", (1, 2, 3), 1, 5, "stop", 12, None, 4, "usage", "    return a + b"),
+    "sglang_chat": Expected("ok", (2, 3, 4, 5), 4, 8, "stop", 4120, 4096, 4, "usage", "return x", "Okay,"),
+    # llama.cpp: cached tokens come from `timings.cache_n` (its usage has no prompt_tokens_details)
+    "llamacpp_chat": Expected("ok", (2, 3, 4), 2, 6, "stop", 1085, 1024, 3, "usage", "for i in"),
+    # no usage at all: prompt and completion tokens from `timings`
+    "llamacpp_completions_no_usage": Expected("ok", (1, 2), 1, 4, "length", 48, 0, 2, "usage", "x ="),
+    "llamacpp_error_midstream": Expected(
+        "http_500", (2,), 2, 3, None, None, None, 1, "events", "def", error_contains="tool call arguments"
+    ),
+    # `data:` without a space, role in every delta, a `:` keep-alive comment as piece 2
+    "tgi_chat": Expected("ok", (1, 3, 4), 1, 6, "stop", 52, None, 3, "usage", "while True:"),
+    "tgi_error_midstream": Expected(
+        "stream_cut", (1,), 1, 2, None, None, None, 1, "events", "while", error_contains="CUDA out of memory"
+    ),
+    "ollama_chat": Expected("ok", (1, 2, 3), 2, 6, "stop", 26, None, 3, "usage", "print(1)", "Hmm"),
+    # tool_calls deltas are output, and visible (not reasoning)
+    "litellm_tool_calls": Expected("ok", (2, 3), 2, 6, "tool_calls", 310, 256, 11, "usage", ""),
+    "litellm_error_midstream": Expected(
+        "http_500", (1,), 1, 2, None, None, None, 1, "events", "class", error_contains="Connection reset"
+    ),
+}
+
+
+def test_every_transcript_has_expectations() -> None:
+    assert sorted(EXPECTED) == transcript_names()
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_transcript_metrics_follow_the_contract(name: str) -> None:
+    expected = EXPECTED[name]
+    timer, reader = replay(split_pieces(load(name)))
+    raw = timer.raw
+    m = measure(raw)
+    assert reader.finished
+    assert m.status == expected.status, raw.error
+    assert expected.error_contains in raw.error
+    assert raw.http_status == 200
+    assert raw.output_times == [piece_time(k) for k in expected.output_pieces]
+    first = piece_time(expected.output_pieces[0])
+    assert m.ttft_s == pytest.approx(first)
+    visible = expected.visible_piece
+    assert m.ttfo_s == (pytest.approx(piece_time(visible)) if visible is not None else None)
+    assert m.e2e_s == pytest.approx(piece_time(expected.end_piece))
+    assert m.finish_reason == expected.finish_reason
+    assert (m.prompt_tokens, m.cached_tokens) == (expected.prompt_tokens, expected.cached_tokens)
+    assert (m.output_tokens, m.tokens_source) == (expected.output_tokens, expected.tokens_source)
+    if m.output_tokens >= 2:
+        assert m.tpot_s == pytest.approx((m.e2e_s - m.ttft_s) / (m.output_tokens - 1))
+    else:
+        assert m.tpot_s is None
+    assert timer.text == expected.text
+    assert timer.reasoning == expected.reasoning
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_transcript_in_one_recv_and_byte_by_byte_gives_the_same_record(name: str) -> None:
+    wire = load(name)
+    by_piece, _ = replay(split_pieces(wire))
+    whole, _ = replay([wire])
+    tiny, _ = replay([wire[i : i + 1] for i in range(len(wire))])
+    for timer in (whole, tiny):
+        assert timer.raw.status == by_piece.raw.status
+        assert len(timer.raw.output_times) == len(by_piece.raw.output_times)
+        assert timer.text == by_piece.text and timer.reasoning == by_piece.reasoning
+        assert timer.raw.completion_tokens == by_piece.raw.completion_tokens
+        assert timer.raw.cached_tokens == by_piece.raw.cached_tokens
+    # all events of one recv share its arrival time
+    assert set(whole.raw.output_times) == {piece_time(0)}
+
+
+def test_itl_statistics_are_gaps_between_output_events() -> None:
+    pieces = split_pieces(load("vllm_chat"))
+    timer, _ = replay(pieces)
+    m = measure(timer.raw)
+    assert m.itl_mean_s == pytest.approx(0.1)
+    assert m.itl_p50_s == pytest.approx(0.1)
+    assert m.itl_max_s == pytest.approx(0.1)
+
+
+def test_two_events_in_one_http_chunk_share_its_arrival() -> None:
+    # Ollama's second HTTP chunk holds two events; cut the wire at HTTP chunk boundaries instead
+    wire = load("ollama_chat")
+    head_end = wire.index(b"\r\n\r\n") + 4
+    pieces, body = [wire[:head_end]], wire[head_end:]
+    while body:
+        size_end = body.index(b"\r\n")
+        size = int(body[:size_end], 16)
+        end = size_end + 2 + size + 2
+        pieces.append(body[:end])
+        body = body[end:]
+    timer, _ = replay(pieces)
+    assert timer.raw.output_times == [piece_time(1), piece_time(2), piece_time(2)]

@@ -1,0 +1,230 @@
+"""Writes the `*.http` transcripts: raw bytes of one streamed reply as each server puts them on the wire.
+
+The events are the shapes these servers send (field order, nulls, `data:` spacing, framing), taken
+from their sources and captured streams; ids and timestamps are made up. Each server's framing:
+uvicorn (vLLM, SGLang, LiteLLM) and axum (TGI) and Go net/http (Ollama) and cpp-httplib
+(llama.cpp) all use chunked transfer encoding, one HTTP chunk per write; Go's flush may carry two
+events in one chunk. Run `python tests/client/transcripts/build.py` to regenerate.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+UVICORN_HEAD = (
+    "HTTP/1.1 200 OK\r\ndate: Tue, 03 Jun 2025 10:00:00 GMT\r\nserver: uvicorn\r\n"
+    "content-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+LITELLM_HEAD = (
+    "HTTP/1.1 200 OK\r\ndate: Tue, 03 Jun 2025 10:00:00 GMT\r\nserver: uvicorn\r\n"
+    "x-litellm-call-id: 5c1e0f0e-2b7a-4c55-9a43-0f3b8a5d2e11\r\nx-litellm-model-api-base: http://vllm:8000/v1\r\n"
+    "content-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n\r\n"
+)
+LLAMACPP_HEAD = (
+    "HTTP/1.1 200 OK\r\nAccess-Control-Allow-Origin: \r\nContent-Type: text/event-stream\r\n"
+    "Keep-Alive: timeout=5, max=5\r\nServer: llama.cpp\r\nTransfer-Encoding: chunked\r\n\r\n"
+)
+TGI_HEAD = (
+    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+    "x-compute-type: gpu+optimized\r\nx-accel-buffering: no\r\naccess-control-allow-origin: *\r\n"
+    "transfer-encoding: chunked\r\ndate: Tue, 03 Jun 2025 10:00:00 GMT\r\n\r\n"
+)
+OLLAMA_HEAD = (
+    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nDate: Tue, 03 Jun 2025 10:00:00 GMT\r\n"
+    "Transfer-Encoding: chunked\r\n\r\n"
+)
+
+V = '{"id":"chatcmpl-9f2c","object":"chat.completion.chunk","created":1748944800,"model":"devstral"'
+VLLM_CHAT = [
+    V
+    + ',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}',
+    V + ',"choices":[{"index":0,"delta":{"content":"def"},"logprobs":null,"finish_reason":null}]}',
+    V + ',"choices":[{"index":0,"delta":{"content":" add"},"logprobs":null,"finish_reason":null}]}',
+    V + ',"choices":[{"index":0,"delta":{"content":"(a"},"logprobs":null,"finish_reason":null}]}',
+    V + ',"choices":[{"index":0,"delta":{"content":", b"},"logprobs":null,"finish_reason":null}]}',
+    V + ',"choices":[{"index":0,"delta":{"content":"):"},"logprobs":null,"finish_reason":null}]}',
+    V
+    + ',"choices":[{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":"stop","stop_reason":null}]}',
+    V + ',"choices":[],"usage":{"prompt_tokens":1534,"total_tokens":1539,"completion_tokens":5,'
+    '"prompt_tokens_details":{"cached_tokens":1520}}}',
+    "[DONE]",
+]
+VLLM_REASONING = [
+    V
+    + ',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}',
+    V + ',"choices":[{"index":0,"delta":{"reasoning":"The"},"logprobs":null,"finish_reason":null}]}',
+    V + ',"choices":[{"index":0,"delta":{"reasoning":" user"},"logprobs":null,"finish_reason":null}]}',
+    V + ',"choices":[{"index":0,"delta":{"content":"Use"},"logprobs":null,"finish_reason":null}]}',
+    V
+    + ',"choices":[{"index":0,"delta":{"content":" sorted"},"logprobs":null,"finish_reason":"length","stop_reason":null}]}',
+    V + ',"choices":[],"usage":{"prompt_tokens":40,"total_tokens":44,"completion_tokens":4}}',
+    "[DONE]",
+]
+VLLM_ERROR = [
+    V
+    + ',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}',
+    V + ',"choices":[{"index":0,"delta":{"content":"import"},"logprobs":null,"finish_reason":null}]}',
+    V + ',"choices":[{"index":0,"delta":{"content":" os"},"logprobs":null,"finish_reason":null}]}',
+    '{"error":{"object":"error","message":"EngineCore encountered an issue.","type":"InternalServerError","param":null,"code":500}}',
+    "[DONE]",
+]
+C = '{"id":"cmpl-77a1","object":"text_completion","created":1748944800,"model":"devstral"'
+VLLM_COMPLETIONS = [
+    C
+    + ',"choices":[{"index":0,"text":"    return","logprobs":null,"finish_reason":null,"stop_reason":null}]}',
+    C + ',"choices":[{"index":0,"text":" a","logprobs":null,"finish_reason":null,"stop_reason":null}]}',
+    C + ',"choices":[{"index":0,"text":" + b","logprobs":null,"finish_reason":"stop","stop_reason":null}]}',
+    C + ',"choices":[],"usage":{"prompt_tokens":12,"total_tokens":16,"completion_tokens":4}}',
+    "[DONE]",
+]
+S = '{"id":"4e0b3c0d9a8f4f6e","object":"chat.completion.chunk","created":1748944800,"model":"default"'
+SGLANG_CHAT = [
+    S
+    + ',"choices":[{"index":0,"delta":{"role":"assistant","content":"","reasoning_content":null,"tool_calls":null},'
+    '"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}',
+    S
+    + ',"choices":[{"index":0,"delta":{"role":null,"content":null,"reasoning_content":"Okay","tool_calls":null},'
+    '"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}',
+    S
+    + ',"choices":[{"index":0,"delta":{"role":null,"content":null,"reasoning_content":",","tool_calls":null},'
+    '"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}',
+    S
+    + ',"choices":[{"index":0,"delta":{"role":null,"content":"return","reasoning_content":null,"tool_calls":null},'
+    '"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}',
+    S
+    + ',"choices":[{"index":0,"delta":{"role":null,"content":" x","reasoning_content":null,"tool_calls":null},'
+    '"logprobs":null,"finish_reason":null,"matched_stop":null}],"usage":null}',
+    S
+    + ',"choices":[{"index":0,"delta":{"role":null,"content":null,"reasoning_content":null,"tool_calls":null},'
+    '"logprobs":null,"finish_reason":"stop","matched_stop":151645}],"usage":null}',
+    S + ',"choices":[],"usage":{"prompt_tokens":4120,"total_tokens":4124,"completion_tokens":4,'
+    '"prompt_tokens_details":{"cached_tokens":4096}}}',
+    "[DONE]",
+]
+L = ',"created":1748944800,"id":"chatcmpl-X6urH4f6","model":"devstral","system_fingerprint":"b6097-9515c613","object":"chat.completion.chunk"'
+LLAMACPP_CHAT = [
+    '{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}]' + L + "}",
+    '{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"for"}}]' + L + "}",
+    '{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" i"}}]' + L + "}",
+    '{"choices":[{"finish_reason":null,"index":0,"delta":{"content":" in"}}]' + L + "}",
+    '{"choices":[{"finish_reason":"stop","index":0,"delta":{}}]' + L + ',"usage":{"completion_tokens":3,'
+    '"prompt_tokens":1085,"total_tokens":1088},"timings":{"cache_n":1024,"prompt_n":61,"prompt_ms":203.378,'
+    '"prompt_per_token_ms":3.334,"prompt_per_second":299.9,"predicted_n":3,"predicted_ms":80.2,'
+    '"predicted_per_token_ms":26.7,"predicted_per_second":37.4}}',
+    "[DONE]",
+]
+LC = ',"created":1748944800,"model":"devstral","system_fingerprint":"b6097-9515c613","object":"text_completion","id":"chatcmpl-Qa1"'
+LLAMACPP_COMPLETIONS_NO_USAGE = [
+    '{"choices":[{"text":"x","index":0,"logprobs":null,"finish_reason":null}]' + LC + "}",
+    '{"choices":[{"text":" =","index":0,"logprobs":null,"finish_reason":null}]' + LC + "}",
+    '{"choices":[{"text":"","index":0,"logprobs":null,"finish_reason":"length"}]'
+    + LC
+    + ',"timings":{"cache_n":0,'
+    '"prompt_n":48,"prompt_ms":20.1,"prompt_per_token_ms":0.42,"prompt_per_second":2388.1,"predicted_n":2,'
+    '"predicted_ms":52.0,"predicted_per_token_ms":26.0,"predicted_per_second":38.5}}',
+    "[DONE]",
+]
+LLAMACPP_ERROR_EVENTS = [
+    (
+        "data",
+        '{"choices":[{"finish_reason":null,"index":0,"delta":{"role":"assistant","content":null}}]' + L + "}",
+    ),
+    ("data", '{"choices":[{"finish_reason":null,"index":0,"delta":{"content":"def"}}]' + L + "}"),
+    ("error", '{"code":500,"message":"Failed to parse tool call arguments","type":"server_error"}'),
+]
+T = '{"object":"chat.completion.chunk","id":"","created":1748944800,"model":"Qwen/Qwen2.5-Coder-7B-Instruct","system_fingerprint":"3.3.4-sha-9f38d93"'
+TGI_CHAT = [
+    T
+    + ',"choices":[{"index":0,"delta":{"role":"assistant","content":"while"},"logprobs":null,"finish_reason":null}],"usage":null}',
+    ":",  # axum keep-alive comment, sent while the engine is busy
+    T
+    + ',"choices":[{"index":0,"delta":{"role":"assistant","content":" True"},"logprobs":null,"finish_reason":null}],"usage":null}',
+    T
+    + ',"choices":[{"index":0,"delta":{"role":"assistant","content":":"},"logprobs":null,"finish_reason":"stop"}],"usage":null}',
+    T + ',"choices":[],"usage":{"prompt_tokens":52,"completion_tokens":3,"total_tokens":55}}',
+    "[DONE]",
+]
+TGI_ERROR = [
+    T
+    + ',"choices":[{"index":0,"delta":{"role":"assistant","content":"while"},"logprobs":null,"finish_reason":null}],"usage":null}',
+    '{"error":"Request failed during generation: Server error: CUDA out of memory.","error_type":"generation"}',
+]
+OL = '{"id":"chatcmpl-512","object":"chat.completion.chunk","created":1748944800,"model":"qwen3:8b","system_fingerprint":"fp_ollama"'
+OLLAMA_CHAT = [
+    OL
+    + ',"choices":[{"index":0,"delta":{"role":"assistant","content":"","reasoning":"Hmm"},"finish_reason":null}]}',
+    OL + ',"choices":[{"index":0,"delta":{"role":"assistant","content":"print"},"finish_reason":null}]}',
+    OL + ',"choices":[{"index":0,"delta":{"role":"assistant","content":"(1)"},"finish_reason":null}]}',
+    OL + ',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"finish_reason":"stop"}]}',
+    OL + ',"choices":[],"usage":{"prompt_tokens":26,"completion_tokens":3,"total_tokens":29}}',
+    "[DONE]",
+]
+A = '{"id": "chatcmpl-2f1e", "created": 1748944800, "model": "hosted_vllm/devstral", "object": "chat.completion.chunk", "system_fingerprint": null'
+LITELLM_CHAT = [
+    A
+    + ', "choices": [{"index": 0, "delta": {"content": "", "role": "assistant", "function_call": null, "tool_calls": null, "audio": null}}]}',
+    A
+    + ', "choices": [{"index": 0, "delta": {"content": null, "role": null, "function_call": null, "tool_calls": '
+    '[{"id": "call_1", "function": {"arguments": "", "name": "read_file"}, "type": "function", "index": 0}], "audio": null}}]}',
+    A
+    + ', "choices": [{"index": 0, "delta": {"content": null, "role": null, "function_call": null, "tool_calls": '
+    '[{"id": null, "function": {"arguments": "{\\"path\\": \\"a.py\\"}", "name": null}, "type": "function", "index": 0}], "audio": null}}]}',
+    A
+    + ', "choices": [{"finish_reason": "tool_calls", "index": 0, "delta": {"content": null, "role": null, "function_call": null, "tool_calls": null, "audio": null}}]}',
+    A + ', "choices": [], "usage": {"completion_tokens": 11, "prompt_tokens": 310, "total_tokens": 321, '
+    '"completion_tokens_details": null, "prompt_tokens_details": {"audio_tokens": null, "cached_tokens": 256}}}',
+    "[DONE]",
+]
+LITELLM_ERROR = [
+    A + ', "choices": [{"index": 0, "delta": {"content": "class", "role": "assistant"}}]}',
+    '{"error": {"message": "litellm.APIConnectionError: Hosted_vllmException - Connection reset by peer", "type": null, "param": null, "code": "500"}}',
+]
+
+
+def chunked(body_pieces: list[str]) -> str:
+    out = []
+    for piece in body_pieces:
+        size = len(piece.encode("utf-8"))
+        out.append(f"{size:x}\r\n{piece}\r\n")
+    out.append("0\r\n\r\n")
+    return "".join(out)
+
+
+def sse(events: list[str], *, space: bool = True, newline: str = "\n") -> list[str]:
+    prefix = "data: " if space else "data:"
+    return [(e if e.startswith(":") else prefix + e) + newline + newline for e in events]
+
+
+def write(name: str, head: str, pieces: list[str]) -> None:
+    (HERE / f"{name}.http").write_bytes((head + chunked(pieces)).encode("utf-8"))
+
+
+def main() -> None:
+    write("vllm_chat", UVICORN_HEAD, sse(VLLM_CHAT))
+    write("vllm_reasoning", UVICORN_HEAD, sse(VLLM_REASONING))
+    write("vllm_error_midstream", UVICORN_HEAD, sse(VLLM_ERROR))
+    write("vllm_completions", UVICORN_HEAD, sse(VLLM_COMPLETIONS))
+    write("sglang_chat", UVICORN_HEAD, sse(SGLANG_CHAT))
+    write("llamacpp_chat", LLAMACPP_HEAD, sse(LLAMACPP_CHAT))
+    write("llamacpp_completions_no_usage", LLAMACPP_HEAD, sse(LLAMACPP_COMPLETIONS_NO_USAGE))
+    # llama.cpp ends a failed stream with `error: {...}` and closes the body without [DONE]
+    write(
+        "llamacpp_error_midstream",
+        LLAMACPP_HEAD,
+        [f"{field}: {data}\n\n" for field, data in LLAMACPP_ERROR_EVENTS],
+    )
+    write("tgi_chat", TGI_HEAD, sse(TGI_CHAT, space=False))
+    write("tgi_error_midstream", TGI_HEAD, sse(TGI_ERROR, space=False))
+    ollama = sse(OLLAMA_CHAT)
+    # Go flushes after each write, but two writes can leave in one chunk
+    write("ollama_chat", OLLAMA_HEAD, [ollama[0], ollama[1] + ollama[2], *ollama[3:]])
+    write("litellm_tool_calls", LITELLM_HEAD, sse(LITELLM_CHAT))
+    write("litellm_error_midstream", LITELLM_HEAD, sse(LITELLM_ERROR))
+    # sse-starlette (used by several OpenAI-compatible servers and proxies) ends lines with CRLF
+    write("litellm_crlf", LITELLM_HEAD, sse(VLLM_CHAT, newline="\r\n"))
+
+
+if __name__ == "__main__":
+    main()
