@@ -20,6 +20,7 @@ METRIC_TTFT = "ttft_p50_s"
 METRIC_E2E = "e2e_p50_s"
 METRIC_SUCCESS = "success_rate"
 
+FLAG_NAMES = {"ttft_p50_s": "--slo-ttft-p50", "e2e_p50_s": "--slo-e2e-p50", "success_rate": "--slo-success"}
 CAPACITY_COLUMNS: list[str] = [
     "scenario",
     "series",
@@ -51,7 +52,7 @@ class SloTarget:
                     values[name] = _positive(slo[name], f"slo.{name}")
         for name, value in overrides.items():
             if value is not None:
-                values[name] = _positive(value, f"--slo-{name}")
+                values[name] = _positive(value, FLAG_NAMES.get(name, name))
         target = cls(**values)
         if not 0.0 < target.success_rate <= 1.0:
             raise GrillError(

@@ -1,0 +1,140 @@
+"""Capacity at an SLO: largest passing tier, interpolated estimate, binding metric, recommendations."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from grill_locust.errors import GrillError
+from grill_locust.report import load_run, summarize
+from grill_locust.report.capacity import SloTarget, capacity_at_slo, recommendations
+from grill_locust.report.synthetic import make_record, write_results_folder
+
+DEFAULT_SLO = SloTarget()
+
+
+def tiers(series: str, scenario: str, rows: list[tuple[int, float, float, float]]) -> pd.DataFrame:
+    """(users, ttft_p50_s, e2e_p50_s, success_rate) per tier."""
+    return pd.DataFrame(
+        [
+            {
+                "series": series,
+                "scenario": scenario,
+                "tier_index": index,
+                "tier_users": users,
+                "requests": 100,
+                "ttft_p50_s": ttft,
+                "e2e_p50_s": e2e,
+                "success_rate": success,
+                "saturated": False,
+                "complete": True,
+            }
+            for index, (users, ttft, e2e, success) in enumerate(rows)
+        ]
+    )
+
+
+def test_estimate_interpolates_linearly_on_the_binding_metric():
+    summary = tiers(
+        "vllm", "multi-turn-session", [(1, 0.5, 3, 1), (5, 1.0, 4, 1), (10, 1.5, 5, 1), (20, 3.0, 6, 1)]
+    )
+    row = capacity_at_slo(summary, DEFAULT_SLO).iloc[0]
+    assert row["max_users_meeting_slo"] == 10
+    assert row["first_failing_users"] == 20
+    assert row["binding_metric"] == "ttft_p50_s"
+    assert row["estimated_users"] == pytest.approx(10 + (2.0 - 1.5) / (3.0 - 1.5) * 10)
+
+
+def test_the_metric_that_crosses_first_binds():
+    # at 20 users TTFT crosses 2 s at 13.3 users, success crosses 99 % at 12 users
+    summary = tiers("vllm", "shared-prefix", [(10, 1.5, 5, 1.0), (20, 3.0, 6, 0.95)])
+    row = capacity_at_slo(summary, DEFAULT_SLO).iloc[0]
+    assert row["binding_metric"] == "success_rate"
+    assert row["estimated_users"] == pytest.approx(10 + (1.0 - 0.99) / (1.0 - 0.95) * 10)
+
+
+def test_e2e_binds_when_ttft_holds():
+    summary = tiers("sglang", "unique-prompts", [(50, 1.0, 8.0, 1.0), (100, 1.2, 12.0, 1.0)])
+    row = capacity_at_slo(summary, DEFAULT_SLO).iloc[0]
+    assert row["binding_metric"] == "e2e_p50_s"
+    assert row["estimated_users"] == pytest.approx(75.0)
+
+
+def test_meeting_every_tier_reports_at_least_the_largest():
+    summary = tiers("vllm", "short-baseline", [(1, 0.2, 2, 1), (200, 0.9, 9, 1)])
+    row = capacity_at_slo(summary, DEFAULT_SLO).iloc[0]
+    assert row["max_users_meeting_slo"] == 200
+    assert math.isnan(row["first_failing_users"])
+    assert "every tested tier" in row["note"]
+    assert recommendations(capacity_at_slo(summary, DEFAULT_SLO))["recommendation"].iloc[0] == (
+        "for short-baseline, vllm holds >= 200 developers"
+    )
+
+
+def test_failing_the_first_tier_means_no_capacity():
+    summary = tiers("llamacpp", "multi-turn-session", [(1, 2.5, 12, 1), (5, 9.0, 20, 1)])
+    row = capacity_at_slo(summary, DEFAULT_SLO).iloc[0]
+    assert row["max_users_meeting_slo"] == 0
+    assert math.isnan(row["estimated_users"])
+    text = recommendations(capacity_at_slo(summary, DEFAULT_SLO))["recommendation"].iloc[0]
+    assert text == "for multi-turn-session, llamacpp misses it already at 1 user"
+
+
+def test_capacity_stops_at_the_first_failing_tier_even_if_a_later_one_passes():
+    summary = tiers("vllm", "shared-prefix", [(1, 0.5, 3, 1), (5, 2.5, 4, 1), (10, 1.0, 4, 1)])
+    assert capacity_at_slo(summary, DEFAULT_SLO).iloc[0]["max_users_meeting_slo"] == 1
+
+
+def test_recommendation_names_each_backend_best_first():
+    summary = pd.concat(
+        [
+            tiers("llamacpp", "multi-turn-session", [(1, 1.0, 8, 1), (5, 6.0, 20, 1)]),
+            tiers("vllm", "multi-turn-session", [(50, 1.0, 8, 1), (100, 3.0, 9, 1)]),
+        ]
+    )
+    capacity = capacity_at_slo(summary, DEFAULT_SLO)
+    assert capacity["series"].tolist() == ["vllm", "llamacpp"]
+    recommendation = recommendations(capacity).iloc[0]
+    assert recommendation["best"] == "vllm"
+    # vllm: 50 + (2-1)/(3-1)*50 = 75; llamacpp: 1 + (2-1)/(6-1)*4 = 1.8
+    assert recommendation["recommendation"] == (
+        "for multi-turn-session, vllm holds ~75 developers, llamacpp holds ~1 developer"
+    )
+
+
+def test_saturated_tiers_are_noted():
+    summary = tiers("vllm", "short-baseline", [(1, 0.5, 3, 1), (5, 3.0, 4, 1)])
+    summary.loc[1, "saturated"] = True
+    assert "load generator saturated at 5 users" in capacity_at_slo(summary, DEFAULT_SLO).iloc[0]["note"]
+
+
+def test_slo_comes_from_the_run_then_from_flags():
+    meta = {"slo": {"ttft_p50_s": 1.0, "e2e_p50_s": 5.0}}
+    assert SloTarget.from_meta(meta) == SloTarget(1.0, 5.0, 0.99)
+    assert SloTarget.from_meta(meta, ttft_p50_s=3.0, success_rate=0.9) == SloTarget(3.0, 5.0, 0.9)
+    assert SloTarget.from_meta({}) == SloTarget(2.0, 10.0, 0.99)
+    with pytest.raises(GrillError, match="success rate"):
+        SloTarget.from_meta({}, success_rate=99.0)
+    with pytest.raises(GrillError, match="--slo-ttft-p50"):
+        SloTarget.from_meta({}, ttft_p50_s=-1.0)
+
+
+def test_capacity_from_hand_made_records_is_exact(tmp_path):
+    # two requests per tier; TTFT p50 = mean of the two: 1 user 1.0 s, 10 users 1.8 s, 20 users 2.6 s
+    records = []
+    for index, (users, ttfts) in enumerate([(1, (0.9, 1.1)), (10, (1.7, 1.9)), (20, (2.4, 2.8))]):
+        for n, ttft in enumerate(ttfts):
+            records.append(
+                make_record(
+                    record_id=f"{users}-{n}", tier_index=index, tier_users=users, ttft_s=ttft, e2e_s=5.0
+                )
+            )
+    write_results_folder(tmp_path, records, meta={"slo": {"ttft_p50_s": 2.0}})
+    run = load_run(tmp_path)
+    capacity = capacity_at_slo(summarize(run), SloTarget.from_meta(run.meta))
+    row = capacity.iloc[0]
+    assert row["series"] == "sim" and row["scenario"] == "short-baseline"
+    assert row["max_users_meeting_slo"] == 10
+    assert row["estimated_users"] == pytest.approx(10 + (2.0 - 1.8) / (2.6 - 1.8) * 10)
