@@ -139,6 +139,11 @@ class Backend(_Frozen):
             raise ValueError(f"unknown engine {value!r} (known: {', '.join(sorted(ENGINES))})")
         return key
 
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _empty_key_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value  # `${KEY:-}` with KEY unset: no key, no header
+
     @field_validator("url")
     @classmethod
     def _base_url(cls, value: str) -> str:
@@ -332,6 +337,11 @@ class InfluxSettings(_Frozen):
     @classmethod
     def _http(cls, value: str) -> str:
         return _check_http_url(value, strip_v1=False)
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _empty_token_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value
 
 
 class Sinks(_Frozen):

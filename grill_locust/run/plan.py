@@ -1,0 +1,210 @@
+"""`grill validate FILE…`: check scenario files and print each campaign's plan, sending nothing.
+
+The plan is targets × tiers × iterations, the requests that makes, and a duration estimate from
+stated assumptions (time to first token, time per output token), since the engines' speed is
+exactly what the campaign is there to measure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from typing import TextIO
+
+from grill_locust.config import Scenario, Target, load_scenario, parse_tiers
+from grill_locust.errors import GrillError
+from grill_locust.workload.generators import build_workload
+from grill_locust.workload.tokens import count_tokens
+
+# assumptions of the duration estimate (overridable on the command line)
+ASSUMED_TTFT_S = 0.5
+ASSUMED_TPOT_MS = 20.0
+
+
+@dataclass(frozen=True)
+class TargetPlan:
+    target: Target
+    requests_per_iteration: int
+    first_prompt_tokens: int  # approximate tokens of the first request's messages (system + first turn)
+    requests: int  # over all tiers and iterations
+    duration_s: float  # all tiers of this target, without pauses
+
+
+@dataclass(frozen=True)
+class CampaignPlan:
+    scenario: Scenario
+    targets: list[TargetPlan]
+    phases: int  # target × tier pairs
+    requests: int
+    duration_s: float  # including pauses between phases
+
+
+def make_plan(
+    scenario: Scenario, ttft_s: float = ASSUMED_TTFT_S, tpot_ms: float = ASSUMED_TPOT_MS
+) -> CampaignPlan:
+    """The campaign's size and an estimate of its length (every tier waits for its slowest user)."""
+    load = scenario.load
+    plans = []
+    for target in scenario.targets:
+        workload = build_workload(target.conversation, target.model)
+        first = workload.plan("validate", 0)
+        first_prompt_tokens = count_tokens(first.system or "") + count_tokens(first.user_turns[0])
+        per_iteration = workload.requests_per_iteration
+        request_s = ttft_s + target.model.max_tokens * tpot_ms / 1000.0
+        duration_s = 0.0
+        requests = 0
+        for users in load.tiers:
+            spawn_s = users / load.spawn_rate if load.spawn_rate else 0.0
+            user_requests = load.iterations * per_iteration
+            tier_s = spawn_s + user_requests * request_s + max(0, user_requests - 1) * load.think_time_s
+            duration_s += min(tier_s, load.tier_timeout_s)
+            requests += users * user_requests
+        plans.append(TargetPlan(target, per_iteration, first_prompt_tokens, requests, duration_s))
+    phases = len(scenario.targets) * len(load.tiers)
+    pauses_s = max(0, phases - 1) * load.pause_s
+    return CampaignPlan(
+        scenario=scenario,
+        targets=plans,
+        phases=phases,
+        requests=sum(plan.requests for plan in plans),
+        duration_s=sum(plan.duration_s for plan in plans) + pauses_s,
+    )
+
+
+def format_plan(plan: CampaignPlan, ttft_s: float, tpot_ms: float) -> str:
+    scenario = plan.scenario
+    load = scenario.load
+    iterations = f"{load.iterations} iteration{'s' if load.iterations != 1 else ''}"
+    lines = [
+        f"scenario {scenario.name} ({scenario.source}): {len(scenario.targets)} targets x "
+        f"{len(load.tiers)} tiers x {iterations} = {plan.phases} tiers to run",
+    ]
+    header = (
+        "target",
+        "engine",
+        "model",
+        "conversation",
+        "req/iter",
+        "1st prompt tok",
+        "max_tokens",
+        "requests",
+    )
+    rows = [header]
+    for target_plan in plan.targets:
+        target = target_plan.target
+        engine = target.backend.engine
+        if target.backend.profile:
+            engine += f" ({target.backend.profile})"
+        rows.append(
+            (
+                target.name,
+                engine,
+                target.model.name,
+                f"{target.conversation.name} [{target.conversation.kind}]",
+                str(target_plan.requests_per_iteration),
+                str(target_plan.first_prompt_tokens),
+                str(target.model.max_tokens),
+                f"{target_plan.requests:,}",
+            )
+        )
+    widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
+    numeric = {4, 5, 6, 7}
+    for row in rows:
+        cells = [
+            cell.rjust(widths[i]) if i in numeric else cell.ljust(widths[i]) for i, cell in enumerate(row)
+        ]
+        lines.append("  " + "  ".join(cells).rstrip())
+    spawn = f"{load.spawn_rate:g} users/s" if load.spawn_rate else "all users of a tier at once"
+    lines.append(
+        f"tiers (users): {', '.join(str(users) for users in load.tiers)}; {iterations} per user and tier; "
+        f"pause {load.pause_s:g} s; think time {load.think_time_s:g} s; spawn: {spawn}; "
+        f"tier time cap {load.tier_timeout_s:g} s"
+    )
+    lines.append(f"requests to send: {plan.requests:,}")
+    lines.append(
+        f"duration estimate: ~{format_duration(plan.duration_s)} (assuming {ttft_s:g} s to first token and "
+        f"{tpot_ms:g} ms per output token at max_tokens, and engines that keep up; more when they queue)"
+    )
+    return "\n".join(lines)
+
+
+def format_duration(seconds: float) -> str:
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes:02d} min"
+
+
+def configure_parser(parser: argparse.ArgumentParser, name: str = "validate") -> None:
+    parser.add_argument("files", nargs="+", metavar="FILE", help="scenario YAML file(s)")
+    parser.add_argument("--tiers", help="override the tiers, e.g. 1,5,10")
+    parser.add_argument("--iterations", help="override the iterations per user and tier")
+    parser.add_argument("--pause", help="override the pause between tiers (seconds)")
+    parser.add_argument("--think-time", help="override the think time between requests (seconds)")
+    parser.add_argument(
+        "--assume-ttft", default=str(ASSUMED_TTFT_S), help="seconds to first token, for the estimate"
+    )
+    parser.add_argument(
+        "--assume-tpot-ms",
+        default=str(ASSUMED_TPOT_MS),
+        help="milliseconds per output token, for the estimate",
+    )
+
+
+def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
+    """Validate every file; print its plan or one error line. Exit 2 if any file is bad."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    tiers = parse_tiers(args.tiers) if args.tiers else None
+    iterations = _number(args.iterations, "--iterations", int, minimum=1)
+    pause_s = _number(args.pause, "--pause", float, minimum=0)
+    think_time_s = _number(args.think_time, "--think-time", float, minimum=0)
+    ttft_s = _number(args.assume_ttft, "--assume-ttft", float, minimum=0) or 0.0
+    tpot_ms = _number(args.assume_tpot_ms, "--assume-tpot-ms", float, minimum=0) or 0.0
+    status = 0
+    for index, path in enumerate(args.files):
+        try:
+            scenario = load_scenario(path).with_overrides(tiers, iterations, pause_s, think_time_s)
+            text = format_plan(make_plan(scenario, ttft_s, tpot_ms), ttft_s, tpot_ms)
+        except GrillError as error:
+            print(f"grill validate: {error}", file=err)
+            status = error.exit_code
+            continue
+        if index:
+            print(file=out)
+        print(text, file=out)
+    return status
+
+
+def _number(text: str | None, option: str, kind: type[int] | type[float], minimum: float) -> float | None:
+    if text is None:
+        return None
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or value < minimum:
+        what = "a whole number" if kind is int else "a number"
+        raise GrillError(f"{option}: expected {what} >= {minimum:g}, got {text!r}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m grill_locust.run.plan FILE…`, the same as `grill validate`."""
+    parser = argparse.ArgumentParser(prog="grill validate", description=__doc__.splitlines()[0])
+    configure_parser(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except GrillError as error:
+        print(f"grill validate: {error}", file=sys.stderr)
+        return error.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
