@@ -79,62 +79,68 @@ class ResponseParser:
             return self._feed_length(data, events)
         buffer = self._buffer + data if self._buffer else data
         self._buffer = b""
-        while buffer or self._state == _DONE:
+        pos = 0  # an index, not slicing: a 64 KiB recv holds hundreds of chunks
+        size_of_buffer = len(buffer)
+        while pos < size_of_buffer:
             state = self._state
-            if state == _HEAD:
-                rest = self._parse_head(buffer, events)
-                if rest is None:
+            if state == _CHUNK_DATA:
+                end = pos + self._remaining
+                if end <= size_of_buffer:
+                    events.append(buffer[pos:end])
+                    self._remaining = 0
+                    self._state = _CHUNK_DATA_END
+                    pos = end
+                else:
+                    events.append(buffer[pos:])
+                    self._remaining -= size_of_buffer - pos
                     return events
-                buffer = rest
-            elif state == _LENGTH:
-                return self._feed_length(buffer, events)
+            elif state == _CHUNK_DATA_END:
+                if size_of_buffer - pos < 2:
+                    self._buffer = buffer[pos:]
+                    return events
+                if buffer[pos : pos + 2] != b"\r\n":
+                    raise ProtocolError("chunk data not followed by CRLF")
+                pos += 2
+                self._state = _CHUNK_SIZE
             elif state == _CHUNK_SIZE:
-                line_end = buffer.find(b"\r\n")
+                line_end = buffer.find(b"\r\n", pos)
                 if line_end < 0:
-                    if len(buffer) > 1024:
+                    if size_of_buffer - pos > 1024:
                         raise ProtocolError("chunk size line too long")
-                    self._buffer = buffer
+                    self._buffer = buffer[pos:]
                     return events
-                size_text = buffer[:line_end].split(b";", 1)[0].strip()
+                size_text = buffer[pos:line_end].split(b";", 1)[0].strip()
                 try:
                     size = int(size_text, 16)
                 except ValueError:
                     raise ProtocolError(f"bad chunk size {size_text[:20]!r}") from None
-                buffer = buffer[line_end + 2 :]
+                pos = line_end + 2
                 if size == 0:
                     self._state = _TRAILERS
                 else:
                     self._remaining = size
                     self._state = _CHUNK_DATA
-            elif state == _CHUNK_DATA:
-                take = buffer[: self._remaining]
-                events.append(take)
-                self._remaining -= len(take)
-                buffer = buffer[len(take) :]
-                if self._remaining == 0:
-                    self._state = _CHUNK_DATA_END
-            elif state == _CHUNK_DATA_END:
-                if len(buffer) < 2:
-                    self._buffer = buffer
+            elif state == _HEAD:
+                rest = self._parse_head(buffer[pos:], events)
+                if rest is None:
                     return events
-                if buffer[:2] != b"\r\n":
-                    raise ProtocolError("chunk data not followed by CRLF")
-                buffer = buffer[2:]
-                self._state = _CHUNK_SIZE
+                buffer, pos, size_of_buffer = rest, 0, len(rest)
+            elif state == _LENGTH:
+                return self._feed_length(buffer[pos:], events)
             elif state == _TRAILERS:
-                line_end = buffer.find(b"\r\n")
+                line_end = buffer.find(b"\r\n", pos)
                 if line_end < 0:
-                    self._buffer = buffer
+                    self._buffer = buffer[pos:]
                     return events
-                line = buffer[:line_end]
-                buffer = buffer[line_end + 2 :]
-                if not line:
+                is_blank = line_end == pos
+                pos = line_end + 2
+                if is_blank:
                     self._finish(events)
             elif state == _UNTIL_CLOSE:
-                events.append(buffer)
+                events.append(buffer[pos:])
                 return events
             else:  # _DONE
-                self.leftover += buffer
+                self.leftover += buffer[pos:]
                 return events
         return events
 

@@ -84,16 +84,17 @@ class StreamReader:
             self.timer.fail(t, STATUS_STREAM_CUT, "connection closed mid-body" + why)
 
     def _handle(self, t: float, events: list[Head | bytes | End]) -> None:
-        body: bytes = b""
+        pieces: list[bytes] = []
         end: End | None = None
         for event in events:
             if type(event) is bytes:
-                body = body + event if body else event
+                pieces.append(event)
             elif isinstance(event, Head):
                 self._on_head(event)
             elif isinstance(event, End):
                 end = event
-        if body:
+        if pieces:
+            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             mode = self._mode
             if mode == _SNIFF:
                 start = body.lstrip()[:6]
