@@ -100,8 +100,12 @@ def synthetic_records(
     model: str = "devstral-small",
     turns: int = 4,
     seed: int = 0,
+    shapes: dict[str, EngineShape] | None = None,
 ) -> pd.DataFrame:
-    """About `n_records` records over backends x scenarios x tiers (more for larger tiers), RECORD_COLUMNS."""
+    """About `n_records` records over backends x scenarios x tiers (more for larger tiers), RECORD_COLUMNS.
+
+    Each backend is drawn with `shapes[backend]`, else ENGINE_SHAPES[backend], else vLLM's shape.
+    """
     rng = np.random.default_rng(seed)
     groups = [
         (b, s, t_index, users) for b in backends for s in scenarios for t_index, users in enumerate(tiers)
@@ -116,8 +120,8 @@ def synthetic_records(
     scenario = np.array([g[1] for g in groups], dtype=object)[group_of]
     tier_index = np.array([g[2] for g in groups])[group_of]
     users = np.array([g[3] for g in groups], dtype=float)[group_of]
-    shapes = [ENGINE_SHAPES.get(b, ENGINE_SHAPES["vllm"]) for b in backends]
-    shape_of_backend = {b: s for b, s in zip(backends, shapes, strict=True)}
+    known = {**ENGINE_SHAPES, **(shapes or {})}
+    shape_of_backend = {b: known.get(b, ENGINE_SHAPES["vllm"]) for b in backends}
 
     def per_record(attribute: str) -> np.ndarray:
         table = np.array([getattr(shape_of_backend[g[0]], attribute) for g in groups], dtype=float)

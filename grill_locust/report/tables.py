@@ -103,6 +103,7 @@ TERMINAL_TIER_COLUMNS = {
     "GPU util %",
     "VRAM peak GiB",
 }
+BINDING_NAMES = {"ttft_p50_s": "TTFT p50", "e2e_p50_s": "E2E p50", "success_rate": "success rate"}
 TURN_TABLE: list[tuple[str, str, Formatter]] = [
     ("tier_users", "users", _integer),
     ("turn", "turn", _integer),
@@ -154,7 +155,7 @@ def display_capacity(capacity: pd.DataFrame) -> pd.DataFrame:
         lambda v: str(int(v)) if v else "none"
     )
     out["estimated users"] = capacity.apply(users_phrase, axis=1) if len(capacity) else []
-    out["binding metric"] = capacity["binding_metric"].astype(str)
+    out["binding metric"] = capacity["binding_metric"].map(lambda m: BINDING_NAMES.get(m, m))
     out["first failing tier"] = _format_column(capacity["first_failing_users"], _integer)
     out["note"] = capacity["note"].astype(str)
     return out

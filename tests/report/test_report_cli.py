@@ -1,0 +1,152 @@
+"""`grill report` and `grill compare` end to end on results folders; report.html checked in headless Chromium."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from grill_locust.errors import GrillError
+from grill_locust.report import cli
+from grill_locust.report.synthetic import ENGINE_SHAPES, synthetic_records, write_results_folder
+from report_chromium import find_chromium, view_page
+
+SCENARIOS = ("multi-turn-session", "short-baseline")
+
+
+def grill(*argv: str) -> int:
+    """Run `grill report|compare ...` through this package's parser (the router adds nothing else)."""
+    parser = argparse.ArgumentParser(prog="grill")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for name in ("report", "compare"):
+        cli.configure_parser(subparsers.add_parser(name), name)
+    return cli.run(parser.parse_args(list(argv)))
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory) -> tuple[Path, Path]:
+    """The seed's vLLM with and without prefix caching: same backend name, two runs."""
+    root = tmp_path_factory.mktemp("results")
+    with_cache = synthetic_records(1500, backends=("vllm", "llamacpp"), scenarios=SCENARIOS, run_id="r-cache", seed=1)
+    without_cache = synthetic_records(
+        1500,
+        backends=("vllm",),
+        scenarios=SCENARIOS,
+        run_id="r-nocache",
+        seed=2,
+        shapes={"vllm": ENGINE_SHAPES["vllm-no-prefix-cache"]},
+    )
+    first = write_results_folder(root / "r-cache", with_cache, meta={"slo": {"ttft_p50_s": 2.0}})
+    second = write_results_folder(root / "r-nocache", without_cache)
+    return first, second
+
+
+@pytest.fixture(scope="module")
+def report_dir(two_runs, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report")
+    assert grill("report", str(two_runs[0]), "--out", str(out), "--no-progress") == 0
+    return out
+
+
+def test_report_writes_html_summaries_and_figures(report_dir):
+    names = sorted(p.name for p in report_dir.iterdir())
+    assert names == [
+        "grid.png",
+        "metrics-multi-turn-session.png",
+        "metrics-short-baseline.png",
+        "report.html",
+        "summary.csv",
+        "summary.json",
+    ]
+    summary = json.loads((report_dir / "summary.json").read_text())
+    assert {t["series"] for t in summary["tiers"]} == {"vllm", "llamacpp"}
+    assert len(summary["tiers"]) == 2 * 2 * 4  # backends x scenarios x tiers
+    assert summary["slo"] == {"ttft_p50_s": 2.0, "e2e_p50_s": 10.0, "success_rate": 0.99}
+    assert {c["scenario"] for c in summary["capacity"]} == set(SCENARIOS)
+    assert any(t["turn"] == 3 for t in summary["turns"])
+    assert summary["recommendations"][0]["recommendation"].startswith("for multi-turn-session, vllm holds")
+
+
+def test_report_html_is_self_contained(report_dir):
+    page = (report_dir / "report.html").read_text()
+    assert "<script" not in page
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", page)  # nothing fetched from the network
+    assert page.count('<img alt="') == 3
+    assert page.count('src="data:image/png;base64,') == 3
+
+
+def test_report_defaults_to_a_folder_inside_the_run(two_runs, tmp_path):
+    run = write_results_folder(tmp_path / "run", synthetic_records(200, backends=("vllm",), scenarios=SCENARIOS))
+    assert grill("report", str(run), "--no-progress") == 0
+    assert (run / "report" / "report.html").is_file()
+
+
+def test_format_table_prints_tables_and_writes_nothing(capsys, tmp_path):
+    records = synthetic_records(1500, backends=("vllm", "llamacpp"), scenarios=SCENARIOS, seed=1)
+    run = write_results_folder(tmp_path / "run", records)
+    assert grill("report", str(run), "--format", "table", "--slo-ttft-p50", "1.5") == 0
+    printed = capsys.readouterr().out
+    assert "SLO: TTFT p50 <= 1.5 s" in printed
+    assert "vllm · multi-turn-session" in printed and "TTFT p50 s" in printed
+    assert "multi-turn-session (per turn)" in printed
+    assert "Capacity at SLO" in printed
+    assert "for short-baseline, vllm holds" in printed
+    assert sorted(p.name for p in run.iterdir()) == ["phases.csv", "records.parquet", "run.json"]
+
+
+def test_compare_has_one_series_per_run_and_backend(two_runs, tmp_path):
+    out = tmp_path / "cmp"
+    status = grill(
+        "compare", "--label", f"cache-on={two_runs[0]}", "--label", f"cache-off={two_runs[1]}", "--out", str(out)
+    )
+    assert status == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert {t["series"] for t in summary["tiers"]} == {"cache-on/vllm", "cache-on/llamacpp", "cache-off/vllm"}
+    assert [r["label"] for r in summary["runs"]] == ["cache-on", "cache-off"]
+    capacity = {(c["scenario"], c["series"]) for c in summary["capacity"]}
+    assert ("multi-turn-session", "cache-off/vllm") in capacity and ("multi-turn-session", "cache-on/vllm") in capacity
+    page = (out / "report.html").read_text()
+    assert "cache-off/vllm" in page and "cache-on/vllm" in page and "grill-locust comparison" in page
+
+
+def test_compare_names_unlabelled_runs_by_run_id(two_runs, tmp_path):
+    assert grill("compare", str(two_runs[0]), str(two_runs[1]), "--out", str(tmp_path), "--no-progress") == 0
+    series = {t["series"] for t in json.loads((tmp_path / "summary.json").read_text())["tiers"]}
+    assert series == {"r-cache/vllm", "r-cache/llamacpp", "r-nocache/vllm"}
+
+
+def test_compare_errors_are_one_line(two_runs):
+    with pytest.raises(GrillError, match="--out DIR is required"):
+        grill("compare", str(two_runs[0]))
+    with pytest.raises(GrillError, match="expected NAME=RUN_DIR"):
+        grill("compare", "--label", "nolabel", "--out", "x")
+    with pytest.raises(GrillError, match="no such results folder"):
+        grill("report", "/nonexistent/run", "--format", "table")
+
+
+def test_progress_bar_is_drawn_when_asked(two_runs, tmp_path, capsys):
+    assert grill("report", str(two_runs[1]), "--out", str(tmp_path), "--progress") == 0
+    err = capsys.readouterr().err
+    assert "report.html" in err and "[" in err and "#" in err
+
+
+@pytest.mark.skipif(find_chromium() is None, reason="needs Debian `chromium` (apt-get install -y chromium)")
+def test_report_html_renders_in_headless_chromium(report_dir):
+    view = view_page(report_dir / "report.html", timeout_s=90)
+    assert view.console_errors == []
+    assert view.title.startswith("grill-locust report")
+    assert len(view.images) == 3
+    for image in view.images:
+        assert image["complete"] and image["naturalWidth"] > 0 and image["naturalHeight"] > 0
+        assert image["levels"] > 20 and image["nonWhite"] > 100, image  # a plot, not a blank canvas
+    fetched = [url for url in view.requested_urls if not url.startswith(("file:", "data:"))]
+    assert fetched == []
+    screenshot = Image.open(io.BytesIO(view.screenshot_png)).convert("L")
+    assert screenshot.size == (1400, 1000)
+    low, high = screenshot.getextrema()
+    assert high - low > 100 and len(screenshot.getcolors(256) or []) > 20  # text and tables drawn, not blank
