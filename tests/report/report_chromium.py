@@ -181,12 +181,16 @@ def _inspect(pipe: _Pipe, html_path: Path) -> PageView:
     view = PageView()
     view.title = _evaluate(pipe, session, "document.title")
     view.images = json.loads(_evaluate(pipe, session, IMAGES_JS))
-    shot = pipe.send("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": False}, session=session)
+    shot = pipe.send(
+        "Page.captureScreenshot", {"format": "png", "captureBeyondViewport": False}, session=session
+    )
     view.screenshot_png = base64.b64decode(shot["data"])
     for event in pipe.events:
         method, params = event.get("method"), event.get("params", {})
         if method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
-            view.console_errors.append(" ".join(str(a.get("value", a.get("description"))) for a in params["args"]))
+            view.console_errors.append(
+                " ".join(str(a.get("value", a.get("description"))) for a in params["args"])
+            )
         elif method == "Runtime.exceptionThrown":
             view.console_errors.append(str(params.get("exceptionDetails", {}).get("text")))
         elif method == "Log.entryAdded" and params.get("entry", {}).get("level") == "error":

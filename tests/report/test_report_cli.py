@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
+from report_chromium import find_chromium, view_page
 
 from grill_locust.errors import GrillError
 from grill_locust.report import cli
 from grill_locust.report.synthetic import ENGINE_SHAPES, synthetic_records, write_results_folder
-from report_chromium import find_chromium, view_page
 
 SCENARIOS = ("multi-turn-session", "short-baseline")
 
@@ -32,7 +32,9 @@ def grill(*argv: str) -> int:
 def two_runs(tmp_path_factory) -> tuple[Path, Path]:
     """The seed's vLLM with and without prefix caching: same backend name, two runs."""
     root = tmp_path_factory.mktemp("results")
-    with_cache = synthetic_records(1500, backends=("vllm", "llamacpp"), scenarios=SCENARIOS, run_id="r-cache", seed=1)
+    with_cache = synthetic_records(
+        1500, backends=("vllm", "llamacpp"), scenarios=SCENARIOS, run_id="r-cache", seed=1
+    )
     without_cache = synthetic_records(
         1500,
         backends=("vllm",),
@@ -81,7 +83,9 @@ def test_report_html_is_self_contained(report_dir):
 
 
 def test_report_defaults_to_a_folder_inside_the_run(two_runs, tmp_path):
-    run = write_results_folder(tmp_path / "run", synthetic_records(200, backends=("vllm",), scenarios=SCENARIOS))
+    run = write_results_folder(
+        tmp_path / "run", synthetic_records(200, backends=("vllm",), scenarios=SCENARIOS)
+    )
     assert grill("report", str(run), "--no-progress") == 0
     assert (run / "report" / "report.html").is_file()
 
@@ -102,14 +106,23 @@ def test_format_table_prints_tables_and_writes_nothing(capsys, tmp_path):
 def test_compare_has_one_series_per_run_and_backend(two_runs, tmp_path):
     out = tmp_path / "cmp"
     status = grill(
-        "compare", "--label", f"cache-on={two_runs[0]}", "--label", f"cache-off={two_runs[1]}", "--out", str(out)
+        "compare",
+        "--label",
+        f"cache-on={two_runs[0]}",
+        "--label",
+        f"cache-off={two_runs[1]}",
+        "--out",
+        str(out),
     )
     assert status == 0
     summary = json.loads((out / "summary.json").read_text())
     assert {t["series"] for t in summary["tiers"]} == {"cache-on/vllm", "cache-on/llamacpp", "cache-off/vllm"}
     assert [r["label"] for r in summary["runs"]] == ["cache-on", "cache-off"]
     capacity = {(c["scenario"], c["series"]) for c in summary["capacity"]}
-    assert ("multi-turn-session", "cache-off/vllm") in capacity and ("multi-turn-session", "cache-on/vllm") in capacity
+    assert ("multi-turn-session", "cache-off/vllm") in capacity and (
+        "multi-turn-session",
+        "cache-on/vllm",
+    ) in capacity
     page = (out / "report.html").read_text()
     assert "cache-off/vllm" in page and "cache-on/vllm" in page and "grill-locust comparison" in page
 
