@@ -1,0 +1,402 @@
+"""Scenario files: every section of the native schema, llm-grill compatibility, ${ENV}, secrets."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from pydantic import SecretStr
+
+from grill_locust.config import (
+    BUILTIN_CONVERSATION_KINDS,
+    DEFAULT_TIERS,
+    ConfigError,
+    Scenario,
+    expand_env_string,
+    iter_secrets,
+    load_scenario,
+    parse_scenario,
+    parse_tiers,
+)
+from grill_locust.errors import GrillError
+
+REPO = Path(__file__).resolve().parents[2]
+SCENARIOS = REPO / "scenarios"
+
+FULL_NATIVE = """
+name: full
+description: every key of the native schema
+backends:
+  - name: vllm
+    engine: vllm
+    url: http://127.0.0.1:8000/
+    api_key: sk-native-secret
+    api: completions
+    timeouts: {connect_s: 2, first_token_s: 30, total_s: 60}
+    metrics_url: http://127.0.0.1:9400/metrics
+    gpu_exporters: [http://10.0.0.5:9835/metrics]
+    extra_body: {chat_template_kwargs: {enable_thinking: false}}
+    headers: {X-Team: infra}
+    retries: 2
+  - name: sim
+    engine: sim
+    profile: llamacpp
+    sim_args: {max_num_seqs: 4}
+models:
+  - name: devstral
+    max_tokens: 128
+    min_tokens: 16
+    temperature: 0.2
+    top_p: 0.9
+    top_k: 20
+    ignore_eos: true
+conversations:
+  - name: chat
+    kind: multi-turn
+    description: a shorter session
+    system_tokens: 300
+    user_turns: 3
+    turn_tokens: 40
+    shared_system: true
+    seed: 7
+  - name: docs
+    kind: shared-prefix
+    prefix_tokens: 1000
+    question_tokens: 30
+  - name: tiny
+    kind: short-baseline
+    prompt_tokens: 10
+  - name: big
+    kind: unique-prompts
+    prompt_tokens: 500
+  - name: scripted
+    kind: fixed
+    salt: false
+    turns:
+      - {role: user, content: hello}
+targets:
+  - {name: first, backend: vllm, model: devstral, conversation: chat}
+  - {backend: sim, model: devstral, conversation: docs}
+load:
+  tiers: [2, 4]
+  iterations: 3
+  pause_s: 0.5
+  think_time_s: 0
+  spawn_rate: 10
+  tier_timeout_s: 120
+slo: {ttft_p50_s: 1.5, e2e_p50_s: 8, success_rate: 0.95}
+sinks:
+  influx: {url: "http://127.0.0.1:8086", org: grill, bucket: runs, token: influx-secret-token}
+"""
+
+MINIMAL = """
+backends: [{name: vllm, engine: vllm, url: "http://127.0.0.1:8000"}]
+models: [{name: m}]
+targets: [{conversation: short-baseline}]
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "scenario.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_every_native_section_is_read(tmp_path: Path) -> None:
+    scenario = load_scenario(write(tmp_path, FULL_NATIVE, "full.yaml"))
+    assert scenario.name == "full" and scenario.description.startswith("every key")
+    vllm, sim = scenario.backends
+    assert vllm.url == "http://127.0.0.1:8000"  # trailing slash dropped
+    assert vllm.api == "completions" and vllm.retries == 2
+    assert (vllm.timeouts.connect_s, vllm.timeouts.first_token_s, vllm.timeouts.total_s) == (2, 30, 60)
+    assert vllm.metrics_url == "http://127.0.0.1:9400/metrics"  # given
+    assert vllm.tokenize_url == "http://127.0.0.1:8000/tokenize"  # default
+    assert vllm.gpu_exporters == ["http://10.0.0.5:9835/metrics"]
+    assert vllm.extra_body == {"chat_template_kwargs": {"enable_thinking": False}}
+    assert vllm.headers == {"X-Team": "infra"}
+    assert isinstance(vllm.api_key, SecretStr) and vllm.api_key.get_secret_value() == "sk-native-secret"
+    assert sim.profile == "llamacpp" and sim.sim_args == {"max_num_seqs": 4} and sim.managed
+    model = scenario.models[0]
+    assert (model.max_tokens, model.min_tokens, model.temperature, model.top_p, model.top_k) == (
+        128,
+        16,
+        0.2,
+        0.9,
+        20,
+    )
+    assert model.ignore_eos
+    by_name = {conversation.name: conversation for conversation in scenario.conversations}
+    chat = by_name["chat"]
+    assert (chat.system_tokens, chat.user_turns, chat.turn_tokens, chat.shared_system, chat.seed) == (
+        300,
+        3,
+        40,
+        True,
+        7,
+    )
+    assert (by_name["docs"].prefix_tokens, by_name["docs"].question_tokens) == (1000, 30)
+    assert by_name["tiny"].prompt_tokens == 10 and by_name["big"].prompt_tokens == 500
+    assert by_name["scripted"].kind == "fixed" and not by_name["scripted"].salt
+    first, second = scenario.targets
+    assert first.name == "first" and first.backend is vllm and first.conversation is chat
+    assert second.name == "sim/devstral/docs"
+    load = scenario.load
+    assert (load.tiers, load.iterations, load.pause_s, load.think_time_s) == ([2, 4], 3, 0.5, 0)
+    assert (load.spawn_rate, load.tier_timeout_s) == (10, 120)
+    assert (scenario.slo.ttft_p50_s, scenario.slo.e2e_p50_s, scenario.slo.success_rate) == (1.5, 8, 0.95)
+    influx = scenario.sinks.influx
+    assert influx is not None and influx.bucket == "runs" and influx.org == "grill"
+    assert influx.token is not None and influx.token.get_secret_value() == "influx-secret-token"
+
+
+def test_defaults_of_a_minimal_file(tmp_path: Path) -> None:
+    scenario = load_scenario(write(tmp_path, MINIMAL, "minimal.yaml"))
+    assert scenario.name == "minimal"  # from the file name
+    assert scenario.load.tiers == list(DEFAULT_TIERS)
+    assert (scenario.load.iterations, scenario.load.pause_s, scenario.load.think_time_s) == (5, 30.0, 0.5)
+    assert scenario.load.spawn_rate is None and scenario.load.tier_timeout_s == 1800
+    assert (scenario.slo.ttft_p50_s, scenario.slo.e2e_p50_s, scenario.slo.success_rate) == (2.0, 10.0, 0.99)
+    assert scenario.sinks.influx is None
+    backend = scenario.backends[0]
+    assert (backend.timeouts.connect_s, backend.timeouts.first_token_s, backend.timeouts.total_s) == (
+        10,
+        300,
+        600,
+    )
+    assert backend.api == "chat" and backend.retries == 0 and backend.api_key is None
+    assert backend.metrics_url == "http://127.0.0.1:8000/metrics"
+    model = scenario.models[0]
+    assert (model.max_tokens, model.temperature, model.ignore_eos) == (256, 0.0, False)
+    # the only backend and model are implied; the target name says all three
+    assert scenario.targets[0].name == "vllm/m/short-baseline"
+
+
+def test_builtin_conversations_need_no_declaration(tmp_path: Path) -> None:
+    scenario = load_scenario(write(tmp_path, MINIMAL))
+    by_name = {conversation.name: conversation for conversation in scenario.conversations}
+    assert set(BUILTIN_CONVERSATION_KINDS) <= set(by_name)
+    multi = by_name["multi-turn-session"]
+    assert (multi.kind, multi.system_tokens, multi.user_turns, multi.turn_tokens, multi.shared_system) == (
+        "multi-turn",
+        1500,
+        4,
+        150,
+        False,
+    )
+    assert (by_name["shared-prefix"].prefix_tokens, by_name["shared-prefix"].question_tokens) == (4000, 100)
+    assert by_name["short-baseline"].prompt_tokens == 50
+    assert by_name["unique-prompts"].prompt_tokens == 3000
+    assert multi.requests_per_iteration == 4 and by_name["unique-prompts"].requests_per_iteration == 1
+
+
+def test_a_declared_conversation_replaces_the_builtin_of_that_name(tmp_path: Path) -> None:
+    text = MINIMAL + "conversations: [{name: shared-prefix, prefix_tokens: 800}]\n"
+    scenario = load_scenario(write(tmp_path, text))
+    shared = [c for c in scenario.conversations if c.name == "shared-prefix"]
+    assert len(shared) == 1 and shared[0].kind == "shared-prefix" and shared[0].prefix_tokens == 800
+    assert shared[0].question_tokens == 100  # the kind's default for what was not given
+
+
+def test_llm_grill_example_parses_unchanged() -> None:
+    scenario = load_scenario(SCENARIOS / "llm-grill-example.yaml")
+    vllm, llamacpp = scenario.backends
+    assert (vllm.name, vllm.engine, vllm.url) == (
+        "vllm-local",
+        "vllm",
+        "http://localhost:8000",
+    )  # /v1 dropped
+    assert vllm.timeouts.total_s == 300 and vllm.api_key is None  # ${VLLM_API_KEY:-} unset: no key
+    assert (llamacpp.engine, llamacpp.timeouts.total_s) == ("llamacpp", 600)  # type: llama.cpp
+    assert scenario.models[0].top_k == 40 and scenario.models[0].max_tokens == 512
+    review = next(c for c in scenario.conversations if c.name == "code-review")
+    assert review.kind == "fixed" and review.salt is True
+    assert [turn.role for turn in review.turns] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+        "assistant",
+        "user",
+    ]
+    assert review.requests_per_iteration == 3
+    assert [target.backend.name for target in scenario.targets] == ["vllm-local", "llamacpp-local"]
+    load = scenario.load
+    assert load.tiers == [1, 5, 10, 20] and load.iterations == 3
+    assert load.spawn_rate == pytest.approx(2.0)  # 20 users over ramp_up_seconds: 10
+    assert (load.think_time_s, load.pause_s) == (1.0, 15)
+
+
+@pytest.mark.parametrize(
+    ("load_yaml", "tiers"),
+    [
+        ("{concurrent_users: 8}", [8]),
+        ("{concurrent_users: 200, ramp_levels: 4}", [50, 100, 150, 200]),
+        ("{concurrent_users: 10, ramp_levels: 3}", [4, 7, 10]),
+        ("{concurrent_users: [1, 3]}", [1, 3]),
+        ("{ramp_levels: [2, 6], concurrent_users: 6}", [2, 6]),
+    ],
+)
+def test_llm_grill_load_becomes_tiers(tmp_path: Path, load_yaml: str, tiers: list[int]) -> None:
+    scenario = load_scenario(write(tmp_path, MINIMAL + f"load: {load_yaml}\n"))
+    assert scenario.load.tiers == tiers
+
+
+def test_llm_grill_server_keys_backend_and_type_are_synonyms(tmp_path: Path) -> None:
+    text = """
+    servers:
+      - {name: a, url: "http://127.0.0.1:1/v1", backend: SGLang}
+      - {name: b, url: "http://127.0.0.1:2", type: llama-cpp}
+      - {name: c, url: "http://127.0.0.1:3", engine: openai-compatible}
+    models: [{name: m}]
+    targets:
+      - {server: a, conversation: short-baseline}
+      - {backend: b, conversation: short-baseline}
+      - {server: c, conversation: short-baseline}
+    """
+    scenario = load_scenario(write(tmp_path, text))
+    assert [b.engine for b in scenario.backends] == ["sglang", "llamacpp", "openai"]
+    assert scenario.backends[2].metrics_url is None and scenario.backends[2].tokenize_url is None
+
+
+def test_env_expansion_in_any_string(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GRILL_T_URL", "http://10.1.2.3:8000")
+    monkeypatch.setenv("GRILL_T_MODEL", "devstral")
+    monkeypatch.setenv("GRILL_T_ITER", "2")
+    monkeypatch.setenv("GRILL_T_EMPTY", "")
+    monkeypatch.delenv("GRILL_T_UNSET", raising=False)
+    text = """
+    name: ${GRILL_T_UNSET:-fallback-name}
+    description: "costs $${PRICE} per ${GRILL_T_EMPTY-never}token"
+    backends: [{name: vllm, engine: vllm, url: "${GRILL_T_URL}", headers: {X-Model: "${GRILL_T_MODEL}"}}]
+    models: [{name: "${GRILL_T_MODEL}"}]
+    targets: [{model: "${GRILL_T_MODEL}", conversation: "${GRILL_T_CONV:-unique-prompts}"}]
+    load: {iterations: "${GRILL_T_ITER}", tiers: ["${GRILL_T_ITER}", 4]}
+    """
+    scenario = load_scenario(write(tmp_path, text))
+    assert scenario.name == "fallback-name"
+    assert scenario.description == "costs ${PRICE} per token"  # $${ is a literal; ${X-d} keeps an empty X
+    assert scenario.backends[0].url == "http://10.1.2.3:8000"
+    assert scenario.backends[0].headers == {"X-Model": "devstral"}
+    assert scenario.targets[0].model.name == "devstral"
+    assert scenario.targets[0].conversation.name == "unique-prompts"
+    assert scenario.load.iterations == 2 and scenario.load.tiers == [2, 4]
+
+
+def test_expand_env_string_rules() -> None:
+    env = {"SET": "x", "EMPTY": ""}
+    assert expand_env_string("a${SET}b", env) == "axb"
+    assert expand_env_string("${EMPTY:-d}|${EMPTY-d}|${NOPE-d}|${NOPE:-}", env) == "d||d|"
+    assert expand_env_string("$$plain $HOME", env) == "$$plain $HOME"  # only ${...} is special
+    with pytest.raises(KeyError):
+        expand_env_string("${NOPE}", env)
+    with pytest.raises(ValueError):
+        expand_env_string("${1BAD}", env)
+
+
+def test_unset_variable_names_the_yaml_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GRILL_T_UNSET", raising=False)
+    text = MINIMAL.replace(
+        'url: "http://127.0.0.1:8000"', 'url: "http://127.0.0.1:8000", headers: {A: "${GRILL_T_UNSET}"}'
+    )
+    with pytest.raises(ConfigError) as caught:
+        load_scenario(write(tmp_path, text, "env.yaml"))
+    message = str(caught.value)
+    assert message.startswith(
+        f"{tmp_path / 'env.yaml'}: backends[0].headers.A: environment variable GRILL_T_UNSET"
+    )
+    assert "\n" not in message
+
+
+def test_secrets_are_redacted_everywhere_but_the_wire(tmp_path: Path) -> None:
+    scenario = load_scenario(write(tmp_path, FULL_NATIVE))
+    secrets = sorted(iter_secrets(scenario))
+    assert secrets == ["influx-secret-token", "sk-native-secret"]
+    redacted = scenario.redacted()
+    assert redacted["backends"][0]["api_key"] == "***"
+    assert redacted["targets"][0]["backend"]["api_key"] == "***"
+    assert redacted["sinks"]["influx"]["token"] == "***"
+    for text in (str(redacted), repr(scenario), str(scenario), scenario.model_dump_json()):
+        for secret in secrets:
+            assert secret not in text
+    wire = scenario.to_wire()
+    assert wire["backends"][0]["api_key"] == "sk-native-secret"
+    again = Scenario.from_wire(wire)
+    assert again == scenario
+    assert again.targets[0].backend.api_key is not None
+    assert again.targets[0].backend.api_key.get_secret_value() == "sk-native-secret"
+
+
+def test_an_empty_api_key_sends_none(tmp_path: Path) -> None:
+    text = MINIMAL.replace(
+        'url: "http://127.0.0.1:8000"', 'url: "http://127.0.0.1:8000", api_key: "${NO_SUCH_KEY_X:-}"'
+    )
+    assert load_scenario(write(tmp_path, text)).backends[0].api_key is None
+
+
+def test_overrides_replace_the_load_and_are_validated(tmp_path: Path) -> None:
+    scenario = load_scenario(write(tmp_path, MINIMAL))
+    changed = scenario.with_overrides(tiers=[1, 4], iterations=1, pause_s=0.2, think_time_s=0)
+    assert (changed.load.tiers, changed.load.iterations, changed.load.pause_s, changed.load.think_time_s) == (
+        [1, 4],
+        1,
+        0.2,
+        0,
+    )
+    assert scenario.load.tiers == list(DEFAULT_TIERS)  # the original is unchanged (frozen)
+    assert scenario.with_overrides().load == scenario.load
+    with pytest.raises(ConfigError, match="iterations: expected a value >= 1"):
+        scenario.with_overrides(iterations=0)
+
+
+def test_managed_sim_gets_endpoints_once_it_has_a_url(tmp_path: Path) -> None:
+    text = """
+    backends: [{name: sim, engine: sim}]
+    models: [{name: grill-sim}]
+    targets: [{conversation: short-baseline}]
+    """
+    backend = load_scenario(write(tmp_path, text)).backends[0]
+    assert backend.managed and backend.profile == "vllm" and backend.tokenize_url is None
+    started = backend.with_url("http://127.0.0.1:40123")
+    assert not started.managed
+    assert started.tokenize_url == "http://127.0.0.1:40123/tokenize"
+    assert started.metrics_url == "http://127.0.0.1:40123/metrics"
+    moved = started.with_url("http://127.0.0.1:40124")
+    assert moved.metrics_url == "http://127.0.0.1:40124/metrics"
+
+
+def test_yaml_errors_and_paths_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_scenario(write(tmp_path, "backends: [\n", "bad.yaml"))
+    assert str(caught.value).startswith(f"{tmp_path / 'bad.yaml'}:2:1: YAML syntax error")
+    with pytest.raises(ConfigError, match="no such file"):
+        load_scenario(tmp_path / "missing.yaml")
+    with pytest.raises(ConfigError, match=r"^inline: targets\[0\]\.conversation: required"):
+        parse_scenario(
+            {
+                "backends": [{"name": "a", "engine": "vllm", "url": "http://h:1"}],
+                "models": [{"name": "m"}],
+                "targets": [{}],
+            },
+            "inline",
+        )
+
+
+def test_shipped_scenarios_validate(monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in ("VLLM_URL", "VLLM_API_KEY", "MODEL", "LLAMACPP_MODEL", "SGLANG_URL", "LLAMACPP_URL"):
+        monkeypatch.delenv(variable, raising=False)
+    coding = load_scenario(SCENARIOS / "coding.yaml")
+    assert {t.backend.name for t in coding.targets} == {"vllm", "vllm-no-prefix-cache", "sglang", "llamacpp"}
+    assert {t.conversation.name for t in coding.targets} == set(BUILTIN_CONVERSATION_KINDS)
+    assert len(coding.targets) == 16 and coding.load.tiers == list(DEFAULT_TIERS)
+    demo = load_scenario(SCENARIOS / "demo.yaml")
+    assert all(b.engine == "sim" and b.managed for b in demo.backends)
+    assert {b.profile for b in demo.backends} == {"vllm", "llamacpp"}
+    assert demo.load.tiers == [1, 4, 8] and demo.load.iterations == 1
+
+
+def test_parse_tiers() -> None:
+    assert parse_tiers("1, 5,10") == [1, 5, 10]
+    for bad in ("", "1,x", "0", "-3"):
+        with pytest.raises(GrillError, match="--tiers: expected comma-separated"):
+            parse_tiers(bad)
