@@ -68,9 +68,11 @@ def parse_gpu_text(
     for family in text_string_to_metric_families(text):
         for metric_sample in family.samples:
             labels = metric_sample.labels
-            mapping = GRILL_SAMPLE_FIELDS.get(metric_sample.name) or DCGM_SAMPLE_FIELDS.get(
-                metric_sample.name
+            # the parser names every counter sample `<name>_total`, even where the text had no suffix
+            dcgm_name = (
+                metric_sample.name.removesuffix("_total") if family.type == "counter" else metric_sample.name
             )
+            mapping = GRILL_SAMPLE_FIELDS.get(metric_sample.name) or DCGM_SAMPLE_FIELDS.get(dcgm_name)
             if mapping is None:
                 continue
             gpu_index = labels.get("gpu", "")
