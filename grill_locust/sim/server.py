@@ -360,10 +360,10 @@ class SimServer:
             "status": status,
             "outcome": "error",
             "fault": fault,
-            "arrival": arrival + offset,
+            "arrival": round(arrival + offset, 6),
             "admitted": None,
             "first_token": None,
-            "end": end + offset,
+            "end": round(end + offset, 6),
             "prompt_tokens": prompt_len,
             "cached_tokens": 0,
             "output_tokens": 0,
@@ -451,13 +451,13 @@ class Reply:
         templates = self.templates
         token = OUTPUT_JSON[(seq.output_start + index) % VOCAB_SIZE]
         opening = templates.reasoning_open if index < self.reasoning_tokens else templates.content_open
+        if self.event_times is not None:
+            self.event_times.append(self.server.clock())  # just before the write, as the client's t is after
         if seq.finish_reason is None:
             self.conn.write_chunk(opening + token + templates.close_running)
         else:
             self.conn.write_chunk(opening + token + templates.close_final % seq.finish_reason.encode())
         self.server.events += 1
-        if self.event_times is not None:
-            self.event_times.append(self.server.clock())
 
     def on_finish(self, seq: Sequence, now: float) -> None:
         if self.ended:
@@ -519,8 +519,8 @@ class Reply:
         record.update(
             outcome=self.outcome,
             stream=self.stream,
-            admitted=None if seq.admitted_at is None else seq.admitted_at + offset,
-            first_token=times[0] + offset if times else None,
+            admitted=None if seq.admitted_at is None else round(seq.admitted_at + offset, 6),
+            first_token=round(times[0] + offset, 6) if times else None,
             cached_tokens=seq.num_cached,
             output_tokens=seq.output_count,
             finish_reason=seq.finish_reason,

@@ -226,7 +226,7 @@ def test_truth_log_matches_what_the_client_saw(vllm_sim):
     assert record["first_token"] == record["event_times"][0]
     assert result.t0 <= record["arrival"] <= record["first_token"] <= record["end"]
     for emitted, arrived in zip(record["event_times"], client_times, strict=True):
-        assert 0 <= arrived - emitted < 0.25  # same clock; delivery takes well under a step on loopback
+        assert -0.001 <= arrived - emitted < 0.25  # same clock (to clock-offset precision), loopback delivery
 
 
 def test_keep_alive_serves_many_requests_on_one_connection(vllm_sim):
