@@ -100,6 +100,15 @@ def _open_socket(origin: Origin, timeout_s: float) -> socket.socket:
     return sock
 
 
+def connect_error(origin: Origin, timeout_s: float) -> str:
+    """Why a connection to `origin` cannot be opened, or "" when it can."""
+    try:
+        _open_socket(origin, timeout_s).close()
+    except OSError as error:
+        return _connect_error(error, timeout_s)
+    return ""
+
+
 def _connect_error(error: OSError, timeout_s: float) -> str:
     if isinstance(error, socket.timeout):
         return f"connect timed out after {timeout_s:g} s"
@@ -135,13 +144,13 @@ class EngineClient:
             headers["Authorization"] = f"Bearer {api_key}"
         for name, value in (getattr(backend, "headers", None) or {}).items():
             headers[str(name)] = str(value)
-        self._auth_headers = {
+        self.auth_headers = {
             name: value
             for name, value in headers.items()
             if any(w in name.lower() for w in _SECRET_HEADER_WORDS)
         }
         self.secrets: tuple[str, ...] = tuple(
-            s for s in {api_key or "", *self._auth_headers.values()} if s and len(s) >= 4
+            s for s in {api_key or "", *self.auth_headers.values()} if s and len(s) >= 4
         )
         self._header_bytes = "".join(f"{name}: {value}\r\n" for name, value in headers.items()).encode(
             "latin-1"
@@ -210,7 +219,7 @@ class EngineClient:
             origin = Origin.parse(self.tokenize_url)
         except ValueError:
             return None
-        headers = self._auth_headers if origin.same_server(self.origin) else {}
+        headers = self.auth_headers if origin.same_server(self.origin) else {}
         reply = request_once(self.tokenize_url, "POST", body, headers=headers, timeout_s=TOKENIZE_TIMEOUT_S)
         if reply is None or not 200 <= reply.status < 300:
             return None

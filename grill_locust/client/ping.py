@@ -1,0 +1,198 @@
+"""`grill ping FILE`: check each backend of a scenario and print what it can do for a load test.
+
+Per backend: reachable, its target models listed at /v1/models, a tiny request streams, usage in
+the stream, cached_tokens reported, /tokenize and /metrics answering. Simulated backends
+(`engine: sim` without a URL) are started for the check and stopped after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from grill_locust.client._engine import EngineClient, Origin, connect_error, request_once
+from grill_locust.client._replies import scrub
+from grill_locust.client.payloads import CHAT_PATH, COMPLETIONS_PATH, chat_payload, completions_payload
+from grill_locust.errors import GrillError
+from grill_locust.record import STATUS_OK, measure
+
+PING_MAX_TOKENS = 8
+PING_PROMPT = "Write a Python function that returns the sum of two numbers."
+DEFAULT_TIMEOUT_S = 30.0
+
+
+@dataclass
+class BackendCheck:
+    """What one backend answered; None means "not checked" (not configured, or unreachable)."""
+
+    name: str
+    engine: str
+    url: str
+    reachable: bool = False
+    model_listed: bool | None = None
+    streams: bool | None = None
+    usage_in_stream: bool | None = None
+    cached_tokens: bool | None = None
+    tokenize: bool | None = None
+    metrics: bool | None = None
+    note: str = ""
+
+    @property
+    def usable(self) -> bool:
+        return self.reachable and bool(self.streams)
+
+
+COLUMNS: tuple[tuple[str, str], ...] = (
+    ("backend", "name"),
+    ("engine", "engine"),
+    ("url", "url"),
+    ("reachable", "reachable"),
+    ("model listed", "model_listed"),
+    ("streams", "streams"),
+    ("usage in stream", "usage_in_stream"),
+    ("cached_tokens", "cached_tokens"),
+    ("/tokenize", "tokenize"),
+    ("/metrics", "metrics"),
+    ("note", "note"),
+)
+
+
+def configure_parser(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument("scenario", metavar="FILE", help="scenario YAML whose backends to check")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT_S,
+        metavar="S",
+        help=f"seconds allowed for each check of each backend (default {DEFAULT_TIMEOUT_S:g})",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from grill_locust.config import load_scenario
+
+    if args.timeout <= 0:
+        raise GrillError(f"--timeout: expected a positive number of seconds, got {args.timeout:g}")
+    scenario = load_scenario(args.scenario)
+    checks: list[BackendCheck] = []
+    for backend in scenario.backends:
+        models = list(dict.fromkeys(t.model.name for t in scenario.targets if t.backend.name == backend.name))
+        with _running(backend, models) as live:
+            checks.append(check_backend(live, models, timeout_s=args.timeout))
+    print(format_table(checks))
+    return 0 if all(check.usable for check in checks) else 1
+
+
+@contextlib.contextmanager
+def _running(backend: Any, models: list[str]) -> Iterator[Any]:
+    """The backend, started first if it is a simulated engine that only runs during a run."""
+    if backend.engine != "sim" or backend.url:
+        yield backend
+        return
+    from grill_locust.sim import SimProcess
+
+    extra = [f"--{key.replace('_', '-')}={value}" for key, value in backend.sim_args.items()]
+    sim = SimProcess.start(
+        profile=backend.profile or "vllm",
+        served_model_name=models[0] if models else "grill-sim",
+        extra_args=extra,
+    )
+    try:
+        yield backend.with_url(sim.url)
+    finally:
+        sim.stop()
+
+
+def check_backend(backend: Any, models: list[str], *, timeout_s: float = DEFAULT_TIMEOUT_S) -> BackendCheck:
+    """Probe one backend (any object with config.Backend's attributes)."""
+    check = BackendCheck(name=backend.name, engine=backend.engine, url=backend.url)
+    client = EngineClient(backend)
+    client.connect_s = min(client.connect_s, timeout_s)
+    client.first_token_s = min(client.first_token_s, timeout_s)
+    client.total_s = min(client.total_s, timeout_s)
+    notes: list[str] = []
+
+    listing = request_once(backend.url + "/v1/models", headers=client.auth_headers, timeout_s=timeout_s)
+    if listing is None:
+        check.note = connect_error(client.origin, timeout_s) or "no HTTP reply at /v1/models"
+        client.close()
+        return check
+    check.reachable = True
+    served = _model_ids(listing.body) if listing.status == 200 else []
+    if listing.status != 200:
+        notes.append(f"/v1/models: HTTP {listing.status}")
+    elif models:
+        check.model_listed = all(name in served for name in models)
+        if not check.model_listed:
+            missing = ", ".join(name for name in models if name not in served)
+            notes.append(f"not listed: {missing} (served: {', '.join(served[:5]) or 'none'})")
+    model = models[0] if models else (served[0] if served else None)
+
+    if model is None:
+        notes.append("no model to stream with")
+    else:
+        extra_body = {"max_tokens": PING_MAX_TOKENS, **(getattr(backend, "extra_body", None) or {})}
+        if getattr(backend, "api", "chat") == "completions":
+            result = client.stream(COMPLETIONS_PATH, completions_payload(model, PING_PROMPT, extra_body))
+        else:
+            messages = [{"role": "user", "content": PING_PROMPT}]
+            result = client.stream(CHAT_PATH, chat_payload(model, messages, extra_body))
+        raw = result.raw
+        measurement = measure(raw)
+        check.streams = measurement.status == STATUS_OK
+        if check.streams:
+            check.usage_in_stream = raw.completion_tokens is not None
+            check.cached_tokens = raw.cached_tokens is not None
+        else:
+            notes.append(f"stream: {measurement.status} {raw.error}".strip())
+
+    if getattr(backend, "tokenize_url", None):
+        check.tokenize = client.count_tokens("def add(a, b):\n    return a + b\n", model) is not None
+    if getattr(backend, "metrics_url", None):
+        check.metrics = _metrics_answer(backend.metrics_url, client, timeout_s)
+    client.close()
+    check.note = scrub("; ".join(notes), client.secrets)
+    return check
+
+
+def _model_ids(body: bytes) -> list[str]:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return []
+    items = data.get("data") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        return []
+    return [str(item["id"]) for item in items if isinstance(item, dict) and "id" in item]
+
+
+def _metrics_answer(url: str, client: EngineClient, timeout_s: float) -> bool:
+    same_server = Origin.parse(url).same_server(client.origin)
+    reply = request_once(url, headers=client.auth_headers if same_server else {}, timeout_s=timeout_s)
+    if reply is None or reply.status != 200:
+        return False
+    return b"# TYPE" in reply.body or b"# HELP" in reply.body
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def format_table(checks: list[BackendCheck]) -> str:
+    """A plain-text table, one row per backend ("-": not checked or not configured)."""
+    rows = [[title for title, _ in COLUMNS]]
+    rows += [[_cell(getattr(check, attribute)) for _, attribute in COLUMNS] for check in checks]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+    lines = [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)

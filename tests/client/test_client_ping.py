@@ -1,0 +1,103 @@
+"""`grill ping FILE`: a capability table per backend, simulated engines started for the check."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+
+import pytest
+from client_servers import Request, Server
+
+from grill_locust.cli import main
+
+
+def write_scenario(tmp_path: Path, backends: str, targets: str) -> str:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(
+        f"name: ping-test\nbackends:\n{backends}\nmodels:\n  - name: grill-sim\n    max_tokens: 8\n"
+        f"conversations:\n  - name: short\n    kind: short-baseline\ntargets:\n{targets}\n"
+        "load:\n  tiers: [1]\n  iterations: 1\n"
+    )
+    return str(path)
+
+
+def table_rows(output: str) -> dict[str, list[str]]:
+    lines = output.strip().splitlines()
+    return {line.split()[0]: line.split() for line in lines[2:]}
+
+
+@pytest.mark.slow
+def test_ping_starts_a_simulated_engine_and_reports_every_capability(tmp_path: Path, capsys) -> None:
+    scenario = write_scenario(
+        tmp_path,
+        "  - name: sim-vllm\n    engine: sim\n    profile: vllm",
+        "  - backend: sim-vllm\n    model: grill-sim\n    conversation: short",
+    )
+    assert main(["ping", scenario]) == 0
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:4] == ["backend", "engine", "url", "reachable"]
+    row = table_rows(out)["sim-vllm"]
+    assert row[1] == "sim" and row[2].startswith("http://127.0.0.1:")
+    assert row[3:] == ["yes"] * 7  # reachable, listed, streams, usage, cached_tokens, /tokenize, /metrics
+
+
+def test_ping_reports_an_unreachable_backend_and_exits_1(tmp_path: Path, capsys) -> None:
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    scenario = write_scenario(
+        tmp_path,
+        f"  - name: gone\n    engine: vllm\n    url: http://127.0.0.1:{port}",
+        "  - backend: gone\n    model: grill-sim\n    conversation: short",
+    )
+    assert main(["ping", scenario]) == 1
+    row = table_rows(capsys.readouterr().out)["gone"]
+    assert row[3:9] == ["no", "-", "-", "-", "-", "-"]
+    assert " ".join(row[9:]).endswith("connection refused")
+
+
+def test_ping_tells_a_missing_model_and_a_stream_without_usage(tmp_path: Path, capsys) -> None:
+    models = json.dumps({"object": "list", "data": [{"id": "other-model", "object": "model"}]}).encode()
+    events = [
+        '{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}',
+        "[DONE]",
+    ]
+    stream = "".join(f"data: {e}\n\n" for e in events).encode()
+
+    def handler(conn: socket.socket, request: Request, server: Server) -> bool:
+        if request.path == "/v1/models":
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(models), models))
+        elif request.path == "/v1/chat/completions":
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + stream
+            )
+        else:
+            conn.sendall(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+        return False
+
+    server = Server(handler)
+    scenario = write_scenario(
+        tmp_path,
+        f"  - name: proxy\n    engine: openai\n    url: {server.url}\n    api_key: sk-ping-secret-123456",
+        "  - backend: proxy\n    model: grill-sim\n    conversation: short",
+    )
+    assert main(["ping", scenario]) == 0
+    out = capsys.readouterr().out
+    row = table_rows(out)["proxy"]
+    assert row[3:10] == ["yes", "no", "yes", "no", "no", "-", "-"]
+    assert "not listed: grill-sim" in out and "sk-ping-secret" not in out
+    assert all(r.headers.get("authorization") == "Bearer sk-ping-secret-123456" for r in server.requests)
+    server.close()
+
+
+def test_ping_bad_timeout_is_a_one_line_error(tmp_path: Path, capsys) -> None:
+    scenario = write_scenario(
+        tmp_path,
+        "  - name: b\n    engine: vllm\n    url: http://127.0.0.1:9",
+        "  - backend: b\n    model: grill-sim\n    conversation: short",
+    )
+    assert main(["ping", scenario, "--timeout", "0"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--timeout" in err
