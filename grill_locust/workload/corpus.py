@@ -26,8 +26,9 @@ _SKIPPED_DIRS = frozenset(
 )
 MIN_FILE_BYTES = 4_000  # shorter files are mostly imports and constants
 MAX_FILE_BYTES = 400_000  # a few generated tables are huge and not code a developer asks about
-# Python source averages ~3.4 characters per approximate token; read generously past that
-_CHARS_PER_TOKEN_READ = 6
+# Python source averages ~3.4 characters per approximate token; read a little past that (more is
+# appended when a piece of code is denser)
+_CHARS_PER_TOKEN_READ = 4.5
 _DEFINITION = re.compile(r"^([ \t]*)(?:async[ \t]+)?(def|class)[ \t]+([A-Za-z_]\w*)", re.MULTILINE)
 
 
@@ -52,6 +53,7 @@ class Excerpt:
     module: str
     definition: Definition
     text: str
+    tokens: list[str] = field(repr=False, compare=False)  # `text`, tokenized
     source: SourceFile = field(repr=False, compare=False)  # the file it starts in, for follow-up questions
 
 
@@ -77,6 +79,11 @@ class Corpus:
                 self._files[index] = found
         return found
 
+    def preload(self) -> None:
+        """Read every file now (~0.2 s for the standard library), so no plan pays for a first read."""
+        for index in range(len(self._paths)):
+            self.file(index)
+
     def random_file(self, rng: random.Random) -> SourceFile:
         # a file without definitions is rare (the size filter removes most); skip forward to one
         start = rng.randrange(len(self._paths))
@@ -90,13 +97,18 @@ class Corpus:
         """Code from a random definition onwards, continued into further files until `min_tokens`."""
         file = file or self.random_file(rng)
         definition = rng.choice(file.definitions)
-        want_chars = max(min_tokens, 16) * _CHARS_PER_TOKEN_READ
+        want_chars = int(max(min_tokens, 16) * _CHARS_PER_TOKEN_READ)
         text = file.text[definition.offset : definition.offset + want_chars]
-        # a short remainder: go on with further files, each under a header naming it
-        while len(tokenize(text)) < min_tokens:
+        tokens = tokenize(text)
+        # a short remainder: go on with further files, each under a header naming it. The header starts
+        # with a newline, which never merges with the token before it, so the token lists just add up.
+        while len(tokens) < min_tokens:
             following = self.random_file(rng)
-            text += f"\n\n# ---- {following.module} ----\n" + following.text[: want_chars - len(text) + 1000]
-        return Excerpt(module=file.module, definition=definition, text=text, source=file)
+            missing_chars = int((min_tokens - len(tokens)) * _CHARS_PER_TOKEN_READ) + 200
+            added = f"\n\n# ---- {following.module} ----\n" + following.text[:missing_chars]
+            text += added
+            tokens += tokenize(added)
+        return Excerpt(module=file.module, definition=definition, text=text, tokens=tokens, source=file)
 
     def _read(self, path: Path) -> SourceFile:
         text = path.read_text(encoding="utf-8", errors="replace")

@@ -130,13 +130,13 @@ class Workload:
             if turn == 0:
                 question = rng.choice(QUESTIONS).format(name=excerpt.definition.name)
                 turns.append(
-                    _fit(question + "\nThe part I mean:\n```python\n", excerpt.text, "\n```", turn_size)
+                    _fit(question + "\nThe part I mean:\n```python\n", excerpt.tokens, "\n```", turn_size)
                 )
                 continue
             # follow-ups stay in the module under discussion, as a developer's session does
             follow_up = self.corpus.excerpt(rng, turn_size, file=excerpt.source)
             head = rng.choice(FOLLOW_UPS).format(name=follow_up.definition.name) + "\n```python\n"
-            turns.append(_fit(head, follow_up.text, "\n```", turn_size))
+            turns.append(_fit(head, follow_up.tokens, "\n```", turn_size))
         return ConversationPlan(conversation_id, system, turns)
 
     def _system_prompt(self, rng: random.Random, session_id: str) -> tuple[str, Excerpt]:
@@ -147,7 +147,7 @@ class Workload:
             f"module `{excerpt.module}`. Answer precisely, quote the lines you change, keep replies short.\n"
             "The developer has this file open:\n```python\n"
         )
-        return _fit(head, excerpt.text, "\n```\n", size), excerpt
+        return _fit(head, excerpt.tokens, "\n```\n", size), excerpt
 
     def _shared_system(self) -> tuple[str, Excerpt]:
         if "system" not in self._shared:
@@ -166,14 +166,14 @@ class Workload:
                 "reference sources follow; answer questions about them precisely and cite function names.\n\n"
                 f"# {excerpt.module}\n```python\n"
             )
-            self._shared["prefix"] = _fit(head, excerpt.text, "\n```\n", size)
+            self._shared["prefix"] = _fit(head, excerpt.tokens, "\n```\n", size)
         prefix: str = self._shared["prefix"]
         return prefix
 
     def _question_with_code(self, rng: random.Random, size: int, request_id: str) -> str:
         excerpt = self.corpus.excerpt(rng, size)
         question = rng.choice(QUESTIONS).format(name=f"{excerpt.module}.{excerpt.definition.name}")
-        return _fit(f"{request_id}: {question}\n```python\n", excerpt.text, "\n```", size)
+        return _fit(f"{request_id}: {question}\n```python\n", excerpt.tokens, "\n```", size)
 
     def _unique_prompt(self, rng: random.Random) -> str:
         size = self._size(self.conversation.prompt_tokens)
@@ -181,7 +181,7 @@ class Workload:
         excerpt = self.corpus.excerpt(rng, size)
         question = rng.choice(QUESTIONS).format(name=excerpt.definition.name)
         head = f"{request_id} code review of `{excerpt.module}`.\n{question}\n```python\n"
-        return _fit(head, excerpt.text, "\n```", size)
+        return _fit(head, excerpt.tokens, "\n```", size)
 
     def _fixed(self, conversation_id: str, rng: random.Random) -> ConversationPlan:
         turns = self.conversation.turns
@@ -219,11 +219,12 @@ def _rng(seed: int, *parts: str) -> random.Random:
     return random.Random(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big"))
 
 
-def _fit(head: str, body: str, tail: str, n_tokens: int) -> str:
+def _fit(head: str, body: str | list[str], tail: str, n_tokens: int) -> str:
     """head + a prefix of body + tail with exactly `n_tokens` approximate tokens.
 
-    `body` must have at least `n_tokens` tokens. If head and tail alone are too long, the text is cut."""
-    body_tokens = tokenize(body)
+    `body` (text, or its tokens) must have at least `n_tokens` tokens. If head and tail alone are
+    too long, the text is cut."""
+    body_tokens = tokenize(body) if isinstance(body, str) else body
     budget = n_tokens - count_tokens(head) - count_tokens(tail)
     text = head + tail
     for _ in range(_FIT_ATTEMPTS):
@@ -235,4 +236,4 @@ def _fit(head: str, body: str, tail: str, n_tokens: int) -> str:
             return text
         budget += difference  # a token merged (or split) across a seam: adjust and retry
     # rare: fall back to a plain cut, exact by construction (a prefix of tokens re-tokenizes the same)
-    return truncate_to_tokens(head + body + tail, n_tokens)
+    return truncate_to_tokens(head + "".join(body_tokens) + tail, n_tokens)
