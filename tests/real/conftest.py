@@ -1,0 +1,275 @@
+"""Session fixtures for the real-engine tests: llama.cpp's own `llama-server` and a LiteLLM proxy in
+front of it, each started on a free loopback port and stopped at the end of the session.
+
+The binary, the model and the proxy come from `.ci/setup_llama.sh` and `.ci/setup_litellm.sh`
+(cached builds); the tests find them through those scripts' `--paths` mode, or through the
+GRILL_LLAMA_SERVER, GRILL_LLAMA_MODEL and GRILL_LITELLM variables. Where they are absent the tests
+skip with the command that provides them, unless GRILL_REQUIRE_REAL=1 (CI), where they fail.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCUSTFILE = ROOT / "locustfiles" / "coding.py"
+SETUP_LLAMA = ROOT / ".ci" / "setup_llama.sh"
+SETUP_LITELLM = ROOT / ".ci" / "setup_litellm.sh"
+
+SERVED_MODEL = "gemma3-270m"  # llama-server's --alias
+PROXY_MODEL = "coder"  # the alias LiteLLM routes to llama-server
+MASTER_KEY_ENV = "GRILL_TEST_LITELLM_MASTER_KEY"  # the proxy and the scenario both read the key from here
+LLAMA_SLOTS = 4
+LLAMA_CONTEXT_TOKENS = 4096  # shared by the slots: 1024 tokens each
+LLAMA_START_TIMEOUT_S = 120.0
+LITELLM_START_TIMEOUT_S = 240.0  # the proxy imports a lot; on a loaded 2-core machine that takes a while
+STOP_TIMEOUT_S = 15.0
+POLL_INTERVAL_S = 0.25
+LOG_TAIL_CHARS = 3000
+
+
+def _script_paths(script: Path) -> dict[str, str]:
+    """The `export NAME=VALUE` lines a setup script prints with `--paths` (it builds nothing then)."""
+    done = subprocess.run(
+        ["bash", str(script), "--paths"], capture_output=True, text=True, timeout=30, check=True
+    )
+    paths = {}
+    for line in done.stdout.splitlines():
+        name, _, value = line.removeprefix("export ").partition("=")
+        if value:
+            paths[name] = value
+    return paths
+
+
+def _locate(name: str, script: Path) -> Path:
+    value = os.environ.get(name) or _script_paths(script).get(name, "")
+    return Path(value)
+
+
+def _absent(what: str, path: Path, script: Path) -> None:
+    message = f"{what} not found at {path}: run `bash {script.relative_to(ROOT)}` first"
+    if os.environ.get("GRILL_REQUIRE_REAL") == "1":
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class ServerProcess:
+    """A server we started: its base URL (no /v1), its log file and the process."""
+
+    name: str
+    url: str
+    port: int
+    log_path: Path
+    process: subprocess.Popen[bytes]
+
+    @classmethod
+    def start(
+        cls, name: str, argv: list[str], port: int, log_path: Path, env: dict[str, str]
+    ) -> ServerProcess:
+        log = log_path.open("wb")
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=log_path.parent
+        )
+        log.close()
+        return cls(name, f"http://127.0.0.1:{port}", port, log_path, process)
+
+    def log_tail(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-LOG_TAIL_CHARS:]
+        except OSError:
+            return ""
+
+    def wait_healthy(self, path: str, timeout_s: float) -> None:
+        """Poll `path` until it answers 200; fail with the log's tail if the process dies or time runs out."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"{self.name} exited with {self.process.returncode}:\n{self.log_tail()}")
+            try:
+                if requests.get(self.url + path, timeout=2).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(POLL_INTERVAL_S)
+        self.stop()
+        raise RuntimeError(
+            f"{self.name} not healthy at {self.url}{path} after {timeout_s:g} s:\n{self.log_tail()}"
+        )
+
+    def stop(self) -> None:
+        if self.process.poll() is not None:
+            return
+        self.process.terminate()
+        try:
+            self.process.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait(timeout=STOP_TIMEOUT_S)
+
+
+def llama_server_argv(binary: Path, model: Path, port: int) -> list[str]:
+    """The command line of issue 8 (without --no-jinja the template name would be taken literally)."""
+    return [
+        str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+        "-c", str(LLAMA_CONTEXT_TOKENS), "-np", str(LLAMA_SLOTS), "-t", "2",
+        "--metrics", "--alias", SERVED_MODEL, "--no-jinja", "--chat-template", "gemma",
+    ]  # fmt: skip
+
+
+def litellm_config(llama_url: str) -> dict[str, Any]:
+    """Routes PROXY_MODEL to llama-server through LiteLLM's OpenAI-compatible provider, as the seed's
+    gateway did; the master key is read from the environment, never written down."""
+    return {
+        "model_list": [
+            {
+                "model_name": PROXY_MODEL,
+                "litellm_params": {
+                    "model": f"openai/{SERVED_MODEL}",
+                    "api_base": f"{llama_url}/v1",
+                    "api_key": "none",  # llama-server wants none; the provider wants a value
+                },
+            }
+        ],
+        "general_settings": {"master_key": f"os.environ/{MASTER_KEY_ENV}"},
+        "litellm_settings": {"telemetry": False, "drop_params": True},
+    }
+
+
+@pytest.fixture(scope="session")
+def llama_paths() -> tuple[Path, Path]:
+    binary = _locate("GRILL_LLAMA_SERVER", SETUP_LLAMA)
+    model = _locate("GRILL_LLAMA_MODEL", SETUP_LLAMA)
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        _absent("llama-server", binary, SETUP_LLAMA)
+    if not model.is_file():
+        _absent("the gemma3-270m GGUF", model, SETUP_LLAMA)
+    return binary, model
+
+
+@pytest.fixture(scope="session")
+def llama_server(
+    llama_paths: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    binary, model = llama_paths
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("llama") / "llama-server.log"
+    server = ServerProcess.start(
+        "llama-server", llama_server_argv(binary, model, port), port, log_path, dict(os.environ)
+    )
+    try:
+        server.wait_healthy("/health", LLAMA_START_TIMEOUT_S)
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def master_key() -> str:
+    return "sk-grill-" + secrets.token_hex(16)
+
+
+@pytest.fixture(scope="session")
+def litellm_proxy(
+    llama_server: ServerProcess, master_key: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    binary = _locate("GRILL_LITELLM", SETUP_LITELLM)
+    if not (binary.is_file() and os.access(binary, os.X_OK)):
+        _absent("the LiteLLM proxy", binary, SETUP_LITELLM)
+    folder = tmp_path_factory.mktemp("litellm")
+    config = folder / "litellm.yaml"
+    config.write_text(yaml.safe_dump(litellm_config(llama_server.url), sort_keys=False))
+    port = free_port()
+    env = {
+        **os.environ,
+        MASTER_KEY_ENV: master_key,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",  # no download of the price list: no network here
+        "LITELLM_TELEMETRY": "False",
+        "LITELLM_LOG": "ERROR",
+        "DISABLE_SCHEMA_UPDATE": "True",
+    }
+    argv = [
+        str(binary),
+        "--config",
+        str(config),
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--num_workers",
+        "1",
+    ]
+    proxy = ServerProcess.start("litellm", argv, port, folder / "litellm.log", env)
+    try:
+        proxy.wait_healthy("/health/liveliness", LITELLM_START_TIMEOUT_S)
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+# ---- running campaigns -----------------------------------------------------------------------
+
+
+@dataclass
+class CampaignRun:
+    """One headless Locust campaign: its results folder and everything it printed."""
+
+    run_dir: Path
+    results_dir: Path
+    output: str
+    returncode: int
+    wall_s: float
+
+
+def run_campaign(
+    scenario: dict[str, Any], folder: Path, extra_args: list[str] = (), env: dict[str, str] | None = None,
+    timeout_s: float = 900,
+) -> CampaignRun:  # fmt: skip
+    """`locust -f locustfiles/coding.py --headless --scenario FILE --results-dir DIR`, as a user runs it."""
+    if not LOCUSTFILE.exists():
+        pytest.skip(f"{LOCUSTFILE.relative_to(ROOT)} is not written yet")
+    folder.mkdir(parents=True, exist_ok=True)
+    scenario_path = folder / "scenario.yaml"
+    scenario_path.write_text(yaml.safe_dump(scenario, sort_keys=False))
+    results_dir = folder / "results"
+    argv = [
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless",
+        "--scenario", str(scenario_path), "--results-dir", str(results_dir), *extra_args,
+    ]  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(
+        argv,
+        cwd=folder,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    wall_s = time.monotonic() - started
+    output = done.stdout + done.stderr
+    (folder / "locust.log").write_text(output)
+    runs = [path for path in results_dir.iterdir() if path.is_dir()] if results_dir.exists() else []
+    assert done.returncode == 0 and len(runs) == 1, (
+        f"{shlex.join(argv)} -> exit {done.returncode}, runs {runs}\n{output[-LOG_TAIL_CHARS:]}"
+    )
+    return CampaignRun(runs[0], results_dir, output, done.returncode, wall_s)
