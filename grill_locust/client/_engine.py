@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 
 from greenlet import GreenletExit
 
-from grill_locust.client._http import ProtocolError, ResponseParser
+from grill_locust.client._http import Head, ProtocolError, ResponseParser
 from grill_locust.client._reader import StreamReader
 from grill_locust.client._timer import StreamTimer
 from grill_locust.record import (
@@ -45,6 +45,7 @@ class StreamResult:
     raw: RawTiming
     text: str
     reasoning: str
+    retry_after_s: float | None = None  # a 429/503 reply's Retry-After (seconds form only)
 
 
 class _Failed(Exception):
@@ -176,8 +177,9 @@ class EngineClient:
         t0 = time.perf_counter()
         raw = RawTiming(t0=t0, wall_start=time.time())
         timer = StreamTimer(raw, secrets=self.secrets)
+        head: list[Head] = []  # the reply's status line and headers, once they arrive
         try:
-            self._exchange(request, timer, t0)
+            self._exchange(request, timer, t0, head)
         except _Failed:
             self.close()
         except GreenletExit:
@@ -188,7 +190,7 @@ class EngineClient:
         except BaseException:
             self.close()
             raise
-        result = StreamResult(raw, timer.text, timer.reasoning)
+        result = StreamResult(raw, timer.text, timer.reasoning, _retry_after_s(head[0]) if head else None)
         if raw.completion_tokens is None and raw.status == STATUS_OK and self.tokenize_url:
             raw.tokenizer_tokens = self.count_tokens(result.reasoning + result.text, payload.get("model"))
         self.last_result = result
@@ -285,7 +287,7 @@ class EngineClient:
             timer.fail(time.perf_counter(), STATUS_CONNECT, f"send failed: {reason}")
             raise _Failed from None
 
-    def _exchange(self, request: bytes, timer: StreamTimer, t0: float) -> None:
+    def _exchange(self, request: bytes, timer: StreamTimer, t0: float, head_out: list[Head]) -> None:
         sock, reused = self._send(request, timer, t0)
         first_token_deadline = t0 + self.first_token_s
         total_deadline = t0 + self.total_s
@@ -323,6 +325,8 @@ class EngineClient:
             t = perf_counter()
             if data:
                 reader.feed(t, data)
+                if reader.head is not None and not head_out:
+                    head_out.append(reader.head)
             elif reused and not reader.got_bytes:
                 # the kept-alive connection was closed under us before any reply: reconnecting and
                 # sending again is not a retry (the server never saw the request)
@@ -334,6 +338,14 @@ class EngineClient:
                 reader.feed_eof(t, reason)
         if not reader.keep_alive:
             self.close()
+
+
+def _retry_after_s(head: Head) -> float | None:
+    value = head.headers.get("retry-after", "").strip()
+    try:
+        return max(float(value), 0.0) if value else None
+    except ValueError:
+        return None  # the HTTP-date form: rare from engines and gateways
 
 
 @dataclass(frozen=True, slots=True)

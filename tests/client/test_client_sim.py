@@ -94,3 +94,5 @@ def test_simulator_faults_become_their_status(sim: tuple[str, Path], fault: str,
     assert m.e2e_s is not None and m.e2e_s < 3.5
     if status.startswith("http_"):
         assert m.error and m.http_status == int(status[5:])
+    if fault == "429":
+        assert result.retry_after_s is not None and result.retry_after_s >= 0

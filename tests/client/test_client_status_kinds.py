@@ -227,3 +227,25 @@ def test_secrets_never_reach_the_error_text() -> None:
     for secret in ("sk-live-abcdef123456", "tok_ABCDEF9876", "hunter22"):
         assert secret not in error
     assert "Invalid key" in error and len(error) <= 200
+
+
+def test_itl_mean_p50_p99_max_over_uneven_gaps() -> None:
+    from grill_locust.client import StreamReader, StreamTimer
+    from grill_locust.record import RawTiming
+
+    timer = StreamTimer(RawTiming(t0=0.0, wall_start=0.0))
+    reader = StreamReader(timer)
+    reader.feed(0.5, CHUNKED_SSE_HEAD)
+    for t, text in zip((1.0, 1.1, 1.15, 1.45, 1.5), "abcde", strict=True):
+        reader.feed(t, chunk(delta(text)))
+    reader.feed(1.6, chunk('data: {"choices":[{"delta":{},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'))
+    reader.feed(1.7, b"0\r\n\r\n")
+    m = measure(timer.raw)
+    # gaps 0.1, 0.05, 0.3, 0.05 -> sorted 0.05, 0.05, 0.1, 0.3
+    assert m.itl_mean_s == pytest.approx(0.125)
+    assert m.itl_p50_s == pytest.approx(0.075)
+    assert m.itl_p99_s == pytest.approx(0.1 * 0.03 + 0.3 * 0.97)
+    assert m.itl_max_s == pytest.approx(0.3)
+    assert (m.ttft_s, m.e2e_s, m.output_tokens, m.tokens_source) == (1.0, 1.6, 5, "events")
+    assert m.tpot_s == pytest.approx(0.6 / 4)
+    assert m.tokens_per_s == pytest.approx(5 / 1.6)
