@@ -83,7 +83,9 @@ class FakeNvml:
         return self._read(gpu, "util", SimpleNamespace(gpu=gpu.util_pct, memory=10))
 
     def nvmlDeviceGetMemoryInfo(self, gpu: FakeGpu) -> Any:  # noqa: N802
-        memory = SimpleNamespace(used=gpu.mem_used_bytes, total=gpu.mem_total_bytes, free=gpu.mem_total_bytes - gpu.mem_used_bytes)
+        memory = SimpleNamespace(
+            used=gpu.mem_used_bytes, total=gpu.mem_total_bytes, free=gpu.mem_total_bytes - gpu.mem_used_bytes
+        )
         return self._read(gpu, "memory", memory)
 
     def nvmlDeviceGetPowerUsage(self, gpu: FakeGpu) -> int:  # noqa: N802
@@ -153,10 +155,28 @@ def make_fake_nvml() -> Callable[..., FakeNvml]:
 @pytest.fixture
 def h100_pair() -> list[FakeGpu]:
     return [
-        FakeGpu(uuid="GPU-aaaa-0000", name="NVIDIA H100 80GB HBM3", util_pct=97, mem_used_bytes=74_000_000_000,
-                mem_total_bytes=85_520_809_984, power_mw=512_250, energy_mj=987_654_321, temperature_c=61,
-                sm_clock_mhz=1980, reasons=4),
-        FakeGpu(uuid="GPU-bbbb-1111", name="NVIDIA H100 80GB HBM3", util_pct=3, mem_used_bytes=1_000_000_000,
-                mem_total_bytes=85_520_809_984, power_mw=71_000, energy_mj=123_456, temperature_c=35,
-                sm_clock_mhz=345, reasons=1),
+        FakeGpu(
+            uuid="GPU-aaaa-0000",
+            name="NVIDIA H100 80GB HBM3",
+            util_pct=97,
+            mem_used_bytes=74_000_000_000,
+            mem_total_bytes=85_520_809_984,
+            power_mw=512_250,
+            energy_mj=987_654_321,
+            temperature_c=61,
+            sm_clock_mhz=1980,
+            reasons=4,
+        ),
+        FakeGpu(
+            uuid="GPU-bbbb-1111",
+            name="NVIDIA H100 80GB HBM3",
+            util_pct=3,
+            mem_used_bytes=1_000_000_000,
+            mem_total_bytes=85_520_809_984,
+            power_mw=71_000,
+            energy_mj=123_456,
+            temperature_c=35,
+            sm_clock_mhz=345,
+            reasons=1,
+        ),
     ]

@@ -107,7 +107,9 @@ def test_llamacpp_names_without_kv_gauge_or_cached_counter() -> None:
 def test_llamacpp_hit_rate_where_cached_counter_is_present() -> None:
     def text(cached: int, prompt: int) -> str:
         return (
-            fixture_text("llamacpp.txt").replace("llamacpp:prompt_tokens_total 33065", f"llamacpp:prompt_tokens_total {prompt}")
+            fixture_text("llamacpp.txt").replace(
+                "llamacpp:prompt_tokens_total 33065", f"llamacpp:prompt_tokens_total {prompt}"
+            )
             + f"# TYPE llamacpp:prompt_tokens_cached_total counter\nllamacpp:prompt_tokens_cached_total {cached}\n"
         )
 

@@ -40,7 +40,9 @@ def served(h100_pair: list[FakeGpu]) -> Iterator[tuple[GpuExporter, int, list[Fa
 
 def test_exporter_serves_each_gpu_with_exact_values(served: tuple[GpuExporter, int, list[FakeGpu]]) -> None:
     _exporter, port, _gpus = served
-    samples = parse_gpu_text(get_metrics(port), wall_time=5.0, source="gpu-node-1:9835", backend="vllm-a", host="")
+    samples = parse_gpu_text(
+        get_metrics(port), wall_time=5.0, source="gpu-node-1:9835", backend="vllm-a", host=""
+    )
     assert [s["gpu_index"] for s in samples] == [0, 1]
     first = samples[0]
     assert first["kind"] == "gpu" and first["backend"] == "vllm-a" and first["host"] == "gpu-node-1"
@@ -60,7 +62,10 @@ def test_energy_is_a_counter_on_metrics(served: tuple[GpuExporter, int, list[Fak
     _exporter, port, _gpus = served
     text = get_metrics(port)
     assert "# TYPE grill_gpu_energy_millijoules_total counter" in text
-    assert 'grill_gpu_energy_millijoules_total{gpu="0",host="gpu-node-1",name="NVIDIA H100 80GB HBM3",uuid="GPU-aaaa-0000"}' in text
+    assert (
+        'grill_gpu_energy_millijoules_total{gpu="0",host="gpu-node-1",name="NVIDIA H100 80GB HBM3",uuid="GPU-aaaa-0000"}'
+        in text
+    )
 
 
 def test_gpu_that_errors_mid_run_is_logged_once_and_others_still_served(
@@ -78,7 +83,10 @@ def test_gpu_that_errors_mid_run_is_logged_once_and_others_still_served(
     samples = parse_gpu_text(text, 1.0, "x", "", "")
     assert [s["gpu_index"] for s in samples] == [0]
     assert samples[0]["gpu_util_pct"] == 42.0
-    assert 'grill_gpu_up{gpu="1",host="gpu-node-1",name="NVIDIA H100 80GB HBM3",uuid="GPU-bbbb-1111"} 0.0' in text
+    assert (
+        'grill_gpu_up{gpu="1",host="gpu-node-1",name="NVIDIA H100 80GB HBM3",uuid="GPU-bbbb-1111"} 0.0'
+        in text
+    )
     gpus[1].failing = False
     exporter.poll_once()
     assert [s["gpu_index"] for s in parse_gpu_text(get_metrics(port), 1.0, "x", "", "")] == [0, 1]
@@ -96,7 +104,9 @@ def test_field_a_gpu_does_not_support_is_left_out_not_an_error(h100_pair: list[F
 
 def test_no_nvml_library_is_one_clear_error() -> None:
     reader = NvmlReader(FakeNvml([], init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
-    with pytest.raises(NvmlUnavailable, match="^NVML library not found: no NVIDIA driver on this machine$") as raised:
+    with pytest.raises(
+        NvmlUnavailable, match="^NVML library not found: no NVIDIA driver on this machine$"
+    ) as raised:
         reader.open()
     assert raised.value.exit_code == 2
 
@@ -119,14 +129,22 @@ def test_exporter_command_without_gpu_prints_one_line_and_exits_2() -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     done = subprocess.run(
         [sys.executable, "-m", "grill_locust.telemetry.cli", "--port", "0"],
-        capture_output=True, text=True, timeout=60, env=env, cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        cwd=REPO,
     )
     assert done.returncode == 2
-    assert done.stderr.strip().splitlines() == ["grill gpu-exporter: NVML library not found: no NVIDIA driver on this machine"]
+    assert done.stderr.strip().splitlines() == [
+        "grill gpu-exporter: NVML library not found: no NVIDIA driver on this machine"
+    ]
 
 
 def test_dcgm_exporter_text_is_read_too() -> None:
-    (sample,) = parse_gpu_text(fixture_text("dcgm.txt"), wall_time=1.0, source="gpu-node-1:9400", backend="", host="gpu-node-1")
+    (sample,) = parse_gpu_text(
+        fixture_text("dcgm.txt"), wall_time=1.0, source="gpu-node-1:9400", backend="", host="gpu-node-1"
+    )
     assert sample["gpu_uuid"] == "GPU-5b7a1c2e-0c1d-4e2f-9a3b-7c6d5e4f3a21"
     assert sample["gpu_name"] == "NVIDIA H100 80GB HBM3"
     assert sample["mem_used_bytes"] == 73456 * 1024 * 1024
@@ -139,6 +157,8 @@ def test_gpu_sample_becomes_a_grill_gpu_point_with_numeric_fields_only(h100_pair
     reader.open()
     samples, _failed = reader.read(wall_time=1700000000.5)
     line = telemetry_point(samples[0]).to_line_protocol()
-    assert line.startswith("grill_gpu,gpu=0,host=gpu-node-1,name=NVIDIA\\ H100\\ 80GB\\ HBM3,uuid=GPU-aaaa-0000 ")
+    assert line.startswith(
+        "grill_gpu,gpu=0,host=gpu-node-1,name=NVIDIA\\ H100\\ 80GB\\ HBM3,uuid=GPU-aaaa-0000 "
+    )
     assert "power_w=512.25" in line and "energy_mj=987654321" in line
     assert line.endswith(" 1700000000500000000")
