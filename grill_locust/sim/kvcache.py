@@ -76,7 +76,7 @@ class BlockCache:
         """Take the cached prefix and room for the first chunk, or nothing (and return False)."""
         cached_tokens = self.match(seq)
         matched_blocks = cached_tokens // self.block_size
-        hashes = seq.block_hashes[:matched_blocks] if matched_blocks else []
+        hashes = seq.block_hashes[:matched_blocks] if matched_blocks and seq.block_hashes else []
         revived = sum(1 for h in hashes if self.ref_counts[h] == 0)
         need = self.blocks_for(cached_tokens + first_chunk) - matched_blocks
         if need > self.available_blocks() - revived:
@@ -96,17 +96,18 @@ class BlockCache:
 
     def grow(self, seq: Sequence, new_computed: int) -> bool:
         """Room for `new_computed` tokens of `seq` in KV; False when memory is out (nothing taken)."""
+        block_size = self.block_size
         held = len(seq.shared_blocks) + seq.own_blocks
-        need = self.blocks_for(new_computed) - held
-        if need > 0:
+        if new_computed > held * block_size:
+            need = -(-new_computed // block_size) - held
             if need > self.free_blocks + len(self.evictable):
                 return False
             self._take(need)
             seq.own_blocks += need
-        if self.prefix_caching and seq.registered_blocks * self.block_size < min(
-            new_computed, seq.prompt_len
-        ):
-            self._register(seq, min(new_computed, seq.prompt_len) // self.block_size)
+        if self.prefix_caching:
+            full_blocks = (new_computed if new_computed < seq.prompt_len else seq.prompt_len) // block_size
+            if full_blocks > seq.registered_blocks:
+                self._register(seq, full_blocks)
         return True
 
     def release(self, seq: Sequence) -> None:

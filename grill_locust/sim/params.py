@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from grill_locust.errors import GrillError
 
 CACHE_BLOCKS = "blocks"  # paged KV cache, prefix reuse by chained block hashes (vLLM, SGLang)
@@ -135,6 +133,8 @@ def resolve_params(
         raise GrillError(f"--profile: unknown profile {profile!r} (one of {', '.join(PROFILES)})")
     params = PROFILES[profile]
     if config_path:
+        import yaml  # only needed for --config; keeps the server importable with the stdlib alone
+
         path = Path(config_path)
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}

@@ -23,7 +23,7 @@ def token_ids(text: str) -> list[int]:
     cache = _ID_CACHE
     if len(cache) > _ID_CACHE_MAX:
         cache.clear()
-    ids = []
+    ids: list[int] = []
     append = ids.append
     get = cache.get
     for token in tokenize(text):
