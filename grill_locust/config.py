@@ -63,8 +63,15 @@ KIND_DEFAULTS: dict[str, dict[str, Any]] = {
     "unique-prompts": {"prompt_tokens": 3000},
     "fixed": {},
 }
-_SIZE_FIELDS = ("system_tokens", "user_turns", "turn_tokens", "shared_system", "prefix_tokens")
-_SIZE_FIELDS += ("question_tokens", "prompt_tokens")
+_SIZE_FIELDS = (
+    "system_tokens",
+    "user_turns",
+    "turn_tokens",
+    "shared_system",
+    "prefix_tokens",
+    "question_tokens",
+    "prompt_tokens",
+)
 
 DEFAULT_TIERS = (1, 5, 10, 20, 50, 100, 150, 200)
 SECRET_KEYS = frozenset({"api_key", "token"})
@@ -83,9 +90,9 @@ class _Frozen(BaseModel):
 class Timeouts(_Frozen):
     """Per-request time limits of one backend (seconds)."""
 
-    connect_s: float = Field(10.0, gt=0)
-    first_token_s: float = Field(300.0, gt=0)
-    total_s: float = Field(600.0, gt=0)
+    connect_s: float = Field(default=10.0, gt=0)
+    first_token_s: float = Field(default=300.0, gt=0)
+    total_s: float = Field(default=600.0, gt=0)
 
 
 class Backend(_Frozen):
@@ -98,13 +105,13 @@ class Backend(_Frozen):
     sim_args: dict[str, Any] = Field(default_factory=dict)
     api_key: SecretStr | None = None
     api: Literal["chat", "completions"] = "chat"
-    timeouts: Timeouts = Field(default_factory=Timeouts)
+    timeouts: Timeouts = Timeouts()
     metrics_url: str | None = None
     tokenize_url: str | None = None
     gpu_exporters: list[str] = Field(default_factory=list)
     extra_body: dict[str, Any] = Field(default_factory=dict)
     headers: dict[str, str] = Field(default_factory=dict)
-    retries: int = Field(0, ge=0, le=10)  # for HTTP 429 only
+    retries: int = Field(default=0, ge=0, le=10)  # for HTTP 429 only
 
     @model_validator(mode="before")
     @classmethod
@@ -204,10 +211,10 @@ class Model(_Frozen):
     """A served model and the sampling settings sent with every request."""
 
     name: str = Field(min_length=1)
-    max_tokens: int = Field(256, gt=0)
-    min_tokens: int | None = Field(None, ge=0)
-    temperature: float = Field(0.0, ge=0)
-    top_p: float | None = Field(None, gt=0, le=1)
+    max_tokens: int = Field(default=256, gt=0)
+    min_tokens: int | None = Field(default=None, ge=0)
+    temperature: float = Field(default=0.0, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
     top_k: int | None = None
     ignore_eos: bool = False
 
@@ -231,13 +238,13 @@ class Conversation(_Frozen):
     name: str = Field(min_length=1)
     kind: Literal["multi-turn", "shared-prefix", "short-baseline", "unique-prompts", "fixed"]
     description: str = ""
-    system_tokens: int | None = Field(None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    user_turns: int | None = Field(None, ge=1, le=100)
-    turn_tokens: int | None = Field(None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    system_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    user_turns: int | None = Field(default=None, ge=1, le=100)
+    turn_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
     shared_system: bool | None = None
-    prefix_tokens: int | None = Field(None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    question_tokens: int | None = Field(None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    prompt_tokens: int | None = Field(None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    prefix_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    question_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    prompt_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
     seed: int = 0
     salt: bool = True
     turns: list[Turn] = Field(default_factory=list)
@@ -304,11 +311,13 @@ class Load(_Frozen):
     """The campaign shape: tiers of concurrent users, iterations per user and tier, pauses."""
 
     tiers: list[int] = Field(default_factory=lambda: list(DEFAULT_TIERS), min_length=1)
-    iterations: int = Field(5, ge=1)
-    pause_s: float = Field(30.0, ge=0)
-    think_time_s: float = Field(0.5, ge=0)
-    spawn_rate: float | None = Field(None, gt=0)  # users per second; None: a tier's users start at once
-    tier_timeout_s: float = Field(1800.0, gt=0)
+    iterations: int = Field(default=5, ge=1)
+    pause_s: float = Field(default=30.0, ge=0)
+    think_time_s: float = Field(default=0.5, ge=0)
+    spawn_rate: float | None = Field(
+        default=None, gt=0
+    )  # users per second; None: a tier's users start at once
+    tier_timeout_s: float = Field(default=1800.0, gt=0)
 
     @field_validator("tiers")
     @classmethod
@@ -322,9 +331,9 @@ class Load(_Frozen):
 class Slo(_Frozen):
     """The service level a tier must meet to count as capacity."""
 
-    ttft_p50_s: float = Field(2.0, gt=0)
-    e2e_p50_s: float = Field(10.0, gt=0)
-    success_rate: float = Field(0.99, gt=0, le=1)
+    ttft_p50_s: float = Field(default=2.0, gt=0)
+    e2e_p50_s: float = Field(default=10.0, gt=0)
+    success_rate: float = Field(default=0.99, gt=0, le=1)
 
 
 class InfluxSettings(_Frozen):
@@ -358,9 +367,9 @@ class Scenario(_Frozen):
     models: list[Model]
     conversations: list[Conversation]
     targets: list[Target]
-    load: Load = Field(default_factory=Load)
-    slo: Slo = Field(default_factory=Slo)
-    sinks: Sinks = Field(default_factory=Sinks)
+    load: Load = Load()
+    slo: Slo = Slo()
+    sinks: Sinks = Sinks()
 
     def redacted(self) -> dict[str, Any]:
         """The scenario as plain data with every secret shown as "***" (for files and logs)."""
@@ -400,7 +409,7 @@ class Scenario(_Frozen):
 
 class _FileTarget(_Frozen):
     name: str | None = None
-    backend: str | None = Field(None, validation_alias=AliasChoices("backend", "server"))
+    backend: str | None = Field(default=None, validation_alias=AliasChoices("backend", "server"))
     model: str | None = None
     conversation: str
 
@@ -413,8 +422,8 @@ class _FileScenario(_Frozen):
     conversations: list[Conversation] = Field(default_factory=list)
     targets: list[_FileTarget] = Field(min_length=1)
     load: dict[str, Any] = Field(default_factory=dict)
-    slo: Slo = Field(default_factory=Slo)
-    sinks: Sinks = Field(default_factory=Sinks)
+    slo: Slo = Slo()
+    sinks: Sinks = Sinks()
 
 
 class _LlmGrillLoad(_Frozen):
@@ -422,10 +431,10 @@ class _LlmGrillLoad(_Frozen):
 
     concurrent_users: int | list[int] | None = None
     ramp_levels: int | list[int] | None = None
-    iterations: int | None = Field(None, ge=1)
-    ramp_up_seconds: float | None = Field(None, ge=0)
-    think_time_seconds: float | None = Field(None, ge=0)
-    ramp_pause_seconds: float | None = Field(None, ge=0)
+    iterations: int | None = Field(default=None, ge=1)
+    ramp_up_seconds: float | None = Field(default=None, ge=0)
+    think_time_seconds: float | None = Field(default=None, ge=0)
+    ramp_pause_seconds: float | None = Field(default=None, ge=0)
 
 
 _LLM_GRILL_LOAD_KEYS = frozenset(_LlmGrillLoad.model_fields) - {"iterations"}
@@ -749,7 +758,7 @@ def _format_path(path: tuple[str | int, ...] | list[str | int]) -> str:
 
 
 def _line_of(path: tuple[str | int, ...], lines: dict[tuple[str | int, ...], int]) -> int | None:
-    for end in range(len(path), -1, -1):
+    for end in range(len(path), 0, -1):  # the top level's line (the first line) would mislead
         line = lines.get(tuple(path[:end]))
         if line is not None:
             return line
@@ -806,6 +815,9 @@ def _split_inner_path(message: str, path: tuple[str | int, ...]) -> tuple[str, t
     return rest, new_path
 
 
+_BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}
+
+
 def _explain(error: Any, path: tuple[str | int, ...], root: type[BaseModel] | None) -> str:
     kind = error["type"]
     shown = _shown_input(error.get("input"), path)
@@ -831,6 +843,10 @@ def _explain(error: Any, path: tuple[str | int, ...], root: type[BaseModel] | No
         return f"expected a mapping (key: value), got {shown}"
     if kind == "too_short":
         return "expected at least one entry"
+    if kind in _BOUNDS:
+        limit = next(iter((error.get("ctx") or {}).values()), "?")
+        limit_text = f"{limit:g}" if isinstance(limit, float) else str(limit)
+        return f"expected a value {_BOUNDS[kind]} {limit_text}, got {shown}"
     message = str(error["msg"])
     message = message.replace("Input should be", "expected").replace("String should", "expected text to")
     return f"{message}, got {shown}"

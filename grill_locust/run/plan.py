@@ -161,7 +161,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     out = out or sys.stdout
     err = err or sys.stderr
     tiers = parse_tiers(args.tiers) if args.tiers else None
-    iterations = _number(args.iterations, "--iterations", int, minimum=1)
+    iterations_number = _number(args.iterations, "--iterations", int, minimum=1)
+    iterations = None if iterations_number is None else int(iterations_number)
     pause_s = _number(args.pause, "--pause", float, minimum=0)
     think_time_s = _number(args.think_time, "--think-time", float, minimum=0)
     ttft_s = _number(args.assume_ttft, "--assume-ttft", float, minimum=0) or 0.0
