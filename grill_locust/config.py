@@ -403,6 +403,26 @@ class Scenario(_Frozen):
     def target_names(self) -> list[str]:
         return [target.name for target in self.targets]
 
+    def with_backend_urls(self, urls: dict[str, str]) -> Scenario:
+        """A copy where the named backends (e.g. simulated engines just started) have these base URLs,
+        in `backends` and in every target."""
+        moved = {
+            backend.name: backend.with_url(urls[backend.name])
+            for backend in self.backends
+            if backend.name in urls
+        }
+        unknown = sorted(set(urls) - set(moved))
+        if unknown:
+            raise ConfigError(f"{self.source}: no backend named {', '.join(unknown)}")
+        backends = [moved.get(backend.name, backend) for backend in self.backends]
+        targets = [
+            target.model_copy(update={"backend": moved[target.backend.name]})
+            if target.backend.name in moved
+            else target
+            for target in self.targets
+        ]
+        return self.model_copy(update={"backends": backends, "targets": targets})
+
 
 # ---- the file layer: what a YAML file may say, before names are resolved ----------------------
 

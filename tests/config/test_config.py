@@ -400,3 +400,15 @@ def test_parse_tiers() -> None:
     for bad in ("", "1,x", "0", "-3"):
         with pytest.raises(GrillError, match="--tiers: expected comma-separated"):
             parse_tiers(bad)
+
+
+def test_started_engines_get_their_urls_everywhere(tmp_path: Path) -> None:
+    scenario = load_scenario(SCENARIOS / "demo.yaml")
+    started = scenario.with_backend_urls({"sim-vllm": "http://127.0.0.1:41001"})
+    assert started.backends[0].url == "http://127.0.0.1:41001" and started.backends[1].managed
+    assert started.targets[0].backend == started.backends[0]
+    assert started.targets[0].backend.tokenize_url == "http://127.0.0.1:41001/tokenize"
+    assert started.targets[1].backend.managed
+    assert Scenario.from_wire(started.to_wire()) == started
+    with pytest.raises(ConfigError, match="no backend named nope"):
+        scenario.with_backend_urls({"nope": "http://127.0.0.1:1"})
