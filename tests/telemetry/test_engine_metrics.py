@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import fixture_text
+from telemetry_helpers import fixture_text
 
 from grill_locust.telemetry.engine_metrics import EngineSampler, parse_samples
 from grill_locust.telemetry.samples import TELEMETRY_COLUMNS

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pynvml
 import pytest
-from conftest import FakeGpu, FakeNvml, fixture_text
+from telemetry_helpers import FakeGpu, FakeNvml, fixture_text
 
 from grill_locust.telemetry.exporter import GpuExporter
 from grill_locust.telemetry.gpu_metrics import parse_gpu_text

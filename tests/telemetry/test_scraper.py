@@ -13,7 +13,7 @@ from typing import Any
 import gevent
 import pandas as pd
 import pytest
-from conftest import FakeGpu, FakeNvml, MetricsServer, fixture_text
+from telemetry_helpers import FakeGpu, FakeNvml, MetricsServer, fixture_text
 
 from grill_locust.config import Backend
 from grill_locust.telemetry.exporter import GpuExporter
