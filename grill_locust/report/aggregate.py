@@ -9,6 +9,7 @@ last request end when phases are missing).
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -95,43 +96,114 @@ TURN_COLUMNS: list[str] = [
 ]
 
 
+STAT_COLUMNS: list[str] = [
+    "tier_index",
+    "tier_users",
+    "turn",
+    "wall_start",
+    "ttft_s",
+    "ttfo_s",
+    "tpot_s",
+    "e2e_s",
+    "itl_mean_s",
+    "tokens_per_s",
+    "prompt_tokens",
+    "cached_tokens",
+    "output_tokens",
+    "worker_lag_p99_ms",
+    "worker_cpu",
+]
+
+
+@dataclass(frozen=True)
+class _Stats:
+    """The numeric columns of the records, target as an integer code: fast to filter and group."""
+
+    frame: pd.DataFrame  # "target": codes into `targets`; "ok": status == "ok"; "row": position in records
+    targets: pd.Index
+
+    @classmethod
+    def of(cls, records: pd.DataFrame) -> _Stats:
+        codes, targets = pd.factorize(records["target"])
+        columns = {
+            "target": codes,
+            "ok": (records["status"] == STATUS_OK).to_numpy(),
+            "row": np.arange(len(records)),
+        }
+        columns.update({name: records[name].to_numpy(dtype="float64") for name in STAT_COLUMNS})
+        return cls(pd.DataFrame(columns), pd.Index(targets))
+
+    def by_name(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """Replace target codes in the index of a per-tier result with target names."""
+        codes = frame.index.get_level_values("target")
+        names = self.targets.take(codes) if len(codes) else pd.Index([], dtype=object)
+        arrays = [names.astype(object)] + [
+            frame.index.get_level_values(i) for i in range(1, frame.index.nlevels)
+        ]
+        frame = frame.copy()
+        frame.index = pd.MultiIndex.from_arrays(arrays, names=frame.index.names)
+        return frame
+
+
 def summarize(run: RunData) -> pd.DataFrame:
     """One row per target x tier (SUMMARY_COLUMNS, then any telemetry columns), sorted by target and users."""
-    records = run.records
-    phases = run.phases.set_index(TIER_KEYS)
-    by_tier = records.groupby(TIER_KEYS, sort=False)
-    ok_records = records[records["status"] == STATUS_OK]
-    ok_by_tier = ok_records.groupby(TIER_KEYS, sort=False)
+    return _summarize(run, _Stats.of(run.records))
 
-    labels = by_tier[[*LABEL_COLUMNS, "tier_users"]].first()
-    phase_labels = phases[[*LABEL_COLUMNS, "tier_users"]].replace("", pd.NA)
-    summary = phase_labels.combine_first(labels)
+
+def summarize_with_turns(run: RunData) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """summarize(run) and summarize_turns(run), sharing the work of reading the records once."""
+    stats = _Stats.of(run.records)
+    return _summarize(run, stats), _summarize_turns(run, stats)
+
+
+def _summarize(run: RunData, stats: _Stats) -> pd.DataFrame:
+    records = run.records
+    frame = stats.frame
+    phases = run.phases.set_index(TIER_KEYS)
+    phases.index = phases.index.set_levels(phases.index.levels[0].astype(object), level=0)
+    ok_frame = frame[frame["ok"]]
+    by_tier = frame.groupby(TIER_KEYS, sort=False)
+    ok_by_tier = ok_frame.groupby(TIER_KEYS, sort=False)
+
+    per_tier = pd.DataFrame({"requests": by_tier.size()})
+    per_tier["first_row"] = by_tier["row"].first()
+    per_tier["ok_requests"] = ok_by_tier.size()
+    per_tier = per_tier.join(_percentiles(ok_by_tier))
+    per_tier["ttfo_p50_s"] = ok_by_tier["ttfo_s"].median()
+    sums = ok_by_tier[["output_tokens"]].sum()
+    per_tier["ok_output_tokens"] = sums["output_tokens"]
+    # cached ratio over the requests that report both numbers (some engines never send cached_tokens)
+    both = ok_frame[ok_frame["cached_tokens"].notna() & ok_frame["prompt_tokens"].notna()]
+    cache_sums = both.groupby(TIER_KEYS)[["cached_tokens", "prompt_tokens"]].sum()
+    per_tier["cached_token_ratio"] = cache_sums["cached_tokens"] / cache_sums["prompt_tokens"].where(
+        cache_sums["prompt_tokens"] > 0
+    )
+    per_tier["prompt_tokens_mean"] = ok_by_tier["prompt_tokens"].mean()
+    per_tier["output_tokens_mean"] = ok_by_tier["output_tokens"].mean()
+    ends = frame["wall_start"] + frame["e2e_s"].fillna(0.0)
+    per_tier["records_span_s"] = (
+        ends.groupby([frame["target"], frame["tier_index"]]).max() - by_tier["wall_start"].min()
+    )
+    per_tier["worker_lag_p99_ms"] = by_tier["worker_lag_p99_ms"].quantile(0.99)
+    per_tier["worker_cpu_mean"] = by_tier["worker_cpu"].mean()
+    per_tier = per_tier.join(_turn_ratios(frame))
+    per_tier = stats.by_name(per_tier)
+
+    labels = records[[*LABEL_COLUMNS]].iloc[per_tier["first_row"].to_numpy()].astype(object)
+    labels.index = per_tier.index
+    labels["tier_users"] = frame["tier_users"].to_numpy()[per_tier["first_row"].to_numpy()]
+    phase_labels = phases[[*LABEL_COLUMNS, "tier_users"]].astype({c: object for c in LABEL_COLUMNS})
+    summary = phase_labels.replace("", np.nan).combine_first(labels)
     summary[LABEL_COLUMNS] = summary[LABEL_COLUMNS].fillna("")
-    summary["requests"] = by_tier.size()
-    summary["ok_requests"] = ok_by_tier.size()
+    summary = summary.join(per_tier.drop(columns="first_row"))
     summary[["requests", "ok_requests"]] = summary[["requests", "ok_requests"]].fillna(0).astype("int64")
     summary["success_rate"] = summary["ok_requests"] / summary["requests"].where(summary["requests"] > 0)
 
-    summary = summary.join(_percentiles(ok_by_tier))
-    summary["ttfo_p50_s"] = ok_by_tier["ttfo_s"].median()
-
-    sums = ok_by_tier[["output_tokens", "prompt_tokens", "cached_tokens"]].sum(min_count=1)
-    summary["span_s"] = _tier_span_s(records, phases, summary.index)
+    from_phases = (phases["end_wall"] - phases["start_wall"]).reindex(summary.index)
+    summary["span_s"] = from_phases.where(from_phases > 0, summary["records_span_s"])
     span = summary["span_s"].where(summary["span_s"] > 0)
-    summary["output_tokens_per_s"] = sums["output_tokens"].reindex(summary.index).fillna(0.0) / span
+    summary["output_tokens_per_s"] = summary["ok_output_tokens"].fillna(0.0) / span
     summary["requests_per_s"] = summary["ok_requests"] / span
-    # cached ratio over the requests that report both numbers (some engines never send cached_tokens)
-    both = ok_records[ok_records["cached_tokens"].notna() & ok_records["prompt_tokens"].notna()]
-    cache_sums = both.groupby(TIER_KEYS)[["cached_tokens", "prompt_tokens"]].sum()
-    summary["cached_token_ratio"] = cache_sums["cached_tokens"] / cache_sums["prompt_tokens"].where(
-        cache_sums["prompt_tokens"] > 0
-    )
-    summary["prompt_tokens_mean"] = ok_by_tier["prompt_tokens"].mean()
-    summary["output_tokens_mean"] = ok_by_tier["output_tokens"].mean()
-
-    summary = summary.join(_turn_ratios(records))
-    summary["worker_lag_p99_ms"] = by_tier["worker_lag_p99_ms"].quantile(0.99)
-    summary["worker_cpu_mean"] = by_tier["worker_cpu"].mean()
     summary["saturated"] = (summary["worker_lag_p99_ms"] > SATURATION_LAG_P99_MS) | (
         summary["worker_cpu_mean"] > SATURATION_CPU_PERCENT
     )
@@ -144,9 +216,14 @@ def summarize(run: RunData) -> pd.DataFrame:
     summary = _join_telemetry(summary, run)
     summary["tier_index"] = summary["tier_index"].astype("int64")
     summary["tier_users"] = summary["tier_users"].astype("int64")
-    extra = [c for c in summary.columns if c not in SUMMARY_COLUMNS]
+    extra = [c for c in summary.columns if c not in SUMMARY_COLUMNS and c not in INTERNAL_COLUMNS]
     summary = summary[SUMMARY_COLUMNS + extra]
+    for name in ("run_id", "series", "target", "backend", "engine", "model", "scenario", "flags", "note"):
+        summary[name] = summary[name].astype(str)
     return summary.sort_values(["target", "tier_users", "tier_index"], kind="stable").reset_index(drop=True)
+
+
+INTERNAL_COLUMNS = ("ok_output_tokens", "records_span_s")
 
 
 def _percentiles(ok_by_tier: pd.core.groupby.DataFrameGroupBy) -> pd.DataFrame:
@@ -164,60 +241,55 @@ def _percentiles(ok_by_tier: pd.core.groupby.DataFrameGroupBy) -> pd.DataFrame:
     return wide
 
 
-def _tier_span_s(records: pd.DataFrame, phases: pd.DataFrame, index: pd.Index) -> pd.Series:
-    """phases end - start where recorded, else first request start to last request end."""
-    from_phases = (phases["end_wall"] - phases["start_wall"]).reindex(index)
-    ends = records["wall_start"] + records["e2e_s"].fillna(0.0)
-    frame = pd.DataFrame({"start": records["wall_start"], "end": ends})
-    for key in TIER_KEYS:
-        frame[key] = records[key]
-    bounds = frame.groupby(TIER_KEYS).agg(start=("start", "min"), end=("end", "max"))
-    from_records = (bounds["end"] - bounds["start"]).reindex(index)
-    return from_phases.where(from_phases > 0, from_records)
-
-
 def summarize_turns(run: RunData) -> pd.DataFrame:
     """Multi-turn detail: TTFT and E2E p50 per turn, one row per target x tier x turn (TURN_COLUMNS).
 
     Only targets whose records have a turn > 0 appear; empty when the run has no multi-turn target.
     """
-    turns = _turn_table(run.records)
+    return _summarize_turns(run, _Stats.of(run.records))
+
+
+def _summarize_turns(run: RunData, stats: _Stats) -> pd.DataFrame:
+    turns = _turn_table(stats.frame)
     if not len(turns):
         return pd.DataFrame(columns=TURN_COLUMNS)
+    first_rows = turns.pop("first_row").to_numpy()
+    turns = stats.by_name(turns).reset_index()
+    for name in ("scenario", "backend", "model"):
+        turns[name] = run.records[name].to_numpy()[first_rows].astype(str)
     for name in ("turn", "tier_index", "tier_users"):
         turns[name] = turns[name].astype("int64")
+    turns["target"] = turns["target"].astype(str)
     turns["series"] = series_names(turns)
     return turns[TURN_COLUMNS].reset_index(drop=True)
 
 
-def _turn_table(records: pd.DataFrame) -> pd.DataFrame:
-    ok_records = records[records["status"] == STATUS_OK]
-    multi_targets = ok_records.loc[ok_records["turn"] > 0, "target"].unique()
-    multi = ok_records[ok_records["target"].isin(multi_targets)]
+def _turn_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per target x tier x turn of multi-turn targets (turn > 0 seen): p50s, mean prompt, a row of each."""
+    ok_frame = frame[frame["ok"]]
+    multi_targets = ok_frame.loc[ok_frame["turn"] > 0, "target"].unique()
+    multi = ok_frame[ok_frame["target"].isin(multi_targets)]
     if not len(multi):
         return pd.DataFrame()
-    return (
-        multi.groupby([*TIER_KEYS, "turn"])
-        .agg(
-            scenario=("scenario", "first"),
-            backend=("backend", "first"),
-            model=("model", "first"),
-            tier_users=("tier_users", "first"),
-            ok_requests=("status", "size"),
-            ttft_p50_s=("ttft_s", "median"),
-            e2e_p50_s=("e2e_s", "median"),
-            prompt_tokens_mean=("prompt_tokens", "mean"),
-        )
-        .reset_index()
+    return multi.groupby([*TIER_KEYS, "turn"]).agg(
+        first_row=("row", "first"),
+        tier_users=("tier_users", "first"),
+        ok_requests=("ok", "size"),
+        ttft_p50_s=("ttft_s", "median"),
+        e2e_p50_s=("e2e_s", "median"),
+        prompt_tokens_mean=("prompt_tokens", "mean"),
     )
 
 
-def _turn_ratios(records: pd.DataFrame) -> pd.DataFrame:
+def _turn_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     """Turn-to-turn ratio (p50 of the last turn / p50 of the first) and context growth per tier."""
-    turns = _turn_table(records)
+    turns = _turn_table(frame)
     columns = ["turns", "ttft_turn_ratio", "e2e_turn_ratio", "context_growth"]
     if not len(turns):
-        return pd.DataFrame(columns=columns, index=pd.MultiIndex.from_tuples([], names=TIER_KEYS))
+        return pd.DataFrame(
+            columns=columns, index=pd.MultiIndex.from_tuples([], names=TIER_KEYS), dtype="float64"
+        )
+    turns = turns.reset_index()
     by_tier = turns.sort_values([*TIER_KEYS, "turn"]).groupby(TIER_KEYS)
     first = by_tier.first()
     last = by_tier.last()

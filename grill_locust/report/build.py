@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from grill_locust.report.aggregate import SUMMARY_CSV, summarize, summarize_turns
+from grill_locust.report.aggregate import SUMMARY_CSV, summarize_with_turns
 from grill_locust.report.capacity import SloTarget, capacity_at_slo, recommendations
 from grill_locust.report.load import RunData, load_run
 from grill_locust.report.progress import Progress
@@ -68,8 +68,7 @@ def assemble(
 ) -> Report:
     summaries, turn_tables = [], []
     for labelled in runs:
-        summary = summarize(labelled.run)
-        turns = summarize_turns(labelled.run)
+        summary, turns = summarize_with_turns(labelled.run)
         if compare:
             summary["series"] = labelled.label + "/" + summary["series"].astype(str)
             turns["series"] = labelled.label + "/" + turns["series"].astype(str)

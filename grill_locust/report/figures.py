@@ -8,6 +8,7 @@ load generator was saturated are ringed in red, incomplete tiers drawn hollow.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,11 +22,12 @@ import pandas as pd  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
-from matplotlib.ticker import NullFormatter, ScalarFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, NullLocator  # noqa: E402
 
 FIGURE_DPI = 100
 SATURATED_COLOR = "#d62728"
 GIB_BYTES = 1024**3
+MIN_LABEL_GAP_DECADES = 0.2  # user-axis labels closer than this (log10 units) would overlap
 
 
 @dataclass(frozen=True)
@@ -111,8 +113,11 @@ def _plot_panel(
     axes.set_xscale("log")
     tested = sorted(tiers["tier_users"].astype(int).unique())
     axes.set_xticks(tested)
-    axes.xaxis.set_major_formatter(ScalarFormatter())
-    axes.xaxis.set_minor_formatter(NullFormatter())
+    labelled = _spaced_on_log_axis(tested, MIN_LABEL_GAP_DECADES)
+    axes.xaxis.set_major_formatter(
+        FuncFormatter(lambda value, _: f"{value:g}" if round(value) in labelled else "")
+    )
+    axes.xaxis.set_minor_locator(NullLocator())  # log-axis minor ticks cost time and say nothing here
     axes.tick_params(axis="x", labelsize=8)
     axes.set_xlabel("concurrent users")
     axes.set_ylabel(metric.unit)
@@ -120,6 +125,19 @@ def _plot_panel(
     axes.grid(True, which="major", alpha=0.3)
     if show_title:
         axes.set_title(metric.title, fontsize=10)
+
+
+def _spaced_on_log_axis(values: list[int], min_gap_decades: float) -> set[int]:
+    """The tier sizes to label: the first, the last, and those far enough from the last one kept."""
+    kept: list[int] = []
+    for value in values:
+        if not kept or math.log10(value) - math.log10(kept[-1]) >= min_gap_decades:
+            kept.append(value)
+    if values and values[-1] not in kept:
+        if len(kept) > 1 and math.log10(values[-1]) - math.log10(kept[-1]) < min_gap_decades:
+            kept.pop()
+        kept.append(values[-1])
+    return set(kept)
 
 
 def _legend_handles(summary: pd.DataFrame, colors: dict[str, str], band: bool) -> list[Line2D]:
@@ -166,7 +184,7 @@ def figure_metrics(summary: pd.DataFrame, scenario: str, band: bool = True) -> F
     figure.suptitle(f"{scenario}: latency and throughput against concurrent users", fontsize=12)
     handles = _legend_handles(tiers, {s: colors[s] for s in sorted(tiers["series"].unique())}, band)
     figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
-    figure.tight_layout(rect=(0, 0.06, 1, 0.96))
+    figure.subplots_adjust(left=0.07, right=0.98, top=0.9, bottom=0.14, hspace=0.38, wspace=0.2)
     return figure
 
 
@@ -193,7 +211,11 @@ def figure_grid(summary: pd.DataFrame, band: bool = True) -> Figure:
     figure.suptitle("All scenarios: p50 against concurrent users", fontsize=13)
     handles = _legend_handles(summary, colors, band)
     figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
-    figure.tight_layout(rect=(0, 0.8 / (3.2 * len(scenarios) + 1.0), 1, 0.97))
+    height_in = 3.2 * len(scenarios) + 1.0
+    # fixed margins (in inches, turned into fractions): tight_layout on a big grid costs seconds
+    figure.subplots_adjust(
+        left=0.06, right=0.99, top=1 - 0.75 / height_in, bottom=1.0 / height_in, hspace=0.3, wspace=0.25
+    )
     return figure
 
 
@@ -212,7 +234,7 @@ def figure_telemetry(summary: pd.DataFrame, scenario: str) -> Figure:
     figure.suptitle(f"{scenario}: GPU against concurrent users", fontsize=12)
     handles = _legend_handles(tiers, {s: colors[s] for s in sorted(tiers["series"].unique())}, band=False)
     figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
-    figure.tight_layout(rect=(0, 0.1, 1, 0.94))
+    figure.subplots_adjust(left=0.07, right=0.98, top=0.86, bottom=0.24, wspace=0.25)
     return figure
 
 
