@@ -94,15 +94,17 @@ def _cpu_seconds(pid: int) -> float:
 def measure(
     step_ms: float, streams: int, duration_s: float, warmup_s: float, client_procs: int, truth: bool
 ) -> dict:
+    max_tokens = 4000
+    kv_blocks = streams * (max_tokens + 64) // 16 + 1024  # room for every stream: no preemption
     engine_args = [
         "--max-num-seqs", str(max(streams, 1)),
+        "--kv-blocks", str(kv_blocks),
         "--step-a-ms", str(step_ms),
         "--step-b-ms", "0", "--step-c-ms", "0", "--step-d-ms", "0",
     ]  # fmt: skip
     truth_path = f"/tmp/grill-sim-bench-truth-{os.getpid()}.jsonl" if truth else None
     with SimProcess.start("vllm", truth_log=truth_path, extra_args=engine_args) as sim:
         counts: multiprocessing.Queue = multiprocessing.Queue()
-        max_tokens = 30000
         per_proc = [
             streams // client_procs + (1 if i < streams % client_procs else 0) for i in range(client_procs)
         ]
