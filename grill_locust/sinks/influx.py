@@ -406,6 +406,9 @@ class InfluxSink:
             self._write_until_closed()
         finally:
             self._close_connections()
+            # Destroy this thread's gevent hub (if sockets made one) now, inside the task: the pool would do it
+            # only after close() has returned, racing interpreter shutdown (a segfault at exit).
+            gevent.get_hub().destroy(destroy_loop=True)
 
     def _close_connections(self) -> None:
         """Close the HTTP connections here, in the thread that opened them.

@@ -1,0 +1,505 @@
+"""Writes grafana/dashboards/*.json: the three grill-locust boards, every query in InfluxQL.
+
+The JSON files are committed (Grafana provisions them as they are); this script is the one place they are
+made, so the three boards share their variables and filters. Run `python grafana/build_dashboards.py` after
+changing it; tests/influx check that the committed files match and run every query against influxd.
+Measurements and fields: grill_locust/sinks/influx.py and grill_locust/telemetry/samples.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+DASHBOARD_DIR = Path(__file__).resolve().parent / "dashboards"
+DATASOURCE = {"type": "influxdb", "uid": "grill-influxdb"}
+SCHEMA_VERSION = 39
+
+RUN_FILTER = '"run_id" =~ /^$run_id$/'
+REQUEST_FILTER = f'{RUN_FILTER} AND "backend" =~ /^$backend$/ AND "scenario" =~ /^$scenario$/ AND $timeFilter'
+OK_REQUEST_FILTER = f"\"status\" = 'ok' AND {REQUEST_FILTER}"
+TIER_FILTER = REQUEST_FILTER
+ENGINE_FILTER = '"backend" =~ /^$backend$/ AND $timeFilter'
+GPU_FILTER = '"host" =~ /^$host$/ AND $timeFilter'
+
+
+def variable(name: str, query: str, label: str) -> dict[str, Any]:
+    """A multi-value query variable with "All", answered by SHOW TAG VALUES."""
+    return {
+        "name": name,
+        "label": label,
+        "type": "query",
+        "datasource": DATASOURCE,
+        "query": query,
+        "definition": query,
+        "refresh": 2,  # on time range change
+        "multi": True,
+        "includeAll": True,
+        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
+        "sort": 1,
+        "hide": 0,
+        "options": [],
+    }
+
+
+def run_variable() -> dict[str, Any]:
+    return variable("run_id", 'SHOW TAG VALUES FROM "grill_request" WITH KEY = "run_id"', "run")
+
+
+def backend_variable(measurement: str = "grill_request") -> dict[str, Any]:
+    query = f'SHOW TAG VALUES FROM "{measurement}" WITH KEY = "backend"'
+    if measurement == "grill_request":
+        query += f" WHERE {RUN_FILTER}"
+    return variable("backend", query, "backend")
+
+
+def scenario_variable() -> dict[str, Any]:
+    return variable(
+        "scenario",
+        f'SHOW TAG VALUES FROM "grill_request" WITH KEY = "scenario" WHERE {RUN_FILTER}',
+        "scenario",
+    )
+
+
+def target(
+    query: str, ref_id: str = "A", alias: str = "", result_format: str = "time_series"
+) -> dict[str, Any]:
+    return {
+        "refId": ref_id,
+        "datasource": DATASOURCE,
+        "rawQuery": True,
+        "query": query,
+        "resultFormat": result_format,
+        "alias": alias,
+    }
+
+
+def grid(x: int, y: int, w: int = 12, h: int = 8) -> dict[str, int]:
+    return {"x": x, "y": y, "w": w, "h": h}
+
+
+def timeseries(
+    panel_id: int,
+    title: str,
+    targets: list[dict[str, Any]],
+    position: dict[str, int],
+    unit: str,
+    description: str,
+    draw_style: str = "line",
+) -> dict[str, Any]:
+    return {
+        "id": panel_id,
+        "type": "timeseries",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "gridPos": position,
+        "targets": targets,
+        "fieldConfig": {
+            "defaults": {
+                "unit": unit,
+                "custom": {"drawStyle": draw_style, "spanNulls": True, "showPoints": "auto", "lineWidth": 1},
+            },
+            "overrides": [],
+        },
+        "options": {
+            "legend": {"displayMode": "table", "placement": "bottom", "calcs": ["lastNotNull", "max"]},
+            "tooltip": {"mode": "multi", "sort": "desc"},
+        },
+    }
+
+
+def versus_users(
+    panel_id: int, title: str, query: str, position: dict[str, int], unit: str, description: str
+) -> dict[str, Any]:
+    """A metric against tier users, one series per backend (the query groups by backend and tier_users).
+
+    The table result (Time, backend, tier_users, value) is turned into one frame per backend with
+    tier_users as a number, sorted, so the XY chart draws the seed's "metric vs concurrent users" lines.
+    """
+    return {
+        "id": panel_id,
+        "type": "xychart",
+        "title": title,
+        "description": description,
+        "datasource": DATASOURCE,
+        "gridPos": position,
+        "targets": [target(query, result_format="table")],
+        "transformations": [
+            {"id": "organize", "options": {"excludeByName": {"Time": True}}},
+            {
+                "id": "convertFieldType",
+                "options": {"conversions": [{"targetField": "tier_users", "destinationType": "number"}]},
+            },
+            {"id": "partitionByValues", "options": {"fields": ["backend"], "keepFields": False}},
+            {"id": "sortBy", "options": {"sort": [{"field": "tier_users", "desc": False}]}},
+        ],
+        "fieldConfig": {
+            "defaults": {
+                "unit": unit,
+                "custom": {"show": "points+lines", "lineWidth": 2, "pointSize": {"fixed": 6}},
+            },
+            "overrides": [
+                {
+                    "matcher": {"id": "byName", "options": "tier_users"},
+                    "properties": [{"id": "unit", "value": "none"}],
+                }
+            ],
+        },
+        "options": {
+            "mapping": "auto",
+            "series": [{"x": {"matcher": {"id": "byName", "options": "tier_users"}}}],
+            "dims": {"x": "tier_users"},
+            "legend": {"showLegend": True, "displayMode": "list", "placement": "bottom"},
+            "tooltip": {"mode": "multi"},
+        },
+    }
+
+
+def dashboard(
+    uid: str,
+    title: str,
+    description: str,
+    variables: list[dict[str, Any]],
+    panels: list[dict[str, Any]],
+    time_from: str,
+    refresh: str,
+) -> dict[str, Any]:
+    return {
+        "uid": uid,
+        "title": title,
+        "description": description,
+        "tags": ["grill-locust"],
+        "editable": True,
+        "graphTooltip": 1,
+        "schemaVersion": SCHEMA_VERSION,
+        "version": 1,
+        "time": {"from": time_from, "to": "now"},
+        "refresh": refresh,
+        "timezone": "",
+        "templating": {"list": variables},
+        "annotations": {"list": [phase_annotation()]},
+        "panels": panels,
+        "links": [
+            {"type": "dashboards", "tags": ["grill-locust"], "asDropdown": False, "title": "grill-locust"}
+        ],
+    }
+
+
+def phase_annotation() -> dict[str, Any]:
+    """Tier starts and ends, from grill_phase (written by the master)."""
+    query = f'SELECT "users", "event", "target", "tier_users" FROM "grill_phase" WHERE {RUN_FILTER} AND $timeFilter'
+    return {
+        "name": "Tiers",
+        "datasource": DATASOURCE,
+        "enable": True,
+        "iconColor": "rgba(255, 176, 0, 0.8)",
+        "query": query,
+        "target": {"refId": "Anno", "query": query, "rawQuery": True, "resultFormat": "table"},
+        "textColumn": "target",
+        "tagsColumn": "event,tier_users",
+        "titleColumn": "",
+    }
+
+
+# ---------------------------------------------------------------- (a) Engine comparison
+
+COMPARISON_METRICS: tuple[tuple[str, str, str, str], ...] = (
+    ("TTFT p50", 'median("ttft_s") AS "ttft_p50_s"', "s", "Median time to first output token, ok requests"),
+    ("TPOT p50", 'median("tpot_s") AS "tpot_p50_s"', "s", "Median time per output token after the first"),
+    (
+        "Tokens/s per request p50",
+        'median("tokens_per_s") AS "tokens_per_s_p50"',
+        "none",
+        "Median of output_tokens / E2E per request",
+    ),
+    ("E2E p50", 'median("e2e_s") AS "e2e_p50_s"', "s", "Median end-to-end latency, ok requests"),
+)
+TIER_METRICS: tuple[tuple[str, str, str, str], ...] = (
+    (
+        "Throughput (output tokens/s, whole tier)",
+        'last("output_tokens_per_s") AS "output_tokens_per_s"',
+        "none",
+        "Sum of output tokens / tier span, from the master's tier summary (grill_tier)",
+    ),
+    (
+        "Success rate",
+        'last("success_rate") AS "success_rate"',
+        "percentunit",
+        "ok requests / all requests of the tier, from grill_tier",
+    ),
+)
+
+
+def engine_comparison() -> dict[str, Any]:
+    panels: list[dict[str, Any]] = [
+        {
+            "id": 1,
+            "type": "row",
+            "title": "Scenario $scenario",
+            "repeat": "scenario",
+            "collapsed": False,
+            "gridPos": grid(0, 0, 24, 1),
+            "panels": [],
+        }
+    ]
+    panel_id = 2
+    for index, (title, select, unit, description) in enumerate(COMPARISON_METRICS):
+        query = (
+            f'SELECT {select} FROM "grill_request" WHERE {OK_REQUEST_FILTER} GROUP BY "backend", "tier_users"'
+        )
+        position = grid((index % 3) * 8, 1 + (index // 3) * 8, 8, 8)
+        panels.append(
+            versus_users(panel_id, f"{title} vs users — $scenario", query, position, unit, description)
+        )
+        panel_id += 1
+    for offset, (title, select, unit, description) in enumerate(TIER_METRICS, start=len(COMPARISON_METRICS)):
+        query = f'SELECT {select} FROM "grill_tier" WHERE {TIER_FILTER} GROUP BY "backend", "tier_users"'
+        position = grid((offset % 3) * 8, 1 + (offset // 3) * 8, 8, 8)
+        panels.append(versus_users(panel_id, f"{title} — $scenario", query, position, unit, description))
+        panel_id += 1
+    return dashboard(
+        "grill-engine-comparison",
+        "grill-locust — Engine comparison",
+        "Per scenario: TTFT, TPOT, tokens/s and E2E p50 against concurrent users, one line per backend.",
+        [run_variable(), backend_variable(), scenario_variable()],
+        panels,
+        "now-24h",
+        "30s",
+    )
+
+
+# ---------------------------------------------------------------- (b) Live run
+
+
+def live_run() -> dict[str, Any]:
+    per_s = "* 1000 / $__interval_ms"
+    users_seen = (
+        'SELECT sum("users") AS "users_seen" FROM (SELECT count(distinct("user_id")) AS "users" '
+        f'FROM "grill_request" WHERE {REQUEST_FILTER} GROUP BY time($__interval), "worker", "backend") '
+        'WHERE $timeFilter GROUP BY time($__interval), "backend" fill(null)'
+    )
+    tier_users = (
+        f'SELECT last("users") AS "tier_users" FROM "grill_phase" WHERE {RUN_FILTER} AND $timeFilter '
+        'GROUP BY time($__interval), "target" fill(previous)'
+    )
+
+    def percentiles(field: str) -> str:
+        columns = ", ".join(f'percentile("{field}", {q}) AS "p{q}"' for q in (50, 90, 99))
+        return (
+            f'SELECT {columns} FROM "grill_request" WHERE {OK_REQUEST_FILTER} '
+            'GROUP BY time($__interval), "backend" fill(null)'
+        )
+
+    panels = [
+        timeseries(
+            1,
+            "Requests/s (by start time)",
+            [
+                target(
+                    f'SELECT count("output_tokens") {per_s} AS "requests_per_s" FROM "grill_request" '
+                    f'WHERE {REQUEST_FILTER} GROUP BY time($__interval), "backend" fill(0)',
+                    alias="$tag_backend",
+                )
+            ],
+            grid(0, 0),
+            "reqps",
+            "Requests started per second, all statuses",
+        ),
+        timeseries(
+            2,
+            "Active users",
+            [
+                target(users_seen, "A", alias="seen $tag_backend"),
+                target(tier_users, "B", alias="tier $tag_target"),
+            ],
+            grid(12, 0),
+            "none",
+            "Users seen sending requests (distinct user ids per worker, summed) and the tier's target users",
+        ),
+        timeseries(
+            3,
+            "TTFT percentiles",
+            [target(percentiles("ttft_s"), alias="$tag_backend $col")],
+            grid(0, 8),
+            "s",
+            "Time to first output token of ok requests, p50 / p90 / p99 per interval",
+        ),
+        timeseries(
+            4,
+            "E2E percentiles",
+            [target(percentiles("e2e_s"), alias="$tag_backend $col")],
+            grid(12, 8),
+            "s",
+            "End-to-end latency of ok requests, p50 / p90 / p99 per interval",
+        ),
+        timeseries(
+            5,
+            "Errors by kind",
+            [
+                target(
+                    f'SELECT count("output_tokens") AS "errors" FROM "grill_request" WHERE "status" != \'ok\' '
+                    f'AND {REQUEST_FILTER} GROUP BY time($__interval), "backend", "status" fill(null)',
+                    alias="$tag_backend $tag_status",
+                )
+            ],
+            grid(0, 16),
+            "none",
+            "Failed requests per interval by status (http_<code>, timeout, connect, stream_cut, bad_event, empty)",
+            draw_style="bars",
+        ),
+        timeseries(
+            6,
+            "Output tokens/s (by start time)",
+            [
+                target(
+                    f'SELECT sum("output_tokens") {per_s} AS "tokens_per_s" FROM "grill_request" '
+                    f'WHERE {REQUEST_FILTER} GROUP BY time($__interval), "backend" fill(0)',
+                    alias="$tag_backend",
+                )
+            ],
+            grid(12, 16),
+            "none",
+            "Output tokens of the requests started in each interval, per second",
+        ),
+        timeseries(
+            7,
+            "Load generator health (event-loop lag p99)",
+            [
+                target(
+                    f'SELECT max("worker_lag_p99_ms") AS "lag_p99_ms" FROM "grill_request" WHERE {REQUEST_FILTER} '
+                    'GROUP BY time($__interval), "worker" fill(null)',
+                    alias="$tag_worker",
+                )
+            ],
+            grid(0, 24, 24, 6),
+            "ms",
+            "A worker whose lag climbs inflates TTFT itself: add workers",
+        ),
+    ]
+    return dashboard(
+        "grill-live-run",
+        "grill-locust — Live run",
+        "Requests, users, latency percentiles and errors while a campaign runs; tiers as annotations.",
+        [run_variable(), backend_variable(), scenario_variable()],
+        panels,
+        "now-30m",
+        "5s",
+    )
+
+
+# ---------------------------------------------------------------- (c) GPUs and engines
+
+
+def gpus_and_engines() -> dict[str, Any]:
+    def gpu(field: str, aggregate: str = "mean") -> str:
+        return (
+            f'SELECT {aggregate}("{field}") AS "{field}" FROM "grill_gpu" WHERE {GPU_FILTER} '
+            'GROUP BY time($__interval), "host", "gpu_index" fill(null)'
+        )
+
+    def engine(field: str, aggregate: str = "mean") -> str:
+        return (
+            f'SELECT {aggregate}("{field}") AS "{field}" FROM "grill_engine" WHERE {ENGINE_FILTER} '
+            'GROUP BY time($__interval), "backend" fill(null)'
+        )
+
+    gpu_alias = "$tag_host gpu$tag_gpu_index"
+    panels = [
+        timeseries(
+            1,
+            "GPU utilisation",
+            [target(gpu("gpu_util_pct"), alias=gpu_alias)],
+            grid(0, 0, 8),
+            "percent",
+            "NVML",
+        ),
+        timeseries(
+            2,
+            "VRAM used",
+            [target(gpu("mem_used_bytes", "max"), alias=gpu_alias)],
+            grid(8, 0, 8),
+            "bytes",
+            "Peak per interval",
+        ),
+        timeseries(
+            3, "Power", [target(gpu("power_w"), alias=gpu_alias)], grid(16, 0, 8), "watt", "NVML power"
+        ),
+        timeseries(
+            4,
+            "KV-cache use",
+            [target(engine("kv_cache_usage"), alias="$tag_backend")],
+            grid(0, 8, 8),
+            "percentunit",
+            "Fraction of the engine's KV cache in use (vllm:kv_cache_usage_perc and equivalents)",
+        ),
+        timeseries(
+            5,
+            "Prefix-cache hit rate",
+            [target(engine("prefix_cache_hit_rate"), alias="$tag_backend")],
+            grid(8, 8, 8),
+            "percentunit",
+            "Cached prompt tokens / prompt tokens looked up, between two scrapes",
+        ),
+        timeseries(
+            6,
+            "Queue",
+            [
+                target(engine("requests_waiting"), "A", alias="waiting $tag_backend"),
+                target(engine("requests_running"), "B", alias="running $tag_backend"),
+            ],
+            grid(16, 8, 8),
+            "none",
+            "Requests waiting for and in the engine's batch",
+        ),
+        timeseries(
+            7,
+            "Engine output tokens/s",
+            [
+                target(
+                    'SELECT non_negative_derivative(last("generation_tokens_total"), 1s) AS "tokens_per_s" '
+                    f'FROM "grill_engine" WHERE {ENGINE_FILTER} GROUP BY time($__interval), "backend" fill(null)',
+                    alias="$tag_backend",
+                )
+            ],
+            grid(0, 16, 24, 8),
+            "none",
+            "From the engine's own generation-token counter: a cross-check of the client's figures",
+        ),
+    ]
+    return dashboard(
+        "grill-gpus-engines",
+        "grill-locust — GPUs and engines",
+        "GPU utilisation, VRAM and power per host; KV cache, prefix-cache hit rate and queue per backend.",
+        [
+            run_variable(),
+            backend_variable("grill_engine"),
+            variable("host", 'SHOW TAG VALUES FROM "grill_gpu" WITH KEY = "host"', "GPU host"),
+        ],
+        panels,
+        "now-30m",
+        "5s",
+    )
+
+
+DASHBOARDS: dict[str, Any] = {
+    "engine-comparison.json": engine_comparison,
+    "live-run.json": live_run,
+    "gpus-engines.json": gpus_and_engines,
+}
+
+
+def render(name: str) -> str:
+    return json.dumps(DASHBOARDS[name](), indent=2, ensure_ascii=False) + "\n"
+
+
+def main() -> None:
+    DASHBOARD_DIR.mkdir(parents=True, exist_ok=True)
+    for name in DASHBOARDS:
+        (DASHBOARD_DIR / name).write_text(render(name), encoding="utf-8")
+        print(DASHBOARD_DIR / name)
+
+
+if __name__ == "__main__":
+    main()

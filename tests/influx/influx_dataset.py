@@ -1,0 +1,183 @@
+"""A known campaign for the InfluxDB tests: records (record.py columns), phases, tier rows and telemetry."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from grill_locust.record import RECORD_COLUMNS, RequestRecord
+
+BACKENDS = ("vllm", "sglang")
+SCENARIOS = ("multi-turn-session", "shared-prefix")
+TIERS = (1, 5, 10)
+WORKERS = ("w1", "w2")
+TIER_SPAN_S = 20.0
+
+
+def make_record(**overrides: Any) -> dict[str, Any]:
+    values: dict[str, Any] = {name: None for name in RECORD_COLUMNS}
+    values.update(
+        record_id="r0",
+        run_id="run-a",
+        target="vllm/m/multi-turn-session",
+        backend="vllm",
+        engine="vllm",
+        model="m",
+        scenario="multi-turn-session",
+        tier_index=0,
+        tier_users=1,
+        iteration=0,
+        user_id=0,
+        worker_id="w1",
+        conversation_id="c0",
+        turn=0,
+        wall_start=1_700_000_000.0,
+        output_tokens=10,
+        tokens_source="usage",
+        status="ok",
+        error="",
+        retries=0,
+    )
+    values.update(overrides)
+    return RequestRecord(**values).to_dict()
+
+
+@dataclass
+class Campaign:
+    """Records per worker, phases, tier rows and telemetry samples, all inside [start_s, end_s]."""
+
+    start_s: float
+    end_s: float
+    records: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # worker -> records
+    phases: list[tuple[str, dict[str, Any], float]] = field(default_factory=list)  # (event, phase, at_s)
+    tiers: list[dict[str, Any]] = field(default_factory=list)
+    telemetry: list[dict[str, Any]] = field(default_factory=list)
+
+    def all_records(self) -> list[dict[str, Any]]:
+        return [record for records in self.records.values() for record in records]
+
+
+def make_campaign(start_s: float, seed: int = 7, run_id: str = "run-a") -> Campaign:
+    """Every (scenario, backend, tier) for TIER_SPAN_S seconds each, requests from two workers.
+
+    Start times are whole milliseconds; two requests (from different workers) share each start time.
+    """
+    rng = random.Random(seed)
+    campaign = Campaign(start_s=start_s, end_s=start_s)
+    for worker in WORKERS:
+        campaign.records[worker] = []
+    at_s = start_s
+    record_number = 0
+    for scenario in SCENARIOS:
+        for backend in BACKENDS:
+            for tier_index, users in enumerate(TIERS):
+                target = f"{backend}/m/{scenario}"
+                phase = {
+                    "run_id": run_id,
+                    "target": target,
+                    "backend": backend,
+                    "scenario": scenario,
+                    "tier_index": tier_index,
+                    "tier_users": users,
+                }
+                campaign.phases.append(("start", phase, at_s))
+                slow = 2.0 if backend == "sglang" else 1.0
+                for index in range(users * 6):
+                    worker = WORKERS[index % len(WORKERS)]
+                    wall_start_ms = round(
+                        (at_s + 0.5 + (index // 2) * (TIER_SPAN_S - 2) / (users * 3)) * 1000
+                    )
+                    status = "ok"
+                    if index % 7 == 3:
+                        status = "http_500" if index % 2 else "timeout"
+                    ttft = round(slow * users * 0.01 * (1 + rng.random()), 6)
+                    output_tokens = rng.randint(5, 60)
+                    e2e = round(ttft + output_tokens * 0.005 * slow * (1 + rng.random()), 6)
+                    record = make_record(
+                        record_id=f"rec-{record_number}",
+                        run_id=run_id,
+                        target=target,
+                        backend=backend,
+                        engine=backend,
+                        scenario=scenario,
+                        tier_index=tier_index,
+                        tier_users=users,
+                        iteration=index // users,
+                        user_id=index % users,
+                        worker_id=worker,
+                        conversation_id=f"conv-{record_number}",
+                        wall_start=wall_start_ms / 1000.0,
+                        ttft_s=ttft,
+                        ttfo_s=ttft,
+                        e2e_s=e2e,
+                        tpot_s=round((e2e - ttft) / (output_tokens - 1), 6),
+                        itl_mean_s=0.005,
+                        prompt_tokens=100 + index,
+                        cached_tokens=50,
+                        output_tokens=output_tokens,
+                        tokens_per_s=round(output_tokens / e2e, 6),
+                        finish_reason="stop",
+                        status=status,
+                        http_status=500 if status == "http_500" else (200 if status == "ok" else None),
+                        worker_lag_p99_ms=1.5,
+                        worker_cpu=20.0,
+                    )
+                    campaign.records[worker].append(record)
+                    record_number += 1
+                end_s = at_s + TIER_SPAN_S
+                campaign.phases.append(("end", phase, end_s))
+                campaign.tiers.append(
+                    {
+                        **phase,
+                        "engine": backend,
+                        "model": "m",
+                        "end_wall": end_s,
+                        "requests": users * 6,
+                        "success_rate": 0.75 + 0.01 * users,
+                        "output_tokens_per_s": 100.0 * users / slow,
+                        "ttft_p50_s": 0.1,
+                        "complete": True,
+                        "note": "",
+                    }
+                )
+                at_s = end_s + 1.0
+    campaign.end_s = at_s
+    sample_s = start_s
+    while sample_s < at_s:
+        for backend in BACKENDS:
+            campaign.telemetry.append(
+                {
+                    "wall_time": sample_s,
+                    "kind": "engine",
+                    "source": backend,
+                    "backend": backend,
+                    "host": "gpu-node-1",
+                    "gpu_index": None,
+                    "gpu_uuid": None,
+                    "gpu_name": None,
+                    "requests_running": 4.0,
+                    "requests_waiting": 1.0 if backend == "vllm" else 3.0,
+                    "kv_cache_usage": 0.25 if backend == "vllm" else 0.5,
+                    "prefix_cache_hit_rate": 0.8 if backend == "vllm" else 0.6,
+                    "generation_tokens_total": (sample_s - start_s) * (100.0 if backend == "vllm" else 50.0),
+                }
+            )
+        for gpu_index in (0, 1):
+            campaign.telemetry.append(
+                {
+                    "wall_time": sample_s,
+                    "kind": "gpu",
+                    "source": "gpu-node-1:9400",
+                    "backend": "",
+                    "host": "gpu-node-1",
+                    "gpu_index": gpu_index,
+                    "gpu_uuid": f"GPU-{gpu_index}",
+                    "gpu_name": "H100",
+                    "gpu_util_pct": 50.0 + 10 * gpu_index,
+                    "mem_used_bytes": 40e9 + 1e9 * gpu_index,
+                    "power_w": 300.0 + gpu_index,
+                }
+            )
+        sample_s += 5.0
+    return campaign
