@@ -30,6 +30,7 @@ SPIN_WINDOW_S = 0.0015  # epoll waits in whole milliseconds: spin the last stret
 TRUTH_MARGIN_S = 0.002  # leave this much of a step's wait free of truth-log writing
 JITTER_SAMPLES = 200_000
 IDLE_FLUSH_S = 0.5
+MAX_LAG_S = 0.005  # behind the step timeline by more than this: start the next step now instead
 
 
 class SimServer:
@@ -97,19 +98,27 @@ class SimServer:
                 self.truth.close()
 
     async def _step_loop(self) -> None:
+        """Steps back to back: a step starts when the previous one ends (its deadline), while the
+        previous step's tokens are being written, as output processing overlaps the next forward pass
+        in real engines. When the loop falls more than MAX_LAG_S behind, the timeline restarts at now."""
         engine = self.engine
         clock = self.clock
+        start: float | None = None
         while True:
             if engine.idle:
                 self.wake.clear()
                 if self.truth is not None:
                     self.truth.flush()
                 await self.wake.wait()
+                start = None
                 continue
-            start = clock()
+            now = clock()
+            if start is None or now - start > MAX_LAG_S:
+                start = now
             step = engine.schedule(start)
             if step.empty:
                 await self._wait_for_work(engine.earliest_trickle_s())
+                start = None
                 continue
             deadline = start + step.duration_s
             if self.truth is not None and self.truth.pending:
@@ -118,6 +127,7 @@ class SimServer:
             now = clock()
             self.jitter_s.append(now - deadline)
             engine.commit(step, now)
+            start = deadline
 
     async def _sleep_until(self, deadline: float) -> None:
         clock = self.clock
