@@ -31,7 +31,9 @@ log = logging.getLogger("grill")
 
 PROGRESS_INTERVAL_S = 5.0
 TICK_WAIT_S = 1.0  # the shape polls at most this long for a change before answering Locust
-ALL_AT_ONCE_SPAWN_RATE = 10_000.0
+# Without a scenario spawn_rate a tier's users start within about a second (Locust warns above 100/s).
+MAX_DEFAULT_SPAWN_RATE = 100.0
+PAUSE_SPAWN_RATE = 100.0
 
 
 @dataclass
@@ -123,12 +125,12 @@ class Campaign:
             else:
                 return phase.tier_users, self._spawn_rate(phase)
         if self._pause_until is not None and now < self._pause_until:
-            return 0, ALL_AT_ONCE_SPAWN_RATE
+            return 0, PAUSE_SPAWN_RATE
         if self._next_index >= len(self.phases):
             self.finished = True
             return None
         if self.environment.runner is not None and self.environment.runner.user_count > 0 and self._pause_until:
-            return 0, ALL_AT_ONCE_SPAWN_RATE  # wait for the previous tier's users to be gone
+            return 0, PAUSE_SPAWN_RATE  # wait for the previous tier's users to be gone
         self._start_phase(self.phases[self._next_index])
         self._next_index += 1
         assert self.current is not None
@@ -162,7 +164,7 @@ class Campaign:
 
     def _spawn_rate(self, phase: Phase) -> float:
         rate = self.scenario.load.spawn_rate
-        return float(rate) if rate else max(ALL_AT_ONCE_SPAWN_RATE, phase.tier_users)
+        return float(rate) if rate else max(1.0, min(MAX_DEFAULT_SPAWN_RATE, float(phase.tier_users)))
 
     def _start_phase(self, phase: Phase) -> None:
         progress = self.progress[phase.phase_id]

@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import gevent
-from locust import LoadTestShape, events
+from locust import LoadTestShape, User, events
 from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
 from grill_locust.errors import GrillError
 from grill_locust.run.campaign import Campaign, progress_printer, run_dir_for
+from grill_locust.run.user import CampaignUser
 from grill_locust.run.worker import MSG_HELLO, MSG_PHASE, MSG_RECORDS, WorkerState
 
 if TYPE_CHECKING:
@@ -34,7 +35,7 @@ DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "demo.yam
 
 @events.init_command_line_parser.add_listener
 def add_options(parser: Any) -> None:
-    group = parser.add_argument_group("grill-locust")
+    group = parser  # Locust shows these in the web UI's custom parameters; is_secret hides the token
     group.add_argument("--scenario", env_var="LOCUST_SCENARIO", default=None,
                        help="Scenario YAML (backends, models, conversations, targets, load). "
                             "Default without --scenario or --host: scenarios/demo.yaml")
@@ -69,9 +70,10 @@ class CampaignShape(LoadTestShape):
     # Locust must not warn about -u/-r/-t itself: we print our own one-line warning when a scenario drives.
     use_common_options = True
 
-    def tick(self) -> tuple[int, float] | None:
+    def tick(self) -> tuple[int, float, list[type[User]]] | None:
         campaign: Campaign | None = getattr(self.runner.environment, "grill_campaign", None) if self.runner else None
-        return campaign.tick() if campaign is not None else None
+        step = campaign.tick() if campaign is not None else None
+        return (*step, [CampaignUser]) if step is not None else None
 
 
 def _fail(message: str) -> None:
@@ -147,6 +149,7 @@ def _init(environment: Environment, options: Any) -> None:
         scenario = _start_simulated_backends(scenario)
     else:
         environment.shape_class = None  # plain Locust run: -u/-r/-t rule
+        environment.user_classes = [c for c in environment.user_classes if c is not CampaignUser]
         scenario, path = None, ""
     environment.grill_campaign = _new_campaign(environment, scenario, path, options)  # type: ignore[attr-defined]
     runner.register_message(MSG_RECORDS, lambda environment, msg, **kw: _on_records(environment, msg.data, msg.node_id))
@@ -226,7 +229,7 @@ def _start_simulated_backends(scenario: Scenario) -> Scenario:
 
 def with_backend_urls(scenario: Scenario, urls: dict[str, str]) -> Scenario:
     """The scenario with some backends moved to new base URLs (their targets follow)."""
-    backends = [b.model_copy(update={"url": urls[b.name]}) if b.name in urls else b for b in scenario.backends]
+    backends = [b.with_url(urls[b.name]) if b.name in urls else b for b in scenario.backends]
     by_name = {b.name: b for b in backends}
     targets = [t.model_copy(update={"backend": by_name[t.backend.name]}) for t in scenario.targets]
     return scenario.model_copy(update={"backends": backends, "targets": targets})
@@ -307,9 +310,20 @@ def _finish(environment: Environment) -> None:
     if campaign.influx is not None:
         for row in summary.to_dict("records"):
             campaign.influx.write_tier(row)
-    print(format_table(summary))
-    print(f"\n{writer.record_count} requests recorded. Results: {writer.run_dir}")
-    print(f"Report: grill report {writer.run_dir}")
+    _closing_words.append(
+        f"{format_table(summary)}\n\n{writer.record_count} requests recorded. Results: {writer.run_dir}\n"
+        f"Report: grill report {writer.run_dir}"
+    )
+
+
+_closing_words: list[str] = []
+
+
+@events.quit.add_listener
+def on_quit(**_: Any) -> None:
+    """The summary table is the last thing a headless run prints, after Locust's own statistics."""
+    while _closing_words:
+        print(_closing_words.pop(0), flush=True)
 
 
 def _extend_web_ui(environment: Environment) -> None:

@@ -11,6 +11,7 @@ import time
 from typing import Any, ClassVar
 
 import gevent
+from gevent import GreenletExit
 from locust import User, constant, task
 from locust.exception import StopUser
 
@@ -88,7 +89,12 @@ class GrillUser(User):
         client = self.client_for(target)
         retries = 0
         while True:
-            result = client.stream(path, payload)
+            try:
+                result = client.stream(path, payload)
+            except GreenletExit:  # the user is stopped mid-request: record it as cut, then stop
+                if client.last_result is not None:
+                    self._record(labels, turn, measure(client.last_result.raw), retries)
+                raise
             measurement = measure(result.raw)
             self._record(labels, turn, measurement, retries)
             if measurement.status != STATUS_RATE_LIMITED or retries >= backend.retries:
