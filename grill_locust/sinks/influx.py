@@ -63,7 +63,7 @@ REQUEST_FIELDS: tuple[str, ...] = (
     "worker_cpu",
     "retries",
 )
-# columns that hold a time, not a measurement: the point's timestamp comes from them
+# columns that hold a time, not a measurement: never fields; a point's timestamp comes from one of them
 TIME_COLUMNS: tuple[str, ...] = ("wall_start", "wall_time", "start_wall", "end_wall", "time")
 
 DEFAULT_MAX_BUFFERED_POINTS = 100_000  # about 40 MB of line protocol; ~100 s of 1,000 requests/s
@@ -140,8 +140,8 @@ def series_key(measurement: str, tags: Mapping[str, Any]) -> str:
     return ",".join(parts)
 
 
-def _time_ms(row: Mapping[str, Any], fallback_s: float) -> int:
-    for column in TIME_COLUMNS:
+def _time_ms(row: Mapping[str, Any], columns: tuple[str, ...], fallback_s: float) -> int:
+    for column in columns:
         value = _field_value(row.get(column))
         if value is not None:
             return int(round(value * 1000.0))
@@ -159,13 +159,22 @@ def request_point(record: Mapping[str, Any], worker: str) -> PointSpec | None:
             fields[name] = value
     if not fields:
         return None
-    return PointSpec(series_key(MEASUREMENT_REQUEST, tags), fields, _time_ms(record, time.time()))
+    return PointSpec(
+        series_key(MEASUREMENT_REQUEST, tags), fields, _time_ms(record, ("wall_start",), time.time())
+    )
 
 
 def _labelled_point(
-    measurement: str, row: Mapping[str, Any], tag_keys: Iterable[str], extra_tags: Mapping[str, Any]
+    measurement: str,
+    row: Mapping[str, Any],
+    tag_keys: Iterable[str],
+    extra_tags: Mapping[str, Any],
+    time_columns: tuple[str, ...],
 ) -> PointSpec | None:
-    """Tags from `tag_keys` present in the row, every other numeric column a field (times excepted)."""
+    """Tags from `tag_keys` present in the row, every other numeric column a field (times excepted).
+
+    The point's time is the first of `time_columns` that holds a number (else now).
+    """
     tag_set = set(tag_keys)
     tags = {key: row[key] for key in tag_set if key in row}
     tags.update(extra_tags)
@@ -178,7 +187,7 @@ def _labelled_point(
             fields[name] = number
     if not fields:
         return None
-    return PointSpec(series_key(measurement, tags), fields, _time_ms(row, time.time()))
+    return PointSpec(series_key(measurement, tags), fields, _time_ms(row, time_columns, time.time()))
 
 
 def tier_point(row: Mapping[str, Any], worker: str) -> PointSpec | None:
@@ -187,16 +196,20 @@ def tier_point(row: Mapping[str, Any], worker: str) -> PointSpec | None:
     users = _field_value(row.get("tier_users"))
     if users is not None:
         fields_row["users"] = users
-    return _labelled_point(MEASUREMENT_TIER, fields_row, RUN_TAGS, {WORKER_TAG: worker})
+    return _labelled_point(
+        MEASUREMENT_TIER, fields_row, RUN_TAGS, {WORKER_TAG: worker}, ("end_wall", "start_wall", "time")
+    )
 
 
 def phase_point(event: str, phase: Mapping[str, Any], worker: str, at_s: float) -> PointSpec | None:
     """A grill_phase point (an annotation): event tag, `users` = tier users while the tier runs, 0 after."""
     row = dict(phase)
-    row.setdefault("time", at_s)
+    row["time"] = at_s  # the moment of the event, whatever start_wall / end_wall the row carries
     users = _field_value(phase.get("tier_users")) or 0.0
     row["users"] = 0.0 if event in ("end", "stop", "stopped") else users
-    return _labelled_point(MEASUREMENT_PHASE, row, PHASE_TAGS, {WORKER_TAG: worker, "event": event})
+    return _labelled_point(
+        MEASUREMENT_PHASE, row, PHASE_TAGS, {WORKER_TAG: worker, "event": event}, ("time",)
+    )
 
 
 def telemetry_point(sample: Mapping[str, Any], run_id: str | None) -> PointSpec | None:
@@ -207,7 +220,7 @@ def telemetry_point(sample: Mapping[str, Any], run_id: str | None) -> PointSpec 
     if run_id and not sample.get("run_id"):
         extra["run_id"] = run_id
     row = {key: value for key, value in sample.items() if key != "kind"}
-    return _labelled_point(measurement, row, TELEMETRY_TAGS, extra)
+    return _labelled_point(measurement, row, TELEMETRY_TAGS, extra, ("wall_time",))
 
 
 class _SeriesClock:
