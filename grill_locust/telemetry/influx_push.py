@@ -19,22 +19,20 @@ log = logging.getLogger(__name__)
 GPU_MEASUREMENT = "grill_gpu"
 ENGINE_MEASUREMENT = "grill_engine"
 NANOSECONDS_PER_SECOND = 1_000_000_000
+# as grill_locust.sinks.influx tags telemetry, so dashboards read either writer alike
+TAG_COLUMNS: tuple[str, ...] = ("backend", "source", "host", "gpu_index", "gpu_uuid", "gpu_name")
 
 
 def telemetry_point(sample: dict[str, Any]) -> Any:
-    """One InfluxDB point for one sample: labels as tags (low cardinality), numbers as float fields."""
+    """One InfluxDB point for one sample: the label columns as tags (the project sink's tag names), numbers as fields."""
     from influxdb_client import Point
 
-    if sample["kind"] == KIND_ENGINE:
-        point = Point(ENGINE_MEASUREMENT).tag("backend", sample["backend"]).tag("host", sample["host"])
-        fields = ENGINE_COLUMNS
-    else:
-        point = Point(GPU_MEASUREMENT).tag("host", sample["host"]).tag("gpu", str(sample["gpu_index"]))
-        point = point.tag("uuid", sample["gpu_uuid"]).tag("name", sample["gpu_name"])
-        if sample.get("backend"):
-            point = point.tag("backend", sample["backend"])
-        fields = GPU_COLUMNS
-    for field in fields:
+    point = Point(ENGINE_MEASUREMENT if sample["kind"] == KIND_ENGINE else GPU_MEASUREMENT)
+    for tag in TAG_COLUMNS:
+        value = sample.get(tag)
+        if value is not None and value != "":
+            point = point.tag(tag, str(value))
+    for field in ENGINE_COLUMNS if sample["kind"] == KIND_ENGINE else GPU_COLUMNS:
         value = sample.get(field)
         if value is not None:
             point = point.field(field, float(value))

@@ -123,7 +123,12 @@ class TelemetryScraper:
         import gevent
 
         jobs = [gevent.spawn(self._scrape, target) for target in self.targets]
-        gevent.joinall(jobs, timeout=self.timeout_s + 1.0)
+        deadline = time.monotonic() + self.timeout_s + 1.0
+        # joinall can come back early on a stray wake-up of this greenlet: wait again until the deadline
+        while not all(job.ready() for job in jobs) and time.monotonic() < deadline:
+            gevent.joinall(
+                [job for job in jobs if not job.ready()], timeout=max(0.0, deadline - time.monotonic())
+            )
         samples: list[dict[str, Any]] = []
         for job in jobs:
             if job.successful() and job.value:

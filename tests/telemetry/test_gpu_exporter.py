@@ -158,7 +158,8 @@ def test_gpu_sample_becomes_a_grill_gpu_point_with_numeric_fields_only(h100_pair
     samples, _failed = reader.read(wall_time=1700000000.5)
     line = telemetry_point(samples[0]).to_line_protocol()
     assert line.startswith(
-        "grill_gpu,gpu=0,host=gpu-node-1,name=NVIDIA\\ H100\\ 80GB\\ HBM3,uuid=GPU-aaaa-0000 "
+        "grill_gpu,gpu_index=0,gpu_name=NVIDIA\\ H100\\ 80GB\\ HBM3,gpu_uuid=GPU-aaaa-0000,"
+        "host=gpu-node-1,source=gpu-node-1 "
     )
     assert "power_w=512.25" in line and "energy_mj=987654321" in line
     assert line.endswith(" 1700000000500000000")

@@ -1,0 +1,126 @@
+"""The exporter's push of grill_gpu points, into a real InfluxDB-v2-write server on loopback (VictoriaMetrics)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from telemetry_helpers import FakeGpu, FakeNvml
+
+from grill_locust.telemetry.exporter import GpuExporter
+from grill_locust.telemetry.influx_push import DirectInfluxWriter, influx_writer
+from grill_locust.telemetry.nvml import NvmlReader
+
+STARTUP_TIMEOUT_S = 30.0
+
+
+def get(url: str, timeout_s: float = 10.0) -> bytes:
+    with urllib.request.urlopen(url, timeout=timeout_s) as response:
+        return bytes(response.read())
+
+
+@pytest.fixture
+def victoria(tmp_path: Path) -> Iterator[str]:
+    if shutil.which("victoria-metrics") is None:
+        pytest.skip("victoria-metrics not installed (Debian package victoria-metrics)")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    with (tmp_path / "victoria.log").open("ab") as log:
+        process = subprocess.Popen(
+            [
+                "victoria-metrics",
+                f"-storageDataPath={tmp_path / 'data'}",
+                f"-httpListenAddr=127.0.0.1:{port}",
+                "-search.latencyOffset=0s",
+                "-search.disableCache",
+                "-retentionPeriod=100y",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + STARTUP_TIMEOUT_S
+        while True:
+            try:
+                get(f"{url}/health", timeout_s=1.0)
+                break
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                assert process.poll() is None and time.monotonic() < deadline, (
+                    "victoria-metrics did not start"
+                )
+                time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=15)
+
+
+def exported(url: str, metric: str) -> list[dict[str, Any]]:
+    get(f"{url}/internal/force_flush")
+    query = urllib.parse.urlencode({"match[]": metric})
+    body = get(f"{url}/api/v1/export?{query}").decode()
+    return [json.loads(line) for line in body.splitlines() if line.strip()]
+
+
+def wait_exported(url: str, metric: str, count: int) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 15.0
+    while True:
+        series = exported(url, metric)
+        if len(series) >= count or time.monotonic() > deadline:
+            return series
+        time.sleep(0.2)
+
+
+def test_exporter_pushes_grill_gpu_points_per_gpu(victoria: str, h100_pair: list[FakeGpu]) -> None:
+    reader = NvmlReader(FakeNvml(h100_pair), host="gpu-node-1")
+    reader.open()
+    write, close = influx_writer(victoria, "grill", "grill", "", worker="gpu-node-1")
+    exporter = GpuExporter(reader, interval_s=60.0, on_samples=write)
+    exporter.poll_once()
+    close()
+    series = wait_exported(victoria, "grill_gpu_power_w", 2)
+    by_gpu = {s["metric"]["gpu_index"]: s for s in series}
+    assert sorted(by_gpu) == ["0", "1"]
+    assert by_gpu["0"]["values"] == [512.25]
+    assert by_gpu["0"]["metric"]["host"] == "gpu-node-1"
+    assert by_gpu["0"]["metric"]["gpu_uuid"] == "GPU-aaaa-0000"
+    energy = wait_exported(victoria, "grill_gpu_energy_mj", 2)
+    assert sorted(s["values"][0] for s in energy) == [123_456.0, 987_654_321.0]
+
+
+def test_direct_writer_without_the_project_sink_writes_the_same_points(
+    victoria: str, h100_pair: list[FakeGpu]
+) -> None:
+    reader = NvmlReader(FakeNvml(h100_pair), host="gpu-node-2")
+    reader.open()
+    samples, _failed = reader.read(wall_time=time.time())
+    writer = DirectInfluxWriter(victoria, "grill", "grill", "")
+    writer.write_telemetry(samples)
+    writer.close()
+    series = wait_exported(victoria, 'grill_gpu_gpu_util_pct{host="gpu-node-2"}', 2)
+    assert sorted(s["values"][0] for s in series) == [3.0, 97.0]
+
+
+def test_unreachable_influx_is_logged_and_polling_goes_on(
+    h100_pair: list[FakeGpu], caplog: pytest.LogCaptureFixture
+) -> None:
+    reader = NvmlReader(FakeNvml(h100_pair), host="h")
+    reader.open()
+    writer = DirectInfluxWriter("http://127.0.0.1:9", "grill", "grill", "")
+    exporter = GpuExporter(reader, interval_s=60.0, on_samples=writer.write_telemetry)
+    assert len(exporter.poll_once()) == 2
+    assert len(exporter.poll_once()) == 2
+    writer.close()
+    assert sum("refused the points" in r.getMessage() for r in caplog.records) == 1
