@@ -137,6 +137,8 @@ def measure(
         "streams": streams,
         "running": after["running"],
         "events_per_s": (after["events"] - before["events"]) / elapsed,
+        "steps_per_s": (after["steps"] - before["steps"]) / elapsed,
+        "running_before": before["running"],
         "ideal_events_per_s": streams * 1000.0 / step_ms,
         "jitter_p50_ms": after["jitter_p50_ms"],
         "jitter_p99_ms": after["jitter_p99_ms"],
@@ -167,6 +169,7 @@ def main() -> None:
         row = measure(step_ms, args.streams, args.duration_s, args.warmup_s, args.client_procs, args.truth)
         print(
             f"{row['step_ms']:>8.1f} {row['events_per_s']:>10.0f} {row['ideal_events_per_s']:>10.0f} "
+            f"{row['steps_per_s']:>8.1f} {row['running_before']:>8} "
             f"{row['jitter_p50_ms']:>8.3f} {row['jitter_p99_ms']:>8.3f} {row['jitter_max_ms']:>8.3f} {row['server_cpu']:>6.0%}",
             flush=True,
         )
