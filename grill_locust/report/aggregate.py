@@ -330,16 +330,8 @@ def _join_telemetry(summary: pd.DataFrame, run: RunData) -> pd.DataFrame:
     if run.telemetry is None or not len(run.telemetry):
         return summary
     try:
-        from grill_locust import telemetry as telemetry_package
-
-        tier_telemetry = getattr(telemetry_package, "tier_telemetry", None)
-        if tier_telemetry is None:
-            from grill_locust.telemetry import aggregate as telemetry_aggregate  # type: ignore[attr-defined]
-
-            tier_telemetry = getattr(telemetry_aggregate, "tier_telemetry", None)
-    except ImportError:
-        tier_telemetry = None
-    if tier_telemetry is None:
+        from grill_locust.telemetry import tier_telemetry
+    except ImportError:  # telemetry package without the per-tier function: no telemetry columns
         return summary
     try:
         per_tier = tier_telemetry(run.telemetry, run.phases, run.records)
@@ -352,9 +344,13 @@ def _join_telemetry(summary: pd.DataFrame, run: RunData) -> pd.DataFrame:
     per_tier = per_tier[
         [c for c in per_tier.columns if c == "target" or c == "tier_index" or c not in summary]
     ]
-    per_tier["tier_index"] = pd.to_numeric(per_tier["tier_index"]).astype("float64")
-    per_tier["target"] = per_tier["target"].astype("string")
-    summary = summary.assign(tier_index=summary["tier_index"].astype("float64"))
+    for column in per_tier.columns:
+        if column != "target":
+            per_tier[column] = pd.to_numeric(per_tier[column], errors="coerce").astype("float64")
+    per_tier["target"] = per_tier["target"].astype(str)
+    summary = summary.assign(
+        tier_index=summary["tier_index"].astype("float64"), target=summary["target"].astype(str)
+    )
     return summary.merge(per_tier, on=TIER_KEYS, how="left")
 
 

@@ -222,3 +222,37 @@ def test_summarize_run_writes_summary_csv(tmp_path):
     assert len(written) == len(summary) == 1
     assert written["ttft_p50_s"].iloc[0] == pytest.approx(0.55)
     assert json.loads((tmp_path / "run.json").read_text())["slo"] == {"ttft_p50_s": 1.0}
+
+
+def test_telemetry_columns_join_their_tier_and_get_a_gpu_figure(tmp_path):
+    from grill_locust.report.build import LabelledRun, assemble, write_report
+    from grill_locust.report.capacity import SloTarget
+    from grill_locust.telemetry.samples import KIND_GPU, empty_sample
+
+    records = [
+        make_record(record_id=f"a{i}", tier_index=0, tier_users=1, wall_start=START_WALL + i)
+        for i in range(3)
+    ]
+    records += [
+        make_record(record_id=f"b{i}", tier_index=1, tier_users=4, wall_start=START_WALL + 100 + i)
+        for i in range(3)
+    ]
+    phases = [phase(0, 1, START_WALL, START_WALL + 10), phase(1, 4, START_WALL + 100, START_WALL + 110)]
+    write_results_folder(tmp_path, records, phases=phases)
+    samples = []
+    for second, util in [(1, 40.0), (5, 60.0), (101, 90.0), (105, 100.0)]:
+        sample = empty_sample(KIND_GPU, START_WALL + second, "exporter:9400", "", "gpu-host")
+        sample.update(gpu_index=0, gpu_uuid="GPU-0", gpu_name="H100", gpu_util_pct=util)
+        sample.update(mem_used_bytes=int(util) * 2**30, power_w=300.0)
+        samples.append(sample)
+    pd.DataFrame(samples).to_parquet(tmp_path / "telemetry.parquet")
+
+    run = load_run(tmp_path)
+    summary = summarize(run)
+    assert summary["gpu_util_mean"].tolist() == pytest.approx([50.0, 95.0])
+    assert summary["vram_peak_bytes"].tolist() == pytest.approx([60 * 2**30, 100 * 2**30])
+    report = assemble([LabelledRun("run", run)], SloTarget(), compare=False)
+    written = write_report(report, tmp_path / "report")
+    assert tmp_path / "report" / "gpu-short-baseline.png" in written
+    page = (tmp_path / "report" / "report.html").read_text()
+    assert "GPU util %" in page and "VRAM peak GiB" in page
