@@ -61,12 +61,14 @@ class Campaign:
         writer: ResultsWriter,
         run_id: str,
         skip: set[tuple[str, int]] | None = None,
+        walk_tiers: bool = True,
     ) -> None:
         self.environment = environment
         self.scenario = scenario
         self.writer = writer
         self.run_id = run_id
-        self.phases = [p for p in plan_phases(scenario, run_id) if (p.target, p.tier_index) not in (skip or set())]
+        planned = plan_phases(scenario, run_id) if walk_tiers else []
+        self.phases = [p for p in planned if (p.target, p.tier_index) not in (skip or set())]
         self.progress: dict[int, PhaseProgress] = {p.phase_id: PhaseProgress(p) for p in self.phases}
         self.targets = {t.name: t for t in scenario.targets}
         self.current: PhaseProgress | None = None
@@ -101,10 +103,17 @@ class Campaign:
 
     def _progress_of(self, record: dict[str, Any]) -> PhaseProgress | None:
         current = self.current
-        if current is not None and record["target"] == current.phase.target and record["tier_index"] == current.phase.tier_index:
+        if (
+            current is not None
+            and record["target"] == current.phase.target
+            and record["tier_index"] == current.phase.tier_index
+        ):
             return current
         for progress in self.progress.values():
-            if progress.phase.target == record["target"] and progress.phase.tier_index == record["tier_index"]:
+            if (
+                progress.phase.target == record["target"]
+                and progress.phase.tier_index == record["tier_index"]
+            ):
                 return progress
         return None
 
@@ -121,7 +130,9 @@ class Campaign:
             if current.iterations_done >= phase.iterations_target:
                 self._end_phase(complete=True, note="")
             elif now - current.started > self.scenario.load.tier_timeout_s:
-                self._end_phase(complete=False, note=f"time cap {self.scenario.load.tier_timeout_s:g} s reached")
+                self._end_phase(
+                    complete=False, note=f"time cap {self.scenario.load.tier_timeout_s:g} s reached"
+                )
             else:
                 return phase.tier_users, self._spawn_rate(phase)
         if self._pause_until is not None and now < self._pause_until:
@@ -129,7 +140,11 @@ class Campaign:
         if self._next_index >= len(self.phases):
             self.finished = True
             return None
-        if self.environment.runner is not None and self.environment.runner.user_count > 0 and self._pause_until:
+        if (
+            self.environment.runner is not None
+            and self.environment.runner.user_count > 0
+            and self._pause_until
+        ):
             return 0, PAUSE_SPAWN_RATE  # wait for the previous tier's users to be gone
         self._start_phase(self.phases[self._next_index])
         self._next_index += 1
@@ -155,7 +170,12 @@ class Campaign:
             log.warning(
                 "worker %s lost during tier %d (%s at %d users): %d of its %d iterations not done; "
                 "its users are spread over the remaining workers",
-                name, phase.phase_id + 1, phase.target, phase.tier_users, lost, quota,
+                name,
+                phase.phase_id + 1,
+                phase.target,
+                phase.tier_users,
+                lost,
+                quota,
             )
             if present and runner.state in (STATE_RUNNING, STATE_SPAWNING):
                 # Locust re-spreads users itself when a worker quits, but for a missing one only

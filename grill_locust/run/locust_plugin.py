@@ -20,7 +20,7 @@ from locust.runners import LocalRunner, MasterRunner, WorkerRunner
 
 from grill_locust.errors import GrillError
 from grill_locust.run.campaign import Campaign, progress_printer, run_dir_for
-from grill_locust.run.user import CampaignUser
+from grill_locust.run.user import CampaignUser, standalone_scenario
 from grill_locust.run.worker import MSG_HELLO, MSG_PHASE, MSG_RECORDS, WorkerState
 
 if TYPE_CHECKING:
@@ -36,32 +36,83 @@ DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "demo.yam
 @events.init_command_line_parser.add_listener
 def add_options(parser: Any) -> None:
     group = parser  # Locust shows these in the web UI's custom parameters; is_secret hides the token
-    group.add_argument("--scenario", env_var="LOCUST_SCENARIO", default=None,
-                       help="Scenario YAML (backends, models, conversations, targets, load). "
-                            "Default without --scenario or --host: scenarios/demo.yaml")
-    group.add_argument("--results-dir", env_var="LOCUST_RESULTS_DIR", default="results",
-                       help="Folder that receives results/<run_id>/ (default: results)")
-    group.add_argument("--tiers", env_var="LOCUST_TIERS", default=None,
-                       help="Override the tiers of concurrent users, e.g. 1,5,10")
-    group.add_argument("--iterations", env_var="LOCUST_ITERATIONS", type=int, default=None,
-                       help="Override conversations per user per tier")
-    group.add_argument("--pause", env_var="LOCUST_PAUSE", type=float, default=None,
-                       help="Override the pause at 0 users between tiers (seconds)")
-    group.add_argument("--think-time", env_var="LOCUST_THINK_TIME", type=float, default=None,
-                       help="Override the think time between requests of one user (seconds)")
-    group.add_argument("--model", env_var="LOCUST_MODEL", default=None,
-                       help="Model for the plain users (MultiTurnUser, ...) with --host; default: the first listed")
-    group.add_argument("--engine", env_var="LOCUST_ENGINE", default="openai",
-                       help="Engine behind --host for the plain users (vllm, sglang, llamacpp, sim, openai, ...)")
-    group.add_argument("--resume", env_var="LOCUST_RESUME", default=None,
-                       help="Continue an interrupted campaign in results/<run_id>, skipping tiers already complete")
-    group.add_argument("--telemetry-interval", env_var="LOCUST_TELEMETRY_INTERVAL", type=float, default=2.0,
-                       help="Seconds between scrapes of engine /metrics and GPU exporters (0: off)")
-    group.add_argument("--influx-url", env_var="INFLUX_URL", default=None, help="InfluxDB URL for live results")
+    group.add_argument(
+        "--scenario",
+        env_var="LOCUST_SCENARIO",
+        default=None,
+        help="Scenario YAML (backends, models, conversations, targets, load). "
+        "Default without --scenario or --host: scenarios/demo.yaml",
+    )
+    group.add_argument(
+        "--results-dir",
+        env_var="LOCUST_RESULTS_DIR",
+        default="results",
+        help="Folder that receives results/<run_id>/ (default: results)",
+    )
+    group.add_argument(
+        "--tiers",
+        env_var="LOCUST_TIERS",
+        default=None,
+        help="Override the tiers of concurrent users, e.g. 1,5,10",
+    )
+    group.add_argument(
+        "--iterations",
+        env_var="LOCUST_ITERATIONS",
+        type=int,
+        default=None,
+        help="Override conversations per user per tier",
+    )
+    group.add_argument(
+        "--pause",
+        env_var="LOCUST_PAUSE",
+        type=float,
+        default=None,
+        help="Override the pause at 0 users between tiers (seconds)",
+    )
+    group.add_argument(
+        "--think-time",
+        env_var="LOCUST_THINK_TIME",
+        type=float,
+        default=None,
+        help="Override the think time between requests of one user (seconds)",
+    )
+    group.add_argument(
+        "--model",
+        env_var="LOCUST_MODEL",
+        default=None,
+        help="Model for the plain users (MultiTurnUser, ...) with --host; default: the first listed",
+    )
+    group.add_argument(
+        "--engine",
+        env_var="LOCUST_ENGINE",
+        default="openai",
+        help="Engine behind --host for the plain users (vllm, sglang, llamacpp, sim, openai, ...)",
+    )
+    group.add_argument(
+        "--resume",
+        env_var="LOCUST_RESUME",
+        default=None,
+        help="Continue an interrupted campaign in results/<run_id>, skipping tiers already complete",
+    )
+    group.add_argument(
+        "--telemetry-interval",
+        env_var="LOCUST_TELEMETRY_INTERVAL",
+        type=float,
+        default=2.0,
+        help="Seconds between scrapes of engine /metrics and GPU exporters (0: off)",
+    )
+    group.add_argument(
+        "--influx-url", env_var="INFLUX_URL", default=None, help="InfluxDB URL for live results"
+    )
     group.add_argument("--influx-org", env_var="INFLUX_ORG", default=None, help="InfluxDB organisation")
     group.add_argument("--influx-bucket", env_var="INFLUX_BUCKET", default=None, help="InfluxDB bucket")
-    group.add_argument("--influx-token", env_var="INFLUX_TOKEN", default=None, help="InfluxDB token (never logged)",
-                       is_secret=True)
+    group.add_argument(
+        "--influx-token",
+        env_var="INFLUX_TOKEN",
+        default=None,
+        help="InfluxDB token (never logged)",
+        is_secret=True,
+    )
 
 
 class CampaignShape(LoadTestShape):
@@ -71,7 +122,9 @@ class CampaignShape(LoadTestShape):
     use_common_options = True
 
     def tick(self) -> tuple[int, float, list[type[User]]] | None:
-        campaign: Campaign | None = getattr(self.runner.environment, "grill_campaign", None) if self.runner else None
+        campaign: Campaign | None = (
+            getattr(self.runner.environment, "grill_campaign", None) if self.runner else None
+        )
         step = campaign.tick() if campaign is not None else None
         return (*step, [CampaignUser]) if step is not None else None
 
@@ -85,7 +138,9 @@ def _parse_tiers(text: str) -> list[int]:
     try:
         tiers = [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        raise GrillError(f"--tiers: expected comma-separated whole numbers like 1,5,10, got {text!r}") from None
+        raise GrillError(
+            f"--tiers: expected comma-separated whole numbers like 1,5,10, got {text!r}"
+        ) from None
     if not tiers or any(t < 1 for t in tiers):
         raise GrillError(f"--tiers: every tier must be a whole number >= 1, got {text!r}")
     return tiers
@@ -98,7 +153,9 @@ def _load_scenario(options: Any) -> tuple[Scenario, str]:
     if options.resume and not path:
         meta_path = Path(options.resume) / "run.json"
         if not meta_path.exists():
-            raise GrillError(f"--resume {options.resume}: no run.json there (is it a results/<run_id> folder?)")
+            raise GrillError(
+                f"--resume {options.resume}: no run.json there (is it a results/<run_id> folder?)"
+            )
         path = json.loads(meta_path.read_text()).get("scenario_path")
     path = path or str(DEFAULT_SCENARIO)
     scenario = load_scenario(path)
@@ -141,7 +198,15 @@ def _init(environment: Environment, options: Any) -> None:
     scenario_drives = bool(options.scenario or options.resume or not options.host)
     if scenario_drives:
         scenario, path = _load_scenario(options)
-        given = [flag for flag, value in (("-u", options.num_users), ("-r", options.spawn_rate), ("-t", options.run_time)) if value]
+        given = [
+            flag
+            for flag, value in (
+                ("-u", options.num_users),
+                ("-r", options.spawn_rate),
+                ("-t", options.run_time),
+            )
+            if value
+        ]
         if given:
             log.warning("%s ignored: the scenario's load shape drives the run", "/".join(given))
             options.run_time = None
@@ -150,16 +215,20 @@ def _init(environment: Environment, options: Any) -> None:
     else:
         environment.shape_class = None  # plain Locust run: -u/-r/-t rule
         environment.user_classes = [c for c in environment.user_classes if c is not CampaignUser]
-        scenario, path = None, ""
+        scenario, path = (
+            standalone_scenario(options.host, options.model, options.engine, options.think_time),
+            "",
+        )
     environment.grill_campaign = _new_campaign(environment, scenario, path, options)  # type: ignore[attr-defined]
-    runner.register_message(MSG_RECORDS, lambda environment, msg, **kw: _on_records(environment, msg.data, msg.node_id))
+    runner.register_message(
+        MSG_RECORDS, lambda environment, msg, **kw: _on_records(environment, msg.data, msg.node_id)
+    )
     runner.register_message(MSG_HELLO, lambda environment, msg, **kw: _on_hello(environment, msg.node_id))
     if environment.web_ui is not None:
         _extend_web_ui(environment)
 
 
-def _new_campaign(environment: Environment, scenario: Scenario | None, path: str, options: Any) -> Campaign:
-    from grill_locust.config import parse_scenario
+def _new_campaign(environment: Environment, scenario: Scenario, path: str, options: Any) -> Campaign:
     from grill_locust.sinks.results import ResultsWriter, new_run_id, read_phases
 
     skip: set[tuple[str, int]] = set()
@@ -168,10 +237,8 @@ def _new_campaign(environment: Environment, scenario: Scenario | None, path: str
         run_id = run_dir.name
         skip = {(p["target"], int(p["tier_index"])) for p in read_phases(run_dir) if p["complete"] == "True"}
     else:
-        run_id = new_run_id(scenario.name if scenario else "standalone")
+        run_id = new_run_id(scenario.name)
         run_dir = run_dir_for(options.results_dir, run_id)
-    if scenario is None:
-        scenario = parse_scenario({"name": "standalone", "backends": [], "models": [], "targets": []}, "--host")
     meta = {
         "run_id": run_id,
         "scenario": scenario.name,
@@ -182,7 +249,8 @@ def _new_campaign(environment: Environment, scenario: Scenario | None, path: str
         "argv": [a for a in sys.argv if "token" not in a.lower() and "key" not in a.lower()],
     }
     writer = ResultsWriter(run_dir, meta, scenario.redacted(), resume=bool(options.resume))
-    campaign = Campaign(environment, scenario, writer, run_id, skip=skip)
+    walk_tiers = environment.shape_class is not None  # plain users (-u/-r/-t) have no tiers
+    campaign = Campaign(environment, scenario, writer, run_id, skip=skip, walk_tiers=walk_tiers)
     campaign.influx = _influx_sink(options, scenario, "master")
     worker = getattr(environment, "grill_worker", None)
     if worker is not None:  # the local runner is its own worker
@@ -247,7 +315,9 @@ def _on_records(environment: Environment, data: dict[str, Any], msg_node: str) -
 
 def _on_hello(environment: Environment, client_id: str) -> None:
     campaign: Campaign = environment.grill_campaign  # type: ignore[attr-defined]
-    environment.runner.send_message(MSG_PHASE, campaign.phase_message(with_scenario=True), client_id=client_id)
+    environment.runner.send_message(
+        MSG_PHASE, campaign.phase_message(with_scenario=True), client_id=client_id
+    )
 
 
 _progress_greenlet: gevent.Greenlet | None = None
@@ -264,7 +334,10 @@ def on_test_start(environment: Environment, **_: Any) -> None:
         if campaign.finished:  # a new run from the web UI after the last one ended
             _finish(environment)
             environment.grill_campaign = campaign = _new_campaign(  # type: ignore[attr-defined]
-                environment, campaign.scenario, campaign.writer.meta.get("scenario_path") or "", environment.parsed_options
+                environment,
+                campaign.scenario,
+                campaign.writer.meta.get("scenario_path") or "",
+                environment.parsed_options,
             )
         if environment.parsed_options.headless and campaign.phases and _progress_greenlet is None:
             _progress_greenlet = gevent.spawn(progress_printer, campaign)
@@ -358,18 +431,23 @@ def _extend_web_ui(environment: Environment) -> None:
             for progress in campaign.progress.values():
                 phase = progress.phase
                 state = (
-                    "running" if progress is campaign.current
-                    else ("done" if progress.complete else "incomplete") if progress.ended_wall else "waiting"
+                    "running"
+                    if progress is campaign.current
+                    else ("done" if progress.complete else "incomplete")
+                    if progress.ended_wall
+                    else "waiting"
                 )
-                rows.append({
-                    "tier": f"{phase.phase_id + 1}/{len(campaign.phases)}",
-                    "target": phase.target,
-                    "users": phase.tier_users,
-                    "iterations": f"{progress.iterations_done}/{phase.iterations_target}",
-                    "requests": progress.records,
-                    "errors": progress.errors,
-                    "state": state,
-                })
+                rows.append(
+                    {
+                        "tier": f"{phase.phase_id + 1}/{len(campaign.phases)}",
+                        "target": phase.target,
+                        "users": phase.tier_users,
+                        "iterations": f"{progress.iterations_done}/{phase.iterations_target}",
+                        "requests": progress.records,
+                        "errors": progress.errors,
+                        "state": state,
+                    }
+                )
         payload = response.get_json()
         payload["extended_stats"] = [{"key": "grill-campaign", "data": rows}]
         response.set_data(json.dumps(payload))

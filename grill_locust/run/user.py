@@ -7,13 +7,11 @@ as plain Locust users with `--host` and `--model`, with no scenario file (`-u/-r
 
 from __future__ import annotations
 
-import time
 from typing import Any, ClassVar
 
 import gevent
 from gevent import GreenletExit
 from locust import User, constant, task
-from locust.exception import StopUser
 
 from grill_locust.client import CHAT_PATH, COMPLETIONS_PATH, EngineClient, chat_payload, completions_payload
 from grill_locust.config import Scenario, Target
@@ -24,6 +22,7 @@ from grill_locust.run.worker import WorkerState
 IDLE_POLL_S = 0.1  # how often an idle user looks for new work
 STATUS_RATE_LIMITED = "http_429"
 MAX_RETRY_AFTER_S = 30.0
+CANCELLED = "cancelled"  # the error of a request cut short because its user was stopped
 
 
 class GrillUser(User):
@@ -79,7 +78,9 @@ class GrillUser(User):
                 return  # the conversation cannot go on without the reply
             messages.append({"role": "assistant", "content": result})
 
-    def _send(self, target: Target, messages: list[dict[str, str]], labels: dict[str, Any], turn: int) -> str | None:
+    def _send(
+        self, target: Target, messages: list[dict[str, str]], labels: dict[str, Any], turn: int
+    ) -> str | None:
         backend, model = target.backend, target.model
         if backend.api == "completions":
             prompt = "\n\n".join(m["content"] for m in messages)
@@ -117,7 +118,11 @@ class GrillUser(User):
         fire = self.environment.events.request.fire
         name = labels["target"]
         if measurement.status == STATUS_OK:
-            for kind, value in (("TTFT", measurement.ttft_s), ("TPOT", measurement.tpot_s), ("E2E", measurement.e2e_s)):
+            for kind, value in (
+                ("TTFT", measurement.ttft_s),
+                ("TPOT", measurement.tpot_s),
+                ("E2E", measurement.e2e_s),
+            ):
                 if value is not None:
                     fire(
                         request_type=kind,
@@ -127,7 +132,7 @@ class GrillUser(User):
                         exception=None,
                         context={},
                     )
-        else:
+        elif measurement.error != CANCELLED:  # a request cut by our own stop is not the engine's failure
             fire(
                 request_type="E2E",
                 name=name,
@@ -181,46 +186,63 @@ class StandaloneUser(GrillUser):
 
     def on_start(self) -> None:
         super().on_start()
-        options = self.environment.parsed_options
-        if self.host is None:
-            raise StopUser()
-        self.scenario = standalone_scenario(self.host, options.model, options.engine, self.conversation, options)
-        self.target = self.scenario.targets[0]
         self.iteration = 0
-        self.started = time.time()
 
     @task
     def next_conversation(self) -> None:
+        grill = self.grill
+        if grill.scenario is None:  # a worker still waiting for the master's hello reply
+            gevent.sleep(IDLE_POLL_S)
+            return
+        target = next(t for t in grill.scenario.targets if t.conversation.name == self.conversation)
         runner = self.environment.runner
         phase = Phase(
             phase_id=0,
-            run_id=self.grill.run_id,
-            target=self.target.name,
+            run_id=grill.run_id,
+            target=target.name,
             tier_index=0,
             tier_users=runner.user_count if runner is not None else 1,
             iterations_per_user=0,
-            think_time_s=self.scenario.load.think_time_s,
+            think_time_s=grill.scenario.load.think_time_s,
         )
         if self.iteration > 0:
             gevent.sleep(phase.think_time_s)
-        self.run_conversation(self.target, phase, self.iteration)
+        self.run_conversation(target, phase, self.iteration)
         self.iteration += 1
 
 
-def standalone_scenario(host: str, model: str | None, engine: str, conversation: str, options: Any) -> Scenario:
+STANDALONE_CONVERSATIONS = ("multi-turn-session", "shared-prefix", "short-baseline", "unique-prompts")
+
+
+def standalone_scenario(host: str, model: str | None, engine: str, think_time_s: float | None) -> Scenario:
+    """The scenario of a plain run on --host: one target per built-in workload."""
     from grill_locust.config import parse_scenario
 
-    load: dict[str, Any] = {}
-    if getattr(options, "think_time", None) is not None:
-        load["think_time_s"] = options.think_time
-    data = {
+    url = host.rstrip("/")
+    model = model or first_listed_model(url)
+    data: dict[str, Any] = {
         "name": "standalone",
-        "backends": [{"name": "host", "url": host.rstrip("/"), "engine": engine}],
-        "models": [{"name": model or "default"}],
-        "targets": [{"backend": "host", "model": model or "default", "conversation": conversation}],
-        "load": load,
+        "backends": [{"name": "host", "url": url, "engine": engine}],
+        "models": [{"name": model}],
+        "targets": [{"backend": "host", "model": model, "conversation": c} for c in STANDALONE_CONVERSATIONS],
     }
+    if think_time_s is not None:
+        data["load"] = {"think_time_s": think_time_s}
     return parse_scenario(data, source="--host")
+
+
+def first_listed_model(url: str) -> str:
+    import requests
+
+    from grill_locust.errors import GrillError
+
+    try:
+        models = requests.get(f"{url}/v1/models", timeout=10).json()["data"]
+        return str(models[0]["id"])
+    except Exception as error:
+        raise GrillError(
+            f"--model not given and {url}/v1/models gave no model ({type(error).__name__}): pass --model"
+        ) from None
 
 
 class MultiTurnUser(StandaloneUser):

@@ -29,7 +29,9 @@ log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.5
 MSG_RECORDS = "grill_records"  # worker -> master: {"worker", "records", "iterations": {phase_id: n}}
-MSG_PHASE = "grill_phase"  # master -> workers: {"run_id", "scenario": wire dict or None, "phase": wire dict or None}
+MSG_PHASE = (
+    "grill_phase"  # master -> workers: {"run_id", "scenario": wire dict or None, "phase": wire dict or None}
+)
 MSG_HELLO = "grill_hello"  # worker -> master: ask for the scenario and current phase
 
 

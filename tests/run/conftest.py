@@ -1,0 +1,71 @@
+"""Helpers for tests that run real Locust headless against the simulated engine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+LOCUSTFILE = ROOT / "locustfiles" / "coding.py"
+
+
+def write_scenario(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def sim_scenario(
+    *,
+    conversation: dict[str, Any],
+    tiers: list[int],
+    iterations: int = 1,
+    profile: str = "vllm",
+    sim_args: dict[str, Any] | None = None,
+    max_tokens: int = 16,
+) -> dict[str, Any]:
+    return {
+        "name": "test",
+        "backends": [{"name": "sim", "engine": "sim", "profile": profile, "sim_args": sim_args or {}}],
+        "models": [{"name": "grill-sim", "max_tokens": max_tokens, "ignore_eos": True}],
+        "conversations": [conversation],
+        "targets": [{"backend": "sim", "model": "grill-sim", "conversation": conversation["name"]}],
+        "load": {"tiers": tiers, "iterations": iterations, "pause_s": 0.2, "think_time_s": 0.05},
+    }
+
+
+def run_locust(args: list[str], cwd: Path, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+def only_run_dir(results: Path) -> Path:
+    runs = [p for p in results.iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def read_truth(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@pytest.fixture
+def records_of():
+    def read(run_dir: Path) -> pd.DataFrame:
+        return pd.read_parquet(run_dir / "records.parquet")
+
+    return read

@@ -1,0 +1,138 @@
+"""A real headless Locust campaign against the simulated engine, checked record by record."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tests.run.conftest import only_run_dir, read_truth, run_locust, sim_scenario, write_scenario
+
+pytestmark = pytest.mark.slow
+
+MULTI_TURN = {
+    "name": "mt",
+    "kind": "multi-turn",
+    "system_tokens": 300,
+    "user_turns": 3,
+    "turn_tokens": 40,
+}
+
+
+def test_multi_turn_campaign_records_every_request_with_the_right_labels(tmp_path: Path) -> None:
+    truth = tmp_path / "truth.jsonl"
+    scenario = write_scenario(
+        tmp_path / "s.yaml",
+        sim_scenario(conversation=MULTI_TURN, tiers=[1, 4], iterations=2, sim_args={"truth_log": str(truth)}),
+    )
+    done = run_locust(["--scenario", str(scenario), "--results-dir", str(tmp_path / "results")], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path / "results")
+    records = pd.read_parquet(run_dir / "records.parquet")
+
+    # users x iterations x turns requests in each tier, all ok, labelled with their tier
+    counts = records.groupby("tier_users").size().to_dict()
+    assert counts == {1: 1 * 2 * 3, 4: 4 * 2 * 3}
+    assert (records["status"] == "ok").all()
+    assert records["record_id"].is_unique
+    assert set(records["tier_index"]) == {0, 1}
+    assert (records["target"] == "sim/grill-sim/mt").all()
+    per_user = records[records.tier_users == 4].groupby(["user_id"]).size()
+    assert list(per_user) == [6, 6, 6, 6]
+
+    # history grows turn by turn and is served from the prefix cache on the vllm profile
+    by_turn = records.groupby("turn")["prompt_tokens"].median()
+    assert by_turn.is_monotonic_increasing and by_turn.iloc[-1] > by_turn.iloc[0]
+    later_turns = records[records.turn >= 1]
+    assert (later_turns["cached_tokens"] > 0).all()
+
+    phases = pd.read_csv(run_dir / "phases.csv")
+    assert list(phases["complete"]) == [True, True]
+    assert list(phases["iterations_done"]) == [2, 8]
+    assert (run_dir / "summary.csv").exists() and (run_dir / "config.yaml").exists()
+    assert "requests recorded" in done.stdout
+
+    # at low load our TTFT and E2E match the simulator's own emission times within 5 ms (p99)
+    truth_rows = sorted(read_truth(truth), key=lambda r: r["arrival"])
+    tier1 = records[records.tier_users == 1].sort_values("wall_start")
+    assert len(truth_rows) == len(records)
+    first = truth_rows[: len(tier1)]
+    ttft_error = np.abs(
+        tier1["ttft_s"].to_numpy()
+        - (np.array([t["first_token"] for t in first]) - tier1["wall_start"].to_numpy())
+    )
+    e2e_error = np.abs(
+        tier1["e2e_s"].to_numpy() - (np.array([t["end"] for t in first]) - tier1["wall_start"].to_numpy())
+    )
+    assert np.percentile(ttft_error, 99) < 0.005, ttft_error
+    assert np.percentile(e2e_error, 99) < 0.005, e2e_error
+
+
+def test_shared_prefix_and_unique_prompts_show_their_cache_behaviour(tmp_path: Path) -> None:
+    data = sim_scenario(
+        conversation={"name": "sp", "kind": "shared-prefix", "prefix_tokens": 800, "question_tokens": 30},
+        tiers=[3],
+    )
+    data["conversations"].append({"name": "up", "kind": "unique-prompts", "prompt_tokens": 600})
+    data["targets"].append({"backend": "sim", "model": "grill-sim", "conversation": "up"})
+    scenario = write_scenario(tmp_path / "s.yaml", data)
+    done = run_locust(
+        ["--scenario", str(scenario), "--results-dir", str(tmp_path / "r"), "--iterations", "2"], tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = pd.read_parquet(only_run_dir(tmp_path / "r") / "records.parquet")
+    shared = records[records.scenario == "sp"].sort_values("wall_start")
+    unique = records[records.scenario == "up"]
+    assert len(shared) == 6 and len(unique) == 6
+    # after the first request, every shared-prefix request finds the prefix cached (block granularity)
+    assert (shared["cached_tokens"].iloc[1:] >= 800 - 16).all()
+    assert (unique["cached_tokens"] <= 16).all()
+
+
+def test_bad_scenario_exits_2_with_one_line(tmp_path: Path) -> None:
+    data = sim_scenario(conversation=MULTI_TURN, tiers=[1])
+    data["targets"][0]["backend"] = "vlm"
+    scenario = write_scenario(tmp_path / "bad.yaml", data)
+    done = run_locust(["--scenario", str(scenario)], tmp_path, timeout_s=60)
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if line.startswith("grill:")]
+    assert len(errors) == 1 and "targets[0].backend" in errors[0] and "vlm" in errors[0]
+    assert "Traceback" not in done.stderr
+
+
+def test_plain_user_runs_without_a_scenario(tmp_path: Path) -> None:
+    from grill_locust.sim import SimProcess
+
+    with SimProcess.start(profile="vllm", served_model_name="m") as sim:
+        done = run_locust(
+            [
+                "--host",
+                sim.url,
+                "--model",
+                "m",
+                "ShortBaselineUser",
+                "-u",
+                "2",
+                "-r",
+                "2",
+                "-t",
+                "5s",
+                "--think-time",
+                "0",
+                "--results-dir",
+                str(tmp_path / "r"),
+            ],
+            tmp_path,
+            timeout_s=90,
+        )
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = pd.read_parquet(only_run_dir(tmp_path / "r") / "records.parquet")
+    # 256-token replies take ~3 s: each user finishes one and is stopped in the middle of the next,
+    # which is still recorded, as cut by the stop
+    ok = records[records.status == "ok"]
+    cut = records[records.status != "ok"]
+    assert len(ok) >= 2 and len(cut) >= 1
+    assert set(cut["status"]) == {"stream_cut"} and set(cut["error"]) == {"cancelled"}
+    assert set(records["scenario"]) == {"short-baseline"}
