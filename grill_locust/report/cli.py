@@ -76,7 +76,7 @@ def _run_dirs(args: argparse.Namespace) -> list[tuple[str | None, str]]:
             raise GrillError(f"--label {item!r}: expected NAME=RUN_DIR")
         pairs.append((name, run_dir))
     if not pairs:
-        raise GrillError("compare: give at least one results folder (RUN_DIR or --label NAME=RUN_DIR)")
+        raise GrillError("give at least one results folder (RUN_DIR or --label NAME=RUN_DIR)")
     return pairs
 
 
@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     pairs = _run_dirs(args)
     compare = args._report_kind == "compare"
     if compare and args.format == FORMAT_HTML and not args.out:
-        raise GrillError("compare: --out DIR is required (where report.html goes)")
+        raise GrillError("--out DIR is required (the folder report.html goes to)")
     progress = Progress(total=2 * len(pairs), enabled=args.progress)
     runs = load_runs(pairs, progress)
     slo = _slo(args, runs[0].run.meta)

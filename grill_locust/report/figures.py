@@ -66,9 +66,9 @@ class FigureFile:
 
 def series_colors(summary: pd.DataFrame) -> dict[str, str]:
     """One colour per series, the same in every figure of a report."""
-    palette = plt.get_cmap("tab10").colors
+    palette = matplotlib.colormaps["tab10"]
     names = sorted(summary["series"].astype(str).unique())
-    return {name: matplotlib.colors.to_hex(palette[i % len(palette)]) for i, name in enumerate(names)}
+    return {name: matplotlib.colors.to_hex(palette(i % palette.N)) for i, name in enumerate(names)}
 
 
 def _plot_panel(

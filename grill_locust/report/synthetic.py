@@ -176,7 +176,7 @@ def synthetic_records(
             "output_tokens": np.where(failed, 0, output_tokens).astype(int),
             "tokens_source": "usage",
             "tokens_per_s": np.where(failed, np.nan, output_tokens / e2e),
-            "finish_reason": np.where(failed, None, "length"),
+            "finish_reason": pd.Series("length", index=range(n)).where(~failed, None),
             "status": status,
             "http_status": np.where(failed, 503, 200),
             "error": np.where(failed, "service unavailable", ""),

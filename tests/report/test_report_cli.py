@@ -163,3 +163,15 @@ def test_report_html_renders_in_headless_chromium(report_dir):
     assert screenshot.size == (1400, 1000)
     low, high = screenshot.getextrema()
     assert high - low > 100 and len(screenshot.getcolors(256) or []) > 20  # text and tables drawn, not blank
+
+
+def test_the_grill_command_routes_report_and_compare(two_runs, capsys):
+    from grill_locust.cli import main
+
+    assert main(["report", str(two_runs[0]), "--format", "table"]) == 0
+    assert "Capacity at SLO" in capsys.readouterr().out
+    assert main(["compare", str(two_runs[0]), str(two_runs[1])]) == 2
+    assert (
+        capsys.readouterr().err.strip()
+        == "grill compare: --out DIR is required (the folder report.html goes to)"
+    )
