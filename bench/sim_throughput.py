@@ -163,7 +163,8 @@ def main() -> None:
         f"cpus={os.cpu_count()}, truth log {'on' if args.truth else 'off'}"
     )
     print(
-        f"{'step_ms':>8} {'events/s':>10} {'ideal':>10} {'jit p50':>8} {'jit p99':>8} {'jit max':>8} {'cpu':>6}"
+        f"{'step_ms':>8} {'events/s':>10} {'ideal':>10} {'steps/s':>8} {'running':>8} "
+        f"{'jit p50':>8} {'jit p99':>8} {'jit max':>8} {'cpu':>6}"
     )
     for step_ms in args.step_ms:
         row = measure(step_ms, args.streams, args.duration_s, args.warmup_s, args.client_procs, args.truth)

@@ -7,6 +7,7 @@ to the sockets the moment the step ends.
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import random
@@ -87,6 +88,7 @@ class SimServer:
             except (NotImplementedError, RuntimeError):
                 pass
         step_task = asyncio.create_task(self._step_loop())
+        gc.freeze()  # everything allocated so far lives forever: keep it out of the collector's scans
         if ready is not None:
             ready(self.port)
         try:
@@ -485,6 +487,14 @@ class Reply:
         else:
             self._respond_whole(seq)
         self._record_truth(seq, self.server.clock())
+        self._release(seq)
+
+    def _release(self, seq: Sequence) -> None:
+        """Break the reply <-> sequence cycle so that reference counting frees both at once (no GC pause)."""
+        seq.on_token = None
+        seq.on_finish = None
+        self.seq = None
+        self.conn.on_close = None
 
     def on_client_gone(self) -> None:
         seq = self.seq
@@ -495,6 +505,7 @@ class Reply:
         if self.fault == "stall":
             self.ended = True
             self._record_truth(seq, self.server.clock())
+            self._release(seq)
             return
         self.server.engine.cancel(seq)
 
