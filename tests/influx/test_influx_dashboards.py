@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import InfluxD
 from influx_dataset import BACKENDS, SCENARIOS, TIERS, WORKERS, Campaign, make_campaign
+from influx_servers import InfluxD
 
 from grill_locust.sinks.influx import _SeriesClock, phase_point, request_point, telemetry_point, tier_point
 

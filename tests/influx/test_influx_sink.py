@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from conftest import VictoriaMetrics, free_port
 from influx_dataset import WORKERS, make_campaign, make_record
+from influx_servers import VictoriaMetrics, free_port
 
 from grill_locust.sinks.influx import REQUEST_FIELDS, REQUEST_TAGS, InfluxSink
 
