@@ -1,0 +1,164 @@
+"""Master and workers as separate processes on loopback: every record arrives once, labelled right."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.run.conftest import LOCUSTFILE, only_run_dir, read_truth, run_locust, sim_scenario, write_scenario
+
+pytestmark = pytest.mark.slow
+
+SHORT = {"name": "short", "kind": "short-baseline", "prompt_tokens": 40}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def locust(args: list[str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(
+        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), *args],
+        cwd=cwd,
+        env=env,
+        stdout=open(log, "wb"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+def start_cluster(
+    tmp_path: Path, scenario: Path, workers: int
+) -> tuple[subprocess.Popen[bytes], list[subprocess.Popen[bytes]]]:
+    port = free_port()
+    master = locust(
+        [
+            "--master",
+            "--headless",
+            "--expect-workers",
+            str(workers),
+            "--master-bind-host",
+            "127.0.0.1",
+            "--master-bind-port",
+            str(port),
+            "--scenario",
+            str(scenario),
+            "--results-dir",
+            str(tmp_path / "results"),
+        ],
+        tmp_path,
+        tmp_path / "master.log",
+    )
+    procs = [
+        locust(
+            ["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
+            tmp_path,
+            tmp_path / f"worker{i}.log",
+        )
+        for i in range(workers)
+    ]
+    return master, procs
+
+
+def finish(
+    master: subprocess.Popen[bytes], workers: list[subprocess.Popen[bytes]], timeout_s: float = 150
+) -> int:
+    try:
+        return master.wait(timeout=timeout_s)
+    finally:
+        for proc in [master, *workers]:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def test_master_and_two_workers_record_each_request_exactly_once(tmp_path: Path) -> None:
+    scenario = write_scenario(
+        tmp_path / "s.yaml", sim_scenario(conversation=SHORT, tiers=[2, 6], iterations=2)
+    )
+    master, workers = start_cluster(tmp_path, scenario, workers=2)
+    code = finish(master, workers)
+    log = (tmp_path / "master.log").read_text()
+    assert code == 0, log[-3000:]
+    records = pd.read_parquet(only_run_dir(tmp_path / "results") / "records.parquet")
+    assert records["record_id"].is_unique
+    assert records.groupby("tier_users").size().to_dict() == {2: 4, 6: 12}
+    assert (records["status"] == "ok").all()
+    # Locust spreads users evenly: each worker ran half of every tier
+    per_worker = records.groupby(["tier_users", "worker_id"]).size()
+    assert records["worker_id"].nunique() == 2
+    assert sorted(per_worker.to_dict().values()) == [2, 2, 6, 6]
+    assert (records.groupby("tier_users")["tier_index"].unique().map(list).to_dict()) == {2: [0], 6: [1]}
+
+
+def test_processes_flag_runs_the_whole_campaign(tmp_path: Path) -> None:
+    scenario = write_scenario(
+        tmp_path / "s.yaml", sim_scenario(conversation=SHORT, tiers=[2, 4], iterations=1)
+    )
+    done = run_locust(
+        ["--processes", "2", "--scenario", str(scenario), "--results-dir", str(tmp_path / "r")], tmp_path
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = pd.read_parquet(only_run_dir(tmp_path / "r") / "records.parquet")
+    assert records.groupby("tier_users").size().to_dict() == {2: 2, 4: 4}
+    assert records["record_id"].is_unique
+
+
+def _wait_for_records(run_root: Path, n: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        files = list(run_root.glob("*/records.jsonl"))
+        if files and len(files[0].read_text().splitlines()) >= n:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"fewer than {n} records after {timeout_s} s")
+
+
+def test_worker_stopping_normally_mid_tier_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    truth = tmp_path / "truth.jsonl"
+    data = sim_scenario(
+        conversation=SHORT, tiers=[4], iterations=4, max_tokens=48, sim_args={"truth_log": str(truth)}
+    )
+    scenario = write_scenario(tmp_path / "s.yaml", data)
+    master, workers = start_cluster(tmp_path, scenario, workers=2)
+    _wait_for_records(tmp_path / "results", 3)
+    workers[1].send_signal(signal.SIGTERM)  # a normal stop: its in-flight requests are recorded as cut
+    code = finish(master, workers)
+    assert code in (0, 1), (tmp_path / "master.log").read_text()[-3000:]
+    run_dir = only_run_dir(tmp_path / "results")
+    records = pd.read_parquet(run_dir / "records.parquet")
+    assert records["record_id"].is_unique
+    time.sleep(0.5)
+    # every request the engine saw is one record, and no record lacks a request
+    assert len(records) == len(read_truth(truth))
+    phases = pd.read_csv(run_dir / "phases.csv")
+    assert bool(phases["complete"].iloc[0])
+    assert phases["iterations_done"].iloc[0] >= 16
+
+
+def test_worker_killed_mid_tier_is_reported_and_the_tier_still_completes(tmp_path: Path) -> None:
+    data = sim_scenario(conversation=SHORT, tiers=[4], iterations=4, max_tokens=48)
+    scenario = write_scenario(tmp_path / "s.yaml", data)
+    master, workers = start_cluster(tmp_path, scenario, workers=2)
+    _wait_for_records(tmp_path / "results", 3)
+    workers[1].kill()  # SIGKILL: no goodbye, no last flush
+    code = finish(master, workers)
+    log = (tmp_path / "master.log").read_text()
+    assert code in (0, 1), log[-3000:]
+    assert "lost during tier 1" in log
+    run_dir = only_run_dir(tmp_path / "results")
+    records = pd.read_parquet(run_dir / "records.parquet")
+    assert records["worker_id"].nunique() == 2  # what the dead worker shipped stays
+    phases = pd.read_csv(run_dir / "phases.csv")
+    assert bool(phases["complete"].iloc[0]), phases.to_dict("records")
+    assert "iterations lost on worker" in phases["note"].iloc[0]
