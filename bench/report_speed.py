@@ -62,7 +62,6 @@ def time_report(run_dir: Path, out_dir: Path) -> dict[str, float]:
     from grill_locust.report.build import assemble, load_runs, write_report
     from grill_locust.report.capacity import SloTarget
 
-    lap("imports")
     runs = load_runs([(None, run_dir)])
     lap("load records.parquet")
     report = assemble(runs, SloTarget.from_meta(runs[0].run.meta), compare=False)

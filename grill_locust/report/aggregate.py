@@ -158,6 +158,8 @@ def summarize_with_turns(run: RunData) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 def _summarize(run: RunData, stats: _Stats) -> pd.DataFrame:
     records = run.records
+    if not len(records) and not len(run.phases):
+        return pd.DataFrame(columns=SUMMARY_COLUMNS)
     frame = stats.frame
     phases = run.phases.set_index(TIER_KEYS)
     phases.index = phases.index.set_levels(phases.index.levels[0].astype(object), level=0)
@@ -229,6 +231,11 @@ INTERNAL_COLUMNS = ("ok_output_tokens", "records_span_s")
 def _percentiles(ok_by_tier: pd.core.groupby.DataFrameGroupBy) -> pd.DataFrame:
     """p50/p90/p99 of each latency metric and of per-request tokens/s, one column each."""
     source_columns = [*LATENCY_METRICS.values(), REQUEST_RATE_METRIC]
+    expected = summary_metric_columns()
+    if ok_by_tier.ngroups == 0:  # no successful request anywhere: every percentile is missing
+        return pd.DataFrame(
+            columns=expected, index=pd.MultiIndex.from_tuples([], names=TIER_KEYS), dtype="float64"
+        )
     quantiles = ok_by_tier[source_columns].quantile([q / 100.0 for q in QUANTILES])
     wide = quantiles.unstack(level=-1)
     renamed = {}
@@ -238,7 +245,7 @@ def _percentiles(ok_by_tier: pd.core.groupby.DataFrameGroupBy) -> pd.DataFrame:
     for q in QUANTILES:
         renamed[(REQUEST_RATE_METRIC, q / 100.0)] = f"request_tokens_per_s_p{q}"
     wide.columns = [renamed[column] for column in wide.columns]
-    return wide
+    return wide[expected]
 
 
 def summarize_turns(run: RunData) -> pd.DataFrame:

@@ -177,6 +177,8 @@ def users_phrase(row: pd.Series) -> str:
 
 
 def _holds(row: pd.Series) -> str:
+    if row["max_users_meeting_slo"] == 0 and pd.isna(row["first_failing_users"]):
+        return f"{row['series']}: no successful requests to judge"
     if row["max_users_meeting_slo"] == 0 and not pd.isna(row["first_failing_users"]):
         users = int(row["first_failing_users"])
         return f"{row['series']} misses it already at {users} user{'s' if users != 1 else ''}"

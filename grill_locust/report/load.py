@@ -181,7 +181,7 @@ def _as_bool(value: Any) -> bool:
 def phases_from_records(records: pd.DataFrame) -> pd.DataFrame:
     """Rebuild phases (tier spans) from the records when phases.csv is missing."""
     if not len(records):
-        return pd.DataFrame({name: pd.Series(dtype="float64") for name in PHASE_COLUMNS})
+        return _normalize_phases(pd.DataFrame(columns=list(PHASE_COLUMNS)))
     frame = records.assign(_end=records["wall_start"] + records["e2e_s"].fillna(0.0))
     grouped = frame.groupby(["target", "tier_index"], sort=True)
     phases = grouped.agg(

@@ -175,3 +175,22 @@ def test_the_grill_command_routes_report_and_compare(two_runs, capsys):
         capsys.readouterr().err.strip()
         == "grill compare: --out DIR is required (the folder report.html goes to)"
     )
+
+
+def test_a_run_that_recorded_nothing_still_reports(tmp_path, capsys):
+    run = tmp_path / "crashed"
+    run.mkdir()
+    (run / "records.jsonl").write_text("")
+    assert grill("report", str(run), "--format", "table") == 0
+    assert "(no tiers)" in capsys.readouterr().out
+    (run / "phases.csv").write_text(
+        "run_id,target,backend,engine,model,scenario,tier_index,tier_users,start_wall,end_wall,"
+        "iterations_target,iterations_done,complete,note\n"
+        "r,vllm/m/s,vllm,vllm,m,short-baseline,0,1,100,110,1,0,False,crashed\n"
+    )
+    assert grill("report", str(run), "--no-progress") == 0
+    printed = capsys.readouterr().out
+    assert "vllm: no successful requests to judge" in printed
+    summary = json.loads((run / "report" / "summary.json").read_text())
+    assert summary["tiers"][0]["flags"] == "incomplete; no successful requests"
+    assert "No tier has records" in (run / "report" / "report.html").read_text()
