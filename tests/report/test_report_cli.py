@@ -194,3 +194,17 @@ def test_a_run_that_recorded_nothing_still_reports(tmp_path, capsys):
     summary = json.loads((run / "report" / "summary.json").read_text())
     assert summary["tiers"][0]["flags"] == "incomplete; no successful requests"
     assert "No tier has records" in (run / "report" / "report.html").read_text()
+
+
+def test_compare_judges_all_runs_by_one_slo_and_says_so(two_runs, tmp_path):
+    strict = write_results_folder(
+        tmp_path / "strict",
+        synthetic_records(300, backends=("sglang",), scenarios=SCENARIOS, run_id="strict"),
+        meta={"slo": {"ttft_p50_s": 0.5, "e2e_p50_s": 10.0, "success_rate": 0.99}},
+    )
+    out = tmp_path / "out"
+    assert grill("compare", str(two_runs[0]), str(strict), "--out", str(out), "--slo-e2e-p50", "8") == 0
+    report = json.loads((out / "summary.json").read_text())
+    assert report["slo"] == {"ttft_p50_s": 2.0, "e2e_p50_s": 8.0, "success_rate": 0.99}
+    assert len(report["notes"]) == 1 and "run strict declared a different SLO" in report["notes"][0]
+    assert "run strict declared a different SLO" in (out / "report.html").read_text()
