@@ -117,6 +117,11 @@ class Campaign:
                 return progress
         return None
 
+    def on_telemetry(self, samples: list[dict[str, Any]]) -> None:
+        self.writer.write_telemetry(samples)
+        if self.influx is not None:
+            self.influx.write_telemetry(samples)
+
     # -- the shape --------------------------------------------------------------------------------
     def tick(self) -> tuple[int, float] | None:
         """Users and spawn rate for now; None when the campaign is over. Waits up to TICK_WAIT_S for news."""

@@ -190,8 +190,13 @@ def _init(environment: Environment, options: Any) -> None:
     if isinstance(runner, (WorkerRunner, LocalRunner)):
         worker = WorkerState(environment)
         environment.grill_worker = worker  # type: ignore[attr-defined]
-        runner.register_message(MSG_PHASE, lambda environment, msg, **kw: worker.on_phase_message(msg.data))
-        worker.influx = _influx_sink(options, None, worker.worker_id)
+
+        def on_phase(environment: Environment, msg: Any, **_: Any) -> None:
+            worker.on_phase_message(msg.data)
+            if worker.influx is None and worker.scenario is not None:
+                worker.influx = _influx_sink(options, worker.scenario, worker.worker_id)
+
+        runner.register_message(MSG_PHASE, on_phase)
     if isinstance(runner, WorkerRunner):
         runner.send_message(MSG_HELLO, {})
         return
@@ -251,16 +256,18 @@ def _new_campaign(environment: Environment, scenario: Scenario, path: str, optio
     writer = ResultsWriter(run_dir, meta, scenario.redacted(), resume=bool(options.resume))
     walk_tiers = environment.shape_class is not None  # plain users (-u/-r/-t) have no tiers
     campaign = Campaign(environment, scenario, writer, run_id, skip=skip, walk_tiers=walk_tiers)
-    campaign.influx = _influx_sink(options, scenario, "master")
+    campaign.influx = _influx_sink(options, scenario, "master", run_id=run_id)
     worker = getattr(environment, "grill_worker", None)
     if worker is not None:  # the local runner is its own worker
         worker.run_id = run_id
         worker.set_scenario(scenario)
+        if worker.influx is None:
+            worker.influx = _influx_sink(options, scenario, worker.worker_id)
     log.info("results of this run: %s", run_dir)
     return campaign
 
 
-def _influx_sink(options: Any, scenario: Scenario | None, worker_name: str) -> Any:
+def _influx_sink(options: Any, scenario: Scenario | None, worker_name: str, run_id: str | None = None) -> Any:
     settings = scenario.sinks.influx if scenario is not None else None
     url = options.influx_url or (settings.url if settings else None)
     if not url:
@@ -270,7 +277,7 @@ def _influx_sink(options: Any, scenario: Scenario | None, worker_name: str) -> A
     token = options.influx_token or (settings.token.get_secret_value() if settings else "")
     org = options.influx_org or (settings.org if settings else "")
     bucket = options.influx_bucket or (settings.bucket if settings else "")
-    return InfluxSink(url=url, org=org, bucket=bucket, token=token, worker=worker_name)
+    return InfluxSink(url=url, org=org, bucket=bucket, token=token, worker=worker_name, run_id=run_id)
 
 
 _sim_processes: list[Any] = []
@@ -341,6 +348,19 @@ def on_test_start(environment: Environment, **_: Any) -> None:
             )
         if environment.parsed_options.headless and campaign.phases and _progress_greenlet is None:
             _progress_greenlet = gevent.spawn(progress_printer, campaign)
+        _start_telemetry(environment, campaign)
+
+
+def _start_telemetry(environment: Environment, campaign: Campaign) -> None:
+    """Scrape each backend's /metrics and each GPU exporter while the run lasts (master or local only)."""
+    interval = environment.parsed_options.telemetry_interval
+    if not interval or getattr(campaign, "telemetry", None) is not None:
+        return
+    from grill_locust.telemetry import TelemetryScraper
+
+    scraper = TelemetryScraper(campaign.scenario.backends, (), interval_s=interval, on_samples=campaign.on_telemetry)
+    scraper.start()
+    campaign.telemetry = scraper  # type: ignore[attr-defined]
 
 
 @events.test_stop.add_listener
@@ -370,6 +390,9 @@ def _finish(environment: Environment) -> None:
         return
     campaign.closed = True  # type: ignore[attr-defined]
     campaign.end()
+    scraper = getattr(campaign, "telemetry", None)
+    if scraper is not None:
+        scraper.stop()
     writer = campaign.writer
     writer.meta["ended_wall"] = time.time()
     writer.write_meta()
