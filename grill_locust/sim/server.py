@@ -31,7 +31,7 @@ SPIN_WINDOW_S = 0.0015  # epoll waits in whole milliseconds: spin the last stret
 TRUTH_MARGIN_S = 0.002  # leave this much of a step's wait free of truth-log writing
 JITTER_SAMPLES = 200_000
 IDLE_FLUSH_S = 0.5
-MAX_LAG_S = 0.005  # behind the step timeline by more than this: start the next step now instead
+MAX_LAG_S = 0.05  # far behind the step timeline (overruns show as jitter until then): restart it at now
 
 
 class SimServer:
