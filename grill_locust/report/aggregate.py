@@ -82,6 +82,7 @@ SUMMARY_COLUMNS: list[str] = [
     "flags",
     "note",
 ]
+INTERNAL_COLUMNS = ("ok_output_tokens", "records_span_s")  # worked on, never shown
 TURN_COLUMNS: list[str] = [
     "series",
     "target",
@@ -223,9 +224,6 @@ def _summarize(run: RunData, stats: _Stats) -> pd.DataFrame:
     for name in ("run_id", "series", "target", "backend", "engine", "model", "scenario", "flags", "note"):
         summary[name] = summary[name].astype(str)
     return summary.sort_values(["target", "tier_users", "tier_index"], kind="stable").reset_index(drop=True)
-
-
-INTERNAL_COLUMNS = ("ok_output_tokens", "records_span_s")
 
 
 def _percentiles(ok_by_tier: pd.core.groupby.DataFrameGroupBy) -> pd.DataFrame:
