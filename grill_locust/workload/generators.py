@@ -5,8 +5,8 @@ the messages of one whole conversation (a `ConversationPlan`). The same (seed, u
 gives the same plan in every process, so master and workers agree without sending prompts around.
 
 Sizes are exact with the approximate tokenizer (`tokens.py`, which the simulated engine also uses).
-With a `TokenCounter` calibrated on a backend's `/tokenize`, the approximate target is scaled so the
-backend's count lands within about 2 % of the asked size.
+With a `TokenCounter` calibrated on a backend's `/tokenize`, the approximate target is scaled by the
+backend's tokens per approximate token (see calibrate.py for how close that lands).
 """
 
 from __future__ import annotations
