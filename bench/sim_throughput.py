@@ -5,7 +5,7 @@ processes (raw asyncio sockets, counting events without parsing them), and for e
 of the engine prints the event rate (server-side count), the step jitter (how late each step ends,
 p50/p99/max) and the server's CPU use.
 
-    python bench/sim_throughput.py --streams 500 --step-ms 8 6 4 --duration-s 10
+    python bench/sim_throughput.py --streams 500 --step-ms 8 6 --duration-s 8
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def measure(
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--streams", type=int, default=500)
-    parser.add_argument("--step-ms", type=float, nargs="+", default=[8.0, 6.0, 4.0])
+    parser.add_argument("--step-ms", type=float, nargs="+", default=[8.0, 6.0])
     parser.add_argument("--duration-s", type=float, default=10.0)
     parser.add_argument("--warmup-s", type=float, default=3.0)
     parser.add_argument("--client-procs", type=int, default=max(1, min(4, (os.cpu_count() or 2) - 1)))

@@ -191,6 +191,9 @@ class SimServer:
             ids = token_ids(render_chat(messages))
         elif isinstance(body.get("prompt"), str):
             ids = token_ids(body["prompt"])
+        elif isinstance(body.get("content"), str):  # llama.cpp's shape, answered in llama.cpp's shape
+            conn.respond(200, wire.json_body({"tokens": token_ids(body["content"])}))
+            return
         else:
             raise BadRequest("prompt or messages: field required", "prompt")
         answer = {

@@ -240,3 +240,28 @@ def test_keep_alive_serves_many_requests_on_one_connection(vllm_sim):
         assert result.status == 200 and result.payloads[-1] == "[DONE]"
     assert request(vllm_sim.port, "/v1/models", method="GET", connection=conn).status == 200
     conn.close()
+
+
+def test_llamacpp_tokenize_shape_is_answered_too(vllm_sim):
+    answer = request(vllm_sim.port, "/tokenize", {"content": "abc def"}).json()
+    assert answer == {"tokens": request(vllm_sim.port, "/tokenize", {"prompt": "abc def"}).json()["tokens"]}
+
+
+def test_client_leaving_mid_stream_frees_its_place(vllm_sim):
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", vllm_sim.port, timeout=10)
+    conn.request("POST", "/v1/chat/completions", json.dumps(chat_payload("leave early", max_tokens=5000)))
+    response = conn.getresponse()
+    for _ in range(3):
+        assert response.readline()
+    conn.close()
+    deadline = time.monotonic() + 5
+    running = None
+    while time.monotonic() < deadline:
+        metrics = request(vllm_sim.port, "/metrics", method="GET").body.decode()
+        running = next(x for x in metrics.splitlines() if x.startswith("vllm:num_requests_running{"))
+        if running.endswith(" 0.0"):
+            break
+        time.sleep(0.05)
+    assert running is not None and running.endswith(" 0.0")
