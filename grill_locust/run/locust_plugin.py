@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import signal
 import sys
 import time
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 from locust import LoadTestShape, User, events
-from locust.runners import LocalRunner, MasterRunner, WorkerRunner
+from locust.runners import STATE_INIT, STATE_STOPPED, LocalRunner, MasterRunner, WorkerRunner
 
 from grill_locust.errors import GrillError
 from grill_locust.run.campaign import Campaign, progress_printer, run_dir_for
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("grill")
 
+FINAL_RECORDS_WAIT_S = 1.0
 DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "demo.yaml"
 
 
@@ -225,6 +227,13 @@ def _init(environment: Environment, options: Any) -> None:
             "",
         )
     environment.grill_campaign = _new_campaign(environment, scenario, path, options)  # type: ignore[attr-defined]
+    if options.headless:
+        # Ctrl+C: stop the way a finished campaign stops (workers told, in-flight requests given
+        # --stop-timeout, their records shipped), not by Locust's abrupt quit.
+        # Locust installs its SIGTERM handler only after a shape run ends: until then SIGTERM would kill
+        # the process on the spot, losing the last records and leaving simulated engines behind.
+        gevent.signal_handler(signal.SIGINT, _interrupt, environment)
+        gevent.signal_handler(signal.SIGTERM, _interrupt, environment)
     runner.register_message(
         MSG_RECORDS, lambda environment, msg, **kw: _on_records(environment, msg.data, msg.node_id)
     )
@@ -239,8 +248,11 @@ def _new_campaign(environment: Environment, scenario: Scenario, path: str, optio
     skip: set[tuple[str, int]] = set()
     if options.resume:
         run_dir = Path(options.resume)
+        if not (run_dir / "phases.csv").exists():
+            raise GrillError(f"--resume {run_dir}: no phases.csv there (is it a results/<run_id> folder?)")
         run_id = run_dir.name
         skip = {(p["target"], int(p["tier_index"])) for p in read_phases(run_dir) if p["complete"] == "True"}
+        log.info("resuming %s: %d tiers already complete are skipped", run_id, len(skip))
     else:
         run_id = new_run_id(scenario.name)
         run_dir = run_dir_for(options.results_dir, run_id)
@@ -251,8 +263,12 @@ def _new_campaign(environment: Environment, scenario: Scenario, path: str, optio
         "started_wall": time.time(),
         "ended_wall": None,
         "slo": scenario.slo.model_dump(),
-        "argv": [a for a in sys.argv if "token" not in a.lower() and "key" not in a.lower()],
+        "argv": _redacted_argv(sys.argv),
     }
+    if options.resume:
+        earlier = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
+        meta = {**meta, "started_wall": earlier.get("started_wall", meta["started_wall"])}
+        meta["resumed_wall"] = [*earlier.get("resumed_wall", []), time.time()]
     writer = ResultsWriter(run_dir, meta, scenario.redacted(), resume=bool(options.resume))
     walk_tiers = environment.shape_class is not None  # plain users (-u/-r/-t) have no tiers
     campaign = Campaign(environment, scenario, writer, run_id, skip=skip, walk_tiers=walk_tiers)
@@ -265,6 +281,25 @@ def _new_campaign(environment: Environment, scenario: Scenario, path: str, optio
             worker.influx = _influx_sink(options, scenario, worker.worker_id)
     log.info("results of this run: %s", run_dir)
     return campaign
+
+
+SECRET_FLAG_WORDS = ("token", "key", "password", "secret")
+
+
+def _redacted_argv(argv: list[str]) -> list[str]:
+    """The command line with the values of secret flags (--influx-token X, --x-key=Y) replaced."""
+    out: list[str] = []
+    hide_next = False
+    for arg in argv:
+        secret_flag = arg.startswith("--") and any(w in arg.lower() for w in SECRET_FLAG_WORDS)
+        if hide_next:
+            out.append("***")
+        elif secret_flag and "=" in arg:
+            out.append(arg.split("=", 1)[0] + "=***")
+        else:
+            out.append(arg)
+        hide_next = secret_flag and "=" not in arg
+    return out
 
 
 def _influx_sink(options: Any, scenario: Scenario | None, worker_name: str, run_id: str | None = None) -> Any:
@@ -358,7 +393,9 @@ def _start_telemetry(environment: Environment, campaign: Campaign) -> None:
         return
     from grill_locust.telemetry import TelemetryScraper
 
-    scraper = TelemetryScraper(campaign.scenario.backends, (), interval_s=interval, on_samples=campaign.on_telemetry)
+    scraper = TelemetryScraper(
+        campaign.scenario.backends, (), interval_s=interval, on_samples=campaign.on_telemetry
+    )
     scraper.start()
     campaign.telemetry = scraper  # type: ignore[attr-defined]
 
@@ -383,11 +420,30 @@ def on_quitting(environment: Environment, **_: Any) -> None:
     _stop_simulated_backends()
 
 
+def _interrupt(environment: Environment) -> None:
+    log.warning(
+        "interrupted: stopping; in-flight requests get --stop-timeout (%s s), then count as cut",
+        environment.stop_timeout,
+    )
+    gevent.spawn(_stop_runner, environment)
+
+
+def _stop_runner(environment: Environment) -> None:
+    """Stop users everywhere and wait until their last records have reached this process."""
+    runner = environment.runner
+    if runner is None or runner.state in (STATE_STOPPED, STATE_INIT):
+        return
+    runner.stop()
+    if isinstance(runner, MasterRunner):
+        gevent.sleep(FINAL_RECORDS_WAIT_S)  # workers flush before they report stopped; let the batch land
+
+
 def _finish(environment: Environment) -> None:
     """Close the results folder: parquet files, summary.csv, the summary table on stdout."""
     campaign: Campaign | None = getattr(environment, "grill_campaign", None)
     if campaign is None or getattr(campaign, "closed", False):
         return
+    _stop_runner(environment)  # SIGTERM reaches us here with the users still running
     campaign.closed = True  # type: ignore[attr-defined]
     campaign.end()
     scraper = getattr(campaign, "telemetry", None)

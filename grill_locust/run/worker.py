@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import uuid
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +56,8 @@ class WorkerState:
         self._records: list[dict[str, Any]] = []
         self._iterations: Counter[int] = Counter()
         self._record_seq = 0
+        # unique across workers, processes and resumed runs of the same results folder
+        self._record_prefix = f"{self.worker_id}-{uuid.uuid4().hex[:8]}"
         self._user_seq = 0
         self._flusher: gevent.Greenlet | None = None
         self.influx: Any = None  # an InfluxSink when the live sink is on
@@ -62,7 +65,7 @@ class WorkerState:
     # -- called by users -------------------------------------------------------------------------
     def next_record_id(self) -> str:
         self._record_seq += 1
-        return f"{self.worker_id}-{self._record_seq}"
+        return f"{self._record_prefix}-{self._record_seq}"
 
     def next_user_index(self) -> int:
         self._user_seq += 1

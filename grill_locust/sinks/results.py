@@ -21,6 +21,7 @@ from grill_locust.record import RECORD_COLUMNS, RequestRecord
 
 RECORDS_JSONL = "records.jsonl"
 RECORDS_PARQUET = "records.parquet"
+RECORDS_INTERRUPTED_JSONL = "records.interrupted.jsonl"
 PHASES_CSV = "phases.csv"
 TELEMETRY_PARQUET = "telemetry.parquet"
 TELEMETRY_JSONL = "telemetry.jsonl"
@@ -68,21 +69,37 @@ def new_run_id(scenario_name: str) -> str:
 class ResultsWriter:
     """Writes one run's folder. Not thread-safe: call it from the master's greenlets only."""
 
-    def __init__(self, run_dir: Path, meta: dict[str, Any], redacted_config: dict[str, Any], resume: bool = False):
+    def __init__(
+        self, run_dir: Path, meta: dict[str, Any], redacted_config: dict[str, Any], resume: bool = False
+    ):
         self.run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
         self.meta = meta
         self.phases: list[dict[str, Any]] = []
         self._seen: set[str] = set()
         if resume:
-            self._seen = {r["record_id"] for r in read_records_jsonl(run_dir / RECORDS_JSONL)}
-            self.phases = read_phases(run_dir)
+            self._set_aside_incomplete_tiers()
         else:
             with open(run_dir / CONFIG_YAML, "w") as f:
                 yaml.safe_dump(redacted_config, f, sort_keys=False)
         self._records = open(run_dir / RECORDS_JSONL, "a", encoding="utf-8")
         self._telemetry = open(run_dir / TELEMETRY_JSONL, "a", encoding="utf-8")
         self.write_meta()
+
+    def _set_aside_incomplete_tiers(self) -> None:
+        """On --resume: tiers that did not complete will run again, so their earlier records move to
+        records.interrupted.jsonl (kept, but out of the statistics) and their phases.csv rows go."""
+        self.phases = [p for p in read_phases(self.run_dir) if p["complete"] == "True"]
+        complete = {(p["target"], int(p["tier_index"])) for p in self.phases}
+        kept, set_aside = [], []
+        for record in read_records_jsonl(self.run_dir / RECORDS_JSONL):
+            (kept if (record["target"], record["tier_index"]) in complete else set_aside).append(record)
+        if set_aside:
+            with open(self.run_dir / RECORDS_INTERRUPTED_JSONL, "a", encoding="utf-8") as f:
+                f.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in set_aside))
+            with open(self.run_dir / RECORDS_JSONL, "w", encoding="utf-8") as f:
+                f.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept))
+        self._seen = {r["record_id"] for r in kept}
 
     @property
     def record_count(self) -> int:
