@@ -1,0 +1,412 @@
+"""Load-generator capacity: output events per CPU-second through grill's full user path, and accuracy.
+
+For each concurrency level (streams) it runs, one after the other, against a fresh simulated engine
+with its truth log on:
+  1. grill: `locust -f locustfiles/coding.py --headless --scenario S` (one process: the local runner is
+     worker and master, so CampaignUser, EngineClient, record building, batching and the results
+     writer all run in it), one tier of N users, high max_tokens with ignore_eos, no think time;
+  2. the baseline: bench/aiohttp_baseline.py (asyncio + aiohttp, as `vllm bench serve`), the same
+     N streams, prompts, max_tokens and requests.
+The CPU time of the client process (user + system, from /proc via psutil) is sampled every
+SAMPLE_INTERVAL_S; figures are taken over the steady window, while at least 95 % of the N streams
+are open (from the truth log), so start-up and ramps are left out. Events are the simulator's own
+count of output events written in that window. TTFT error = measured TTFT - (truth first_token -
+wall_start); ITL error = measured per-request ITL p99 - the truth's. The baseline's requests carry an
+x-request-id and match the truth exactly; grill's records match in send order (records by
+wall_start, truth by arrival), checked by the E2E error of the pairs.
+
+    python bench/capacity.py --quick                 # 50, 200, 500 streams, shorter
+    python bench/capacity.py --max-streams 1000      # 50, 100, 200, 500, 1000
+Targets: <= 15 µs CPU per output event; TTFT error p99 <= 2 ms up to 20,000 events/s on one worker;
+>= 1.5x the baseline's events per CPU-second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import psutil
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+LOCUSTFILE = ROOT / "locustfiles" / "coding.py"
+BASELINE = ROOT / "bench" / "aiohttp_baseline.py"
+MODEL = "grill-sim"
+SAMPLE_INTERVAL_S = 0.2
+STEADY_SHARE = 0.95  # the window where at least this share of the streams is open
+TARGET_US_PER_EVENT = 15.0
+TARGET_TTFT_P99_MS = 2.0
+TARGET_EVENTS_PER_S = 20000.0
+TARGET_RATIO = 1.5
+# The simulated engine's step: a + b * running streams (ms), no KV term, no spinning (CPU is shared).
+STEP_A_MS = 10.0
+STEP_B_MS = 0.03
+PROMPT_TOKENS = 100
+RUN_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class Level:
+    streams: int
+    max_tokens: int
+    requests_per_stream: int
+    ramp_s: float
+
+
+@dataclass
+class PathResult:
+    """One client at one level: what it cost and how accurate it was, over the steady window."""
+
+    client: str
+    streams: int
+    window_s: float
+    events: int
+    requests_done: int
+    cpu_s: float
+    ttft_err_ms: np.ndarray
+    itl_err_ms: np.ndarray
+    e2e_err_ms: np.ndarray  # matching check
+    failed: int
+
+    @property
+    def events_per_s(self) -> float:
+        return self.events / self.window_s if self.window_s > 0 else 0.0
+
+    @property
+    def cpu_share(self) -> float:
+        return self.cpu_s / self.window_s if self.window_s > 0 else 0.0
+
+    @property
+    def us_per_event(self) -> float:
+        return self.cpu_s / self.events * 1e6 if self.events else math.nan
+
+    @property
+    def events_per_cpu_s(self) -> float:
+        return self.events / self.cpu_s if self.cpu_s > 0 else math.nan
+
+    @property
+    def us_per_request(self) -> float:
+        return self.cpu_s / self.requests_done * 1e6 if self.requests_done else math.nan
+
+
+class CpuSampler:
+    """Samples a process's CPU seconds (user + system) with the wall time, in a thread."""
+
+    def __init__(self, pid: int) -> None:
+        self.process = psutil.Process(pid)
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                times = self.process.cpu_times()
+            except psutil.Error:
+                return
+            self.samples.append((time.time(), times.user + times.system))
+            self._stop.wait(SAMPLE_INTERVAL_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def cpu_between(self, start: float, end: float) -> float:
+        walls = np.array([s[0] for s in self.samples])
+        cpus = np.array([s[1] for s in self.samples])
+        return float(np.interp(end, walls, cpus) - np.interp(start, walls, cpus))
+
+
+# --- the simulated engine's truth ----------------------------------------------------------------
+
+
+def sim_args(level: Level, truth_path: Path) -> dict[str, Any]:
+    kv_blocks = level.streams * (PROMPT_TOKENS * 2 + level.max_tokens + 64) // 16 + 4096
+    return {
+        "truth_log": str(truth_path),
+        "max_num_seqs": level.streams + 8,
+        "kv_blocks": kv_blocks,
+        "step_a_ms": STEP_A_MS,
+        "step_b_ms": STEP_B_MS,
+        "step_c_ms": 0.001,
+        "step_d_ms": 0,
+        "reasoning_tokens": 0,
+        "spin_ms": 0,
+    }
+
+
+def read_truth(path: Path) -> pd.DataFrame:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    frame = pd.DataFrame(rows)
+    return frame[frame["endpoint"].str.contains("chat")].sort_values("arrival").reset_index(drop=True)
+
+
+def steady_window(truth: pd.DataFrame, streams: int) -> tuple[float, float]:
+    """First and last moment at which at least STEADY_SHARE of the streams were open."""
+    moments = np.concatenate([truth["arrival"].to_numpy(), truth["end"].to_numpy()])
+    steps = np.concatenate([np.ones(len(truth)), -np.ones(len(truth))])
+    order = np.argsort(moments, kind="stable")
+    open_streams = np.cumsum(steps[order])
+    above = np.nonzero(open_streams >= STEADY_SHARE * streams)[0]
+    if len(above) == 0:
+        raise SystemExit(f"capacity: never {STEADY_SHARE:.0%} of {streams} streams open at once")
+    return float(moments[order][above[0]]), float(moments[order][above[-1]])
+
+
+def events_between(truth: pd.DataFrame, start: float, end: float) -> int:
+    times = np.concatenate([np.asarray(t, dtype=float) for t in truth["event_times"] if len(t)])
+    return int(((times >= start) & (times < end)).sum())
+
+
+def truth_itl_p99_s(event_times: list[float]) -> float:
+    gaps = np.diff(np.asarray(event_times))
+    return float(np.percentile(gaps, 99)) if len(gaps) else math.nan
+
+
+# --- grill's path --------------------------------------------------------------------------------
+
+
+def grill_scenario(level: Level, truth_path: Path) -> dict[str, Any]:
+    return {
+        "name": f"capacity-{level.streams}",
+        "backends": [
+            {"name": "sim", "engine": "sim", "profile": "vllm", "sim_args": sim_args(level, truth_path)}
+        ],
+        "models": [{"name": MODEL, "max_tokens": level.max_tokens, "ignore_eos": True}],
+        "conversations": [{"name": "short", "kind": "short-baseline", "prompt_tokens": PROMPT_TOKENS}],
+        "targets": [{"backend": "sim", "model": MODEL, "conversation": "short"}],
+        "load": {
+            "tiers": [level.streams],
+            "iterations": level.requests_per_stream,
+            "pause_s": 0,
+            "think_time_s": 0,
+            "spawn_rate": level.streams / level.ramp_s,
+            "tier_timeout_s": RUN_TIMEOUT_S,
+        },
+    }
+
+
+def run_grill(level: Level, workdir: Path) -> PathResult:
+    truth_path = workdir / "grill-truth.jsonl"
+    scenario = workdir / "grill-scenario.yaml"
+    scenario.write_text(yaml.safe_dump(grill_scenario(level, truth_path), sort_keys=False))
+    results = workdir / "grill-results"
+    command = [
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
+        "--scenario", str(scenario), "--results-dir", str(results),
+    ]  # fmt: skip
+    sampler = _run_sampled(command, workdir / "grill")
+    run_dir = next(p for p in results.iterdir() if p.is_dir())
+    records = pd.read_parquet(run_dir / "records.parquet").sort_values("wall_start").reset_index(drop=True)
+    truth = read_truth(truth_path)
+    start, end = steady_window(truth, level.streams)
+    failed = int((records["status"] != "ok").sum())
+    if len(records) != len(truth):
+        print(f"  grill: {len(records)} records but {len(truth)} requests in the truth log", file=sys.stderr)
+    count = min(len(records), len(truth))
+    records, truth_matched = records.iloc[:count], truth.iloc[:count]
+    wall_start = records["wall_start"].to_numpy()
+    ttft_err = records["ttft_s"].to_numpy() - (truth_matched["first_token"].to_numpy() - wall_start)
+    e2e_err = records["e2e_s"].to_numpy() - (truth_matched["end"].to_numpy() - wall_start)
+    truth_itl = np.array([truth_itl_p99_s(t) for t in truth_matched["event_times"]])
+    itl_err = records["itl_p99_s"].to_numpy() - truth_itl
+    in_window = (truth_matched["first_token"].to_numpy() >= start) & (truth_matched["end"].to_numpy() <= end)
+    return PathResult(
+        client="grill",
+        streams=level.streams,
+        window_s=end - start,
+        events=events_between(truth, start, end),
+        requests_done=int(((truth["end"] >= start) & (truth["end"] < end)).sum()),
+        cpu_s=sampler.cpu_between(start, end),
+        ttft_err_ms=ttft_err[in_window] * 1e3,
+        itl_err_ms=itl_err[in_window] * 1e3,
+        e2e_err_ms=e2e_err[in_window] * 1e3,
+        failed=failed,
+    )
+
+
+# --- the baseline --------------------------------------------------------------------------------
+
+
+def baseline_prompts(level: Level, path: Path) -> None:
+    """The same kind and size of prompts grill sends (its own workload generator), one per request."""
+    from grill_locust.config import parse_scenario
+    from grill_locust.workload import build_workload
+
+    scenario = parse_scenario(grill_scenario(level, Path("unused")), source="capacity")
+    target = scenario.targets[0]
+    workload = build_workload(target.conversation, target.model, None)
+    prompts = []
+    for index in range(level.streams * level.requests_per_stream):
+        plan = workload.plan(f"aio-{index}", 0)
+        messages = [{"role": "system", "content": plan.system}] if plan.system else []
+        prompts.append([*messages, {"role": "user", "content": plan.user_turns[0]}])
+    path.write_text(json.dumps(prompts))
+
+
+def run_baseline(level: Level, workdir: Path) -> PathResult:
+    from grill_locust.sim import SimProcess
+
+    truth_path = workdir / "aiohttp-truth.jsonl"
+    prompts = workdir / "prompts.json"
+    baseline_prompts(level, prompts)
+    args = sim_args(level, truth_path)
+    truth_log = args.pop("truth_log")
+    extra = [f"--{key.replace('_', '-')}={value}" for key, value in args.items()]
+    out = workdir / "aiohttp.jsonl"
+    with SimProcess.start("vllm", served_model_name=MODEL, truth_log=truth_log, extra_args=extra) as sim:
+        command = [
+            sys.executable, str(BASELINE), "--url", sim.url, "--streams", str(level.streams),
+            "--requests", str(level.requests_per_stream), "--prompts", str(prompts),
+            "--max-tokens", str(level.max_tokens), "--ramp-s", str(level.ramp_s), "--out", str(out),
+        ]  # fmt: skip
+        sampler = _run_sampled(command, workdir / "aiohttp")
+    results = pd.DataFrame([json.loads(line) for line in out.read_text().splitlines()])
+    truth = read_truth(truth_path)
+    start, end = steady_window(truth, level.streams)
+    joined = results.merge(truth, on="request_id", how="inner", suffixes=("", "_truth"))
+    if len(joined) != len(results):
+        print(f"  aiohttp: {len(results) - len(joined)} requests not in the truth log", file=sys.stderr)
+    joined = joined[joined["ok"]]
+    ttft_err = joined["ttft_s"] - (joined["first_token"] - joined["wall_start"])
+    e2e_err = joined["e2e_s"] - (joined["end"] - joined["wall_start"])
+    measured_itl = np.array([np.percentile(gaps, 99) if gaps else math.nan for gaps in joined["itl_s"]])
+    truth_itl = np.array([truth_itl_p99_s(t) for t in joined["event_times"]])
+    in_window = ((joined["first_token"] >= start) & (joined["end"] <= end)).to_numpy()
+    return PathResult(
+        client="aiohttp",
+        streams=level.streams,
+        window_s=end - start,
+        events=events_between(truth, start, end),
+        requests_done=int(((truth["end"] >= start) & (truth["end"] < end)).sum()),
+        cpu_s=sampler.cpu_between(start, end),
+        ttft_err_ms=ttft_err.to_numpy()[in_window] * 1e3,
+        itl_err_ms=(measured_itl - truth_itl)[in_window] * 1e3,
+        e2e_err_ms=e2e_err.to_numpy()[in_window] * 1e3,
+        failed=int((~results["ok"]).sum()),
+    )
+
+
+def _run_sampled(command: list[str], log_prefix: Path) -> CpuSampler:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with open(f"{log_prefix}.out", "w") as out, open(f"{log_prefix}.err", "w") as err:
+        process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=err)
+        sampler = CpuSampler(process.pid).start()
+        try:
+            code = process.wait(timeout=RUN_TIMEOUT_S)
+        finally:
+            sampler.stop()
+            if process.poll() is None:
+                process.kill()
+    if code != 0:
+        tail = Path(f"{log_prefix}.err").read_text()[-2000:]
+        raise SystemExit(f"capacity: {command[2]} exited {code}:\n{tail}")
+    return sampler
+
+
+# --- the table -----------------------------------------------------------------------------------
+
+
+def pct(values: np.ndarray, q: float) -> float:
+    values = values[~np.isnan(values)]
+    return float(np.percentile(np.abs(values), q)) if len(values) else math.nan
+
+
+HEADER = (
+    f"{'streams':>7} {'client':>7} {'events/s':>9} {'CPU %':>6} {'µs/event':>9} {'ev/CPU-s':>9} "
+    f"{'µs/req':>8} {'TTFT err p50/p99 ms':>20} {'ITL99 err p50/p99 ms':>21} {'E2E p99':>8} {'fail':>4}"
+)
+
+
+def row(result: PathResult) -> str:
+    return (
+        f"{result.streams:>7} {result.client:>7} {result.events_per_s:>9.0f} {100 * result.cpu_share:>6.1f} "
+        f"{result.us_per_event:>9.2f} {result.events_per_cpu_s:>9.0f} {result.us_per_request:>8.0f} "
+        f"{pct(result.ttft_err_ms, 50):>9.3f} / {pct(result.ttft_err_ms, 99):>7.3f} "
+        f"{pct(result.itl_err_ms, 50):>9.3f} / {pct(result.itl_err_ms, 99):>8.3f} "
+        f"{pct(result.e2e_err_ms, 99):>8.3f} {result.failed:>4}"
+    )
+
+
+def levels_for(args: argparse.Namespace) -> list[Level]:
+    streams = [s for s in args.streams if s <= args.max_streams]
+    levels = []
+    for count in streams:
+        step_s = (STEP_A_MS + STEP_B_MS * count) / 1000.0
+        request_s = args.max_tokens * step_s
+        requests = max(2, math.ceil((args.window_s + args.ramp_s) / request_s) + 1)
+        levels.append(Level(count, args.max_tokens, requests, args.ramp_s))
+    return levels
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--streams", type=int, nargs="+", default=[50, 100, 200, 500, 1000])
+    parser.add_argument("--max-streams", type=int, default=1000, help="leave out levels above this")
+    parser.add_argument("--max-tokens", type=int, default=200, help="output events per request")
+    parser.add_argument("--window-s", type=float, default=12.0, help="aim for this much steady load")
+    parser.add_argument("--ramp-s", type=float, default=2.0, help="streams start spread over this time")
+    parser.add_argument("--quick", action="store_true", help="50, 200, 500 streams, 6 s windows")
+    parser.add_argument("--only", choices=["grill", "aiohttp"], default=None, help="run one client only")
+    parser.add_argument("--keep", default=None, help="keep the run folders here")
+    args = parser.parse_args()
+    if args.quick:
+        args.streams, args.window_s = [s for s in (50, 200, 500) if s <= args.max_streams], 6.0
+    print(
+        f"simulated engine: step {STEP_A_MS:g} + {STEP_B_MS:g} ms x streams; {args.max_tokens} output events "
+        f"per request, {PROMPT_TOKENS}-token prompts; CPU = client process (user + system) over the steady window"
+    )
+    print(HEADER, flush=True)
+    ratios = []
+    for level in levels_for(args):
+        workdir = Path(args.keep or tempfile.mkdtemp(prefix="grill-capacity-")) / f"s{level.streams}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        results = {}
+        if args.only in (None, "grill"):
+            results["grill"] = run_grill(level, workdir)
+            print(row(results["grill"]), flush=True)
+        if args.only in (None, "aiohttp"):
+            results["aiohttp"] = run_baseline(level, workdir)
+            print(row(results["aiohttp"]), flush=True)
+        if len(results) == 2:
+            grill, base = results["grill"], results["aiohttp"]
+            ratios.append(
+                (
+                    level.streams,
+                    grill.events_per_cpu_s / base.events_per_cpu_s,
+                    pct(base.ttft_err_ms, 99) / pct(grill.ttft_err_ms, 99),
+                )
+            )
+    if ratios:
+        print(
+            "\ngrill / aiohttp: events per CPU-second ratio; TTFT error p99 ratio (aiohttp / grill, > 1: grill closer)"
+        )
+        for streams, cpu_ratio, ttft_ratio in ratios:
+            print(
+                f"{streams:>7} streams: {cpu_ratio:5.2f}x events per CPU-s, {ttft_ratio:5.2f}x TTFT error p99"
+            )
+    print(
+        f"targets: <= {TARGET_US_PER_EVENT:g} µs/event; TTFT error p99 <= {TARGET_TTFT_P99_MS:g} ms up to "
+        f"{TARGET_EVENTS_PER_S:,.0f} events/s; >= {TARGET_RATIO:g}x aiohttp events per CPU-s"
+    )
+
+
+if __name__ == "__main__":
+    main()
