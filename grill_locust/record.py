@@ -19,6 +19,10 @@ STATUS_STREAM_CUT = "stream_cut"
 STATUS_BAD_EVENT = "bad_event"
 STATUS_EMPTY = "empty"
 
+# The load generator's own health: above either threshold its latencies are suspect (the tier is flagged).
+SATURATION_LAG_P99_MS = 5.0  # event-loop lag p99 of the worker
+SATURATION_CPU_PCT = 70.0  # CPU use of the worker process, percent of one core
+
 TOKENS_FROM_USAGE = "usage"
 TOKENS_FROM_TOKENIZER = "tokenizer"
 TOKENS_FROM_EVENTS = "events"
@@ -100,7 +104,7 @@ def measure(raw: RawTiming) -> Measurement:
 
     itl_mean = itl_p50 = itl_p99 = itl_max = None
     if len(times) >= 2:
-        gaps = sorted(b - a for a, b in zip(times, times[1:]))
+        gaps = sorted(b - a for a, b in zip(times, times[1:], strict=False))
         itl_mean = sum(gaps) / len(gaps)
         itl_p50 = percentile(gaps, 50)
         itl_p99 = percentile(gaps, 99)

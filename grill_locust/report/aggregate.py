@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from grill_locust.record import STATUS_OK
+from grill_locust.record import SATURATION_CPU_PCT, SATURATION_LAG_P99_MS, STATUS_OK
 from grill_locust.report.load import RunData, load_run
 
 TIER_KEYS: list[str] = ["target", "tier_index"]
@@ -30,8 +30,7 @@ LATENCY_METRICS: dict[str, str] = {
 REQUEST_RATE_METRIC = "tokens_per_s"  # per-request output tokens / E2E
 
 # The load generator's own health: above these, a tier measured the load generator, not the engine.
-SATURATION_LAG_P99_MS = 5.0  # p99 over the tier of each record's event-loop lag p99
-SATURATION_CPU_PERCENT = 70.0  # mean over the tier of the worker's CPU use (percent of one core)
+# thresholds shared with the run's live flag: grill_locust/record.py
 
 FLAG_INCOMPLETE = "incomplete"
 FLAG_SATURATED = "saturated"
@@ -208,7 +207,7 @@ def _summarize(run: RunData, stats: _Stats) -> pd.DataFrame:
     summary["output_tokens_per_s"] = summary["ok_output_tokens"].fillna(0.0) / span
     summary["requests_per_s"] = summary["ok_requests"] / span
     summary["saturated"] = (summary["worker_lag_p99_ms"] > SATURATION_LAG_P99_MS) | (
-        summary["worker_cpu_mean"] > SATURATION_CPU_PERCENT
+        summary["worker_cpu_mean"] > SATURATION_CPU_PCT
     )
     summary["complete"] = phases["complete"].reindex(summary.index).fillna(True).astype(bool)
     summary["note"] = phases["note"].reindex(summary.index).fillna("").astype(str)
@@ -315,7 +314,7 @@ def _flags(summary: pd.DataFrame) -> pd.Series:
     lag = summary["worker_lag_p99_ms"].map(
         lambda v: f" lag p99 {v:.1f} ms" if v > SATURATION_LAG_P99_MS else ""
     )
-    cpu = summary["worker_cpu_mean"].map(lambda v: f" cpu {v:.0f}%" if v > SATURATION_CPU_PERCENT else "")
+    cpu = summary["worker_cpu_mean"].map(lambda v: f" cpu {v:.0f}%" if v > SATURATION_CPU_PCT else "")
     parts["saturated"] = np.where(
         summary["saturated"], FLAG_SATURATED + " (load generator:" + lag + cpu + ")", ""
     )

@@ -18,6 +18,7 @@ import gevent
 import gevent.event
 from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
+from grill_locust.record import SATURATION_CPU_PCT, SATURATION_LAG_P99_MS
 from grill_locust.run.phase import Phase, plan_phases
 from grill_locust.run.worker import MSG_PHASE
 from grill_locust.sinks.results import ResultsWriter
@@ -49,6 +50,18 @@ class PhaseProgress:
     complete: bool = False
     note: str = ""
     lost_by_worker: Counter[str] = field(default_factory=Counter)
+    worker_lag_p99_ms_max: float = 0.0
+    worker_cpu_max: float = 0.0
+
+    @property
+    def saturation(self) -> str:
+        """Why the load generator was saturated in this tier, or "" (records carry each worker's state)."""
+        if self.worker_lag_p99_ms_max > SATURATION_LAG_P99_MS or self.worker_cpu_max > SATURATION_CPU_PCT:
+            return (
+                f"LOAD GENERATOR SATURATED (event-loop lag p99 up to {self.worker_lag_p99_ms_max:.1f} ms, "
+                f"CPU up to {self.worker_cpu_max:.0f} %): this tier's latencies are suspect"
+            )
+        return ""
 
 
 class Campaign:
@@ -92,6 +105,11 @@ class Campaign:
                 progress.records += 1
                 if record["status"] != "ok":
                     progress.errors += 1
+                lag, cpu = record.get("worker_lag_p99_ms"), record.get("worker_cpu")
+                if lag is not None and lag > progress.worker_lag_p99_ms_max:
+                    progress.worker_lag_p99_ms_max = lag
+                if cpu is not None and cpu > progress.worker_cpu_max:
+                    progress.worker_cpu_max = cpu
         for phase_id, count in iterations.items():
             progress = self.progress.get(int(phase_id))
             if progress is not None:
@@ -235,6 +253,8 @@ class Campaign:
             progress.errors,
             f" ({note})" if note else "",
         )
+        if progress.saturation:
+            log.warning("tier %d/%d: %s", phase.phase_id + 1, len(self.phases), progress.saturation)
         if self.influx is not None:
             self.influx.write_phase("end", self._phase_row(progress))
 
@@ -285,10 +305,11 @@ class Campaign:
         rate = current.iterations_done / elapsed if elapsed > 0 else 0.0
         remaining = phase.iterations_target - current.iterations_done
         eta = f"{remaining / rate:.0f} s" if rate > 0 else "?"
-        return (
+        line = (
             f"tier {phase.phase_id + 1}/{len(self.phases)} {phase.target} @ {phase.tier_users} users: "
             f"{current.iterations_done}/{phase.iterations_target} iterations, {current.errors} errors, ETA {eta}"
         )
+        return f"{line} | {current.saturation}" if current.saturation else line
 
     def end(self) -> None:
         """Mark a tier cut short by a stop as incomplete."""

@@ -457,8 +457,7 @@ def _finish(environment: Environment) -> None:
         campaign.influx.close()
     from grill_locust.report import format_table, summarize_run
 
-    summary = summarize_run(writer.run_dir)
-    summary.to_csv(writer.run_dir / "summary.csv", index=False)
+    summary = summarize_run(writer.run_dir)  # also writes summary.csv
     if campaign.influx is not None:
         for row in summary.to_dict("records"):
             campaign.influx.write_tier(row)

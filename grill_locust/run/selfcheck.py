@@ -12,13 +12,11 @@ from collections import deque
 import gevent
 import psutil
 
-from grill_locust.record import percentile
+from grill_locust.record import SATURATION_CPU_PCT, SATURATION_LAG_P99_MS, percentile
 
 PROBE_INTERVAL_S = 0.05  # how often the probe asks the hub to wake it
 LAG_WINDOW = 40  # probes kept: the last ~2 s
 CPU_SAMPLE_INTERVAL_S = 1.0
-SATURATION_LAG_P99_MS = 5.0  # above this the measurements of this worker are suspect
-SATURATION_CPU_PCT = 70.0
 
 
 class SelfCheck:
