@@ -1,0 +1,152 @@
+"""Loopback servers for the reliability tests: canned engine replies, recorded request headers.
+
+`CannedEngine` answers `POST <prefix>/v1/chat/completions` with the reply its prefix names
+(`/ok` streams a proper OpenAI answer; `/html`, `/empty`, ... answer what real proxies and broken
+servers send) and keeps every request's path and headers, so a test can check who got which key.
+A uniquely named module (not conftest) so that test files can import it.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+HTML_502 = (
+    b"<html><head><title>502 Bad Gateway</title></head>"
+    b"<body><center><h1>502 Bad Gateway</h1></center><hr><center>nginx</center></body></html>"
+)
+HTML_200 = b"<!doctype html><html><head><title>Sign in</title></head><body>Please sign in</body></html>"
+WHOLE_COMPLETION = {
+    "id": "chatcmpl-1",
+    "object": "chat.completion",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
+}
+OK_TOKENS = ("def", " f", "():", " pass")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released: connections to it are refused)."""
+    return free_port()
+
+
+def _sse(payloads: list[Any]) -> bytes:
+    lines = [f"data: {p if isinstance(p, str) else json.dumps(p)}\n\n" for p in payloads]
+    return "".join(lines).encode()
+
+
+def ok_stream() -> bytes:
+    """A well-formed chat stream: role chunk, four tokens, finish, usage, [DONE]."""
+    chunks: list[Any] = [{"choices": [{"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}]}]
+    for token in OK_TOKENS:
+        chunks.append({"choices": [{"index": 0, "delta": {"content": token}, "finish_reason": None}]})
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    chunks.append({"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": len(OK_TOKENS)}})
+    chunks.append("[DONE]")
+    return _sse(chunks)
+
+
+@dataclass(frozen=True)
+class CannedReply:
+    status: int
+    content_type: str
+    body: bytes
+
+
+# prefix -> what a chat completion request under it gets
+REPLIES: dict[str, CannedReply] = {
+    "ok": CannedReply(200, "text/event-stream", ok_stream()),
+    "html": CannedReply(502, "text/html", HTML_502),
+    "html200": CannedReply(200, "text/html; charset=utf-8", HTML_200),
+    "empty": CannedReply(200, "application/json", b""),
+    "nochoices": CannedReply(200, "application/json", json.dumps({"id": "x", "object": "list"}).encode()),
+    "whole": CannedReply(200, "application/json", json.dumps(WHOLE_COMPLETION).encode()),
+    "sse_nochoices": CannedReply(200, "text/event-stream", _sse([{"id": "x"}, {"object": "ping"}, "[DONE]"])),
+    "sse_text": CannedReply(200, "text/event-stream", b"data: <html>oops</html>\n\n"),
+}
+
+
+@dataclass(frozen=True)
+class SeenRequest:
+    method: str
+    path: str
+    headers: dict[str, str]  # lower-case names
+
+
+class CannedEngine:
+    """A threaded HTTP/1.1 server on 127.0.0.1; `.url`, `.seen` (every request), context manager."""
+
+    def __init__(self) -> None:
+        self.seen: list[SeenRequest] = []
+        self._lock = threading.Lock()
+        engine = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+                return
+
+            def _remember(self) -> None:
+                headers = {name.lower(): value for name, value in self.headers.items()}
+                with engine._lock:
+                    engine.seen.append(SeenRequest(self.command, self.path, headers))
+
+            def _send(self, reply: CannedReply) -> None:
+                self.send_response(reply.status)
+                self.send_header("Content-Type", reply.content_type)
+                self.send_header("Content-Length", str(len(reply.body)))
+                self.end_headers()
+                self.wfile.write(reply.body)
+
+            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+                self._remember()
+                if self.path.endswith("/v1/models"):
+                    body = json.dumps({"object": "list", "data": [{"id": "m", "object": "model"}]})
+                    self._send(CannedReply(200, "application/json", body.encode()))
+                else:
+                    self._send(CannedReply(404, "text/plain", b"not found"))
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                self._remember()
+                prefix = self.path.strip("/").split("/", 1)[0]
+                reply = REPLIES.get(prefix)
+                if reply is None or not self.path.endswith("/chat/completions"):
+                    reply = CannedReply(404, "application/json", b'{"error": "no such route"}')
+                self._send(reply)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = int(self.server.server_address[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="canned-engine", daemon=True)
+
+    def start(self) -> CannedEngine:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def __enter__(self) -> CannedEngine:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def requests_under(self, prefix: str) -> list[SeenRequest]:
+        with self._lock:
+            return [r for r in self.seen if r.path.startswith(f"/{prefix}/")]
