@@ -1,0 +1,188 @@
+"""Every fault of the simulated engine, and a refused connection, in real campaigns: each request is
+one record with the right status, the run goes on, and nothing is lost or counted twice (the records
+equal the requests the simulator's truth log saw plus the refused attempts)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from reliability_servers import closed_port
+
+from grill_locust.sim import SimProcess
+from tests.run.conftest import only_run_dir, read_truth, run_locust, write_scenario
+
+pytestmark = pytest.mark.slow
+
+TIER_USERS = 2
+ITERATIONS = 2
+PER_TARGET = TIER_USERS * ITERATIONS
+TRICKLE_MS = 100
+MAX_TOKENS = 6  # a trickled answer takes ~MAX_TOKENS x TRICKLE_MS
+RETRIES_429 = 2
+SHORT = {"name": "sb", "kind": "short-baseline", "prompt_tokens": 20}
+
+# backend name -> (fault header sent to the simulated engine, timeouts, status every request must get)
+MATRIX: dict[str, tuple[str | None, dict[str, float], str]] = {
+    "healthy": ("none", {}, "ok"),
+    "f500": ("500", {}, "http_500"),
+    "f503": ("503", {}, "http_503"),
+    "f429": ("429", {}, "http_429"),
+    "stall": ("stall", {"first_token_s": 1.0}, "timeout"),
+    "cut": ("cut", {}, "stream_cut"),
+    "bad_json": ("bad_json", {}, "bad_event"),
+    "trickle": ("trickle", {"total_s": 5.0}, "ok"),
+    "trickle_past_total": ("trickle", {"total_s": 0.35}, "timeout"),
+    "refused": (None, {"connect_s": 1.0}, "connect"),
+    "f429_retried": ("429", {}, "http_429"),
+    "healthy_after": ("none", {}, "ok"),
+}
+
+
+def matrix_scenario(sim_url: str) -> dict[str, Any]:
+    refused_url = f"http://127.0.0.1:{closed_port()}"
+    backends = []
+    for name, (fault, timeouts, _) in MATRIX.items():
+        backend: dict[str, Any] = {"name": name, "engine": "vllm", "url": sim_url}
+        if fault is None:
+            backend.update(engine="openai", url=refused_url)
+        else:
+            backend["headers"] = {"x-grill-fault": fault}
+        if timeouts:
+            backend["timeouts"] = timeouts
+        if name == "f429_retried":
+            backend["retries"] = RETRIES_429
+        backends.append(backend)
+    return {
+        "name": "faults",
+        "backends": backends,
+        "models": [{"name": "grill-sim", "max_tokens": MAX_TOKENS, "ignore_eos": True}],
+        "conversations": [SHORT],
+        "targets": [{"backend": name, "model": "grill-sim", "conversation": "sb"} for name in MATRIX],
+        "load": {"tiers": [TIER_USERS], "iterations": ITERATIONS, "pause_s": 0.1, "think_time_s": 0.0},
+    }
+
+
+def test_every_fault_is_one_record_with_its_status_and_none_is_lost(tmp_path: Path) -> None:
+    truth_path = tmp_path / "truth.jsonl"
+    extra = ["--fault-trickle-ms", str(TRICKLE_MS)]
+    with SimProcess.start("vllm", truth_log=str(truth_path), extra_args=extra) as sim:
+        data = matrix_scenario(sim.url)
+        scenario = write_scenario(tmp_path / "s.yaml", data)
+        done = run_locust(
+            ["--scenario", str(scenario), "--results-dir", str(tmp_path / "r"), "--telemetry-interval", "0"],
+            tmp_path,
+            timeout_s=180,
+        )
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.returncode in (0, 1), done.stderr[-3000:]  # 1: Locust's exit code when requests failed
+    run_dir = only_run_dir(tmp_path / "r")
+    records = pd.read_parquet(run_dir / "records.parquet")
+    truth = read_truth(truth_path)
+
+    # the run went on through every fault: each tier complete, the last healthy target all ok
+    phases = pd.read_csv(run_dir / "phases.csv")
+    assert len(phases) == len(MATRIX) and phases["complete"].all(), phases.to_dict("records")
+
+    # each request one record with the status its fault calls for
+    for name, (_, _, status) in MATRIX.items():
+        rows = records[records.backend == name]
+        assert set(rows["status"]) == {status}, (name, rows[["status", "error"]].to_dict("records"))
+    counts = records.groupby("backend").size().to_dict()
+    assert counts == {**dict.fromkeys(MATRIX, PER_TARGET), "f429_retried": PER_TARGET * (1 + RETRIES_429)}
+    assert records["record_id"].is_unique
+
+    # nothing lost, nothing counted twice: records = requests the engine saw + refused attempts
+    refused = records[records.backend == "refused"]
+    assert len(records) == len(truth) + len(refused)
+    fault_of = {name: fault for name, (fault, _, _) in MATRIX.items() if fault is not None}
+    seen_faults = Counter(t["fault"] or "none" for t in truth)
+    recorded_faults = Counter(fault_of[b] for b in records["backend"] if b in fault_of)
+    assert seen_faults == recorded_faults
+
+    # timeouts name the limit that fired; errors are short and say what happened
+    stall = records[records.backend == "stall"]
+    assert all("first_token_s=1" in e for e in stall["error"])
+    assert (stall["e2e_s"] >= 0.9).all() and (stall["e2e_s"] < 3.0).all()
+    past_total = records[records.backend == "trickle_past_total"]
+    assert (past_total["e2e_s"] < 1.5).all() and all("total_s=0.35" in e for e in past_total["error"])
+    assert (past_total["output_tokens"] < MAX_TOKENS).all()  # timings so far are kept
+    assert all("refused" in e for e in refused["error"])
+    trickled = records[records.backend == "trickle"]
+    assert (trickled["itl_p50_s"] >= TRICKLE_MS / 1000 * 0.8).all()
+    assert (trickled["output_tokens"] == MAX_TOKENS).all()
+    assert set(records.loc[records.backend == "f500", "http_status"]) == {500}
+
+    # opt-in 429 retries: every attempt is a record; the retried ones say which retry they are
+    retried = records[records.backend == "f429_retried"]
+    assert Counter(retried["retries"]) == {n: PER_TARGET for n in range(RETRIES_429 + 1)}
+    assert set(records.loc[records.backend != "f429_retried", "retries"]) == {0}  # no silent retries
+
+
+MIX_KINDS = "500,503,429,stall,cut,bad_json,trickle"
+STATUS_OF_FAULT = {
+    None: "ok",
+    "500": "http_500",
+    "503": "http_503",
+    "429": "http_429",
+    "stall": "timeout",
+    "cut": "stream_cut",
+    "bad_json": "bad_event",
+    "trickle": "ok",
+}
+
+
+def test_a_seeded_fault_mix_on_a_simulated_engine_the_run_starts(tmp_path: Path) -> None:
+    truth_path = tmp_path / "truth.jsonl"
+    sim_args = {
+        "truth_log": str(truth_path),
+        "fault_rate": 0.7,
+        "fault_kinds": MIX_KINDS,
+        "fault_seed": 3,
+        "fault_trickle_ms": TRICKLE_MS,
+    }
+    data = {
+        "name": "mix",
+        "backends": [
+            {
+                "name": "sim",
+                "engine": "sim",
+                "sim_args": sim_args,
+                "timeouts": {"first_token_s": 1.0, "total_s": 5.0},
+            }
+        ],
+        "models": [{"name": "grill-sim", "max_tokens": MAX_TOKENS, "ignore_eos": True}],
+        "conversations": [
+            {"name": "mt", "kind": "multi-turn", "system_tokens": 60, "user_turns": 2, "turn_tokens": 20}
+        ],
+        "targets": [{"backend": "sim", "model": "grill-sim", "conversation": "mt"}],
+        "load": {"tiers": [3], "iterations": 4, "pause_s": 0.1, "think_time_s": 0.0},
+    }
+    scenario = write_scenario(tmp_path / "s.yaml", data)
+    done = run_locust(
+        ["--scenario", str(scenario), "--results-dir", str(tmp_path / "r"), "--telemetry-interval", "0"],
+        tmp_path,
+        timeout_s=180,
+    )
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path / "r")
+    records = pd.read_parquet(run_dir / "records.parquet")
+    truth = read_truth(truth_path)
+
+    assert len(records) == len(truth) and records["record_id"].is_unique
+    expected = Counter(STATUS_OF_FAULT[t["fault"]] for t in truth)
+    assert Counter(records["status"]) == expected
+    assert len(expected) >= 4  # the draw really mixed faults
+    # a conversation stops at its first failed turn (no reply to carry forward): never more turns than 2
+    per_conversation = records.groupby("conversation_id")
+    assert per_conversation.size().max() <= 2
+    for _, rows in per_conversation:
+        rows = rows.sort_values("turn")
+        assert list(rows["turn"]) == list(range(len(rows)))
+        assert (rows["status"].iloc[:-1] == "ok").all()
+    phases = pd.read_csv(run_dir / "phases.csv")
+    assert phases["complete"].all() and list(phases["iterations_done"]) == [3 * 4]
