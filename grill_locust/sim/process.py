@@ -59,7 +59,9 @@ class SimProcess:
         command += list(extra_args)
         # stderr goes to a file: a pipe nobody reads could fill up and block the server
         stderr_file = tempfile.TemporaryFile(mode="w+")
-        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr_file, text=True)
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=stderr_file, text=True, preexec_fn=_die_with_parent
+        )
         deadline = time.monotonic() + timeout_s
         line = ""
         assert process.stdout is not None
@@ -126,3 +128,18 @@ class SimProcess:
     def __del__(self) -> None:
         if getattr(self, "process", None) is not None and self.process.poll() is None and os.getpid():
             self.process.kill()
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux for SIGTERM when the parent dies, even by `kill -9`, so a
+    simulated engine started by a run never outlives it. Elsewhere, a no-op."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        except OSError:
+            pass
