@@ -1,6 +1,29 @@
-"""What is sent: the code corpus, token counting and the workload generators (see generators.py)."""
+"""What is sent: the code corpus, token counting and the workload generators (see generators.py).
 
-from grill_locust.workload.calibrate import TokenCounter, backend_token_counter
-from grill_locust.workload.generators import ConversationPlan, Workload, build_workload
+Imported lazily, so `grill_locust.workload.tokens` (used by the simulated engine) needs no pydantic."""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from grill_locust.workload.calibrate import TokenCounter, backend_token_counter
+    from grill_locust.workload.generators import ConversationPlan, Workload, build_workload
 
 __all__ = ["ConversationPlan", "TokenCounter", "Workload", "backend_token_counter", "build_workload"]
+
+_HOMES = {
+    "TokenCounter": "grill_locust.workload.calibrate",
+    "backend_token_counter": "grill_locust.workload.calibrate",
+    "ConversationPlan": "grill_locust.workload.generators",
+    "Workload": "grill_locust.workload.generators",
+    "build_workload": "grill_locust.workload.generators",
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(home), name)

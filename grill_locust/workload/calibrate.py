@@ -1,24 +1,33 @@
-"""Prompt sizes in a backend's own tokens: one call to its tokenize endpoint gives the scale.
+"""Prompt sizes in a backend's own tokens, measured once per backend through its tokenize endpoint.
 
-The approximate tokenizer (`tokens.py`) is exact against the simulated engine. Against a real engine,
-`backend_token_counter(backend)` sends one sample of the same kind of text the workloads build (code
-and questions about it) to the backend's `/tokenize`, and keeps the ratio of its count to ours.
-Workloads then aim at `target / ratio` approximate tokens. Counters are cached per backend.
+Exact mode (the endpoint returns token pieces: llama.cpp `with_pieces`, vLLM `return_token_strs`):
+`backend_token_counter(backend)` sends, in two calls, (1) a stream of whole standard-library files
+and (2) every variable piece of text the workloads insert (request ids, definition and module names)
+and every message head with reference values, each in the context it is used in. From the pieces it
+keeps where each token of the stream starts, so a workload can cut code at a definition and end it
+after exactly the tokens it still needs (`MeasuredCorpus`). A message's size is then the sum of known
+counts; the seams between the parts (after a newline, before a space-led word) are ones tokenizers
+do not merge across, which the real-engine test checks with one `/tokenize` per message (±2 %).
 
-Accuracy on a real BPE tokenizer (gemma-3 through llama-server): the mean size error is ~10 %, single
-messages are off by up to ~30 %, because code density varies from file to file and SentencePiece
-merges across word boundaries. Reaching ±2 % per message needs per-message sizing with token pieces
-(llama.cpp `with_pieces`, vLLM `return_token_strs`); not done yet.
+Scaled mode (the endpoint gives counts only, e.g. `grill sim`): the stream's count over the
+approximate tokenizer's (`tokens.py`) gives one ratio, and workloads aim at `target / ratio`
+approximate tokens. Exact against the simulated engine (ratio 1); on a real BPE tokenizer single
+messages are off by up to ~30 %.
 
-Request shapes: vLLM, SGLang and `grill sim` take `{"model", "prompt"}` and answer
-`{"count", "tokens"}`; llama.cpp's server takes `{"content"}` and answers `{"tokens"}`.
+Request shapes: vLLM, SGLang and `grill sim` take `{"model", "prompt"}` and answer `{"count",
+"tokens", "token_strs"}`; llama.cpp's server takes `{"content"}` and answers `{"tokens"}` (with
+`{"id", "piece"}` items when asked `with_pieces`). Counters are cached per backend in the process.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 import random
+import re
+import string
 import threading
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -26,12 +35,21 @@ from grill_locust.workload.tokens import count_tokens
 
 if TYPE_CHECKING:
     from grill_locust.config import Backend
+    from grill_locust.workload.corpus import Corpus
 
 log = logging.getLogger(__name__)
 
-CALIBRATION_TOKENS = 3000  # approximate tokens in the calibration sample
-CALIBRATION_TIMEOUT_S = 10.0
+CALIBRATION_TOKENS = 3000  # approximate tokens in the fallback sample (scaled mode, stream refused)
+CALIBRATION_TIMEOUT_S = 30.0
 CALIBRATION_SEED = 20260101
+STREAM_CHARS = 320_000  # measured corpus: ~90k tokens of code, one /tokenize call (~1-2 s)
+STREAM_FILE_CHARS = 12_000  # at most this much of each file, so the stream spans many modules
+STREAM_FILE_STEP = 7  # every 7th file of the sorted corpus: modules from all over the library
+ID_POOL_SIZE = 2048  # request ids measured once; a plan draws one
+ID_LETTERS = 8
+SPAN_LEFT = "w"  # a variable span is measured between a word end and a space-led word, as it is used
+SPAN_RIGHT = " x"
+HEAD_RIGHT = "def x():"  # a head is measured before a code line, as it is used
 
 _cache: dict[tuple[str, str, str | None], TokenCounter | None] = {}
 _cache_lock = threading.Lock()
@@ -42,8 +60,55 @@ class TokenizeError(Exception):
 
 
 @dataclass(frozen=True)
+class MeasuredDefinition:
+    name: str  # e.g. "JSONDecoder" or "JSONDecoder.raw_decode"
+    module: str
+    file_index: int  # into MeasuredCorpus.files
+    token_index: int  # the stream token where its line starts
+
+
+@dataclass(frozen=True)
+class MeasuredFile:
+    module: str
+    definitions: tuple[int, ...]  # indices into MeasuredCorpus.definitions, in stream order
+
+
+@dataclass
+class MeasuredCorpus:
+    """Code whose every token start is known on one backend, and the counts of the parts around it.
+
+    `code(start, n)` is the text of tokens start..start+n of the stream; `span(text)` the tokens of a
+    measured piece of text (a request id, a name between backticks, a message head)."""
+
+    text: str
+    token_starts: list[int]  # character offset of every token of `text`, then len(text)
+    definitions: list[MeasuredDefinition]
+    files: list[MeasuredFile]
+    span_tokens: dict[str, int]
+    ids: list[str]  # request ids whose span "<id>:" is measured
+    _definition_tokens: list[int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._definition_tokens = [definition.token_index for definition in self.definitions]
+
+    @property
+    def total_tokens(self) -> int:
+        return len(self.token_starts) - 1
+
+    def code(self, start_token: int, n_tokens: int) -> str:
+        return self.text[self.token_starts[start_token] : self.token_starts[start_token + n_tokens]]
+
+    def span(self, text: str) -> int:
+        return self.span_tokens[text]
+
+    def definitions_fitting(self, n_tokens: int) -> int:
+        """How many definitions (the first ones in the stream) leave at least `n_tokens` after them."""
+        return bisect.bisect_right(self._definition_tokens, self.total_tokens - n_tokens)
+
+
+@dataclass(frozen=True)
 class TokenCounter:
-    """Counts tokens as one backend would, scaled from the approximate tokenizer."""
+    """Counts tokens as one backend would: measured pieces (exact mode) and a scale (both modes)."""
 
     backend_name: str
     tokenize_url: str
@@ -51,6 +116,7 @@ class TokenCounter:
     backend_tokens_per_approx_token: float
     model: str | None = None
     headers: dict[str, str] = field(default_factory=dict, repr=False, compare=False)  # may hold the API key
+    measured: MeasuredCorpus | None = field(default=None, repr=False, compare=False)
 
     def count(self, text: str) -> int:
         """Estimated backend tokens in `text` (no network)."""
@@ -65,19 +131,26 @@ class TokenCounter:
         return tokenize_remote(self.tokenize_url, self.engine, text, self.model, self.headers)
 
 
-def tokenize_remote(
-    url: str, engine: str, text: str, model: str | None = None, headers: dict[str, str] | None = None
-) -> int:
-    """Tokens in `text` by the tokenize endpoint at `url` (vLLM/SGLang/sim or llama.cpp shape)."""
+# ---- the endpoint ------------------------------------------------------------------------------
+
+
+def _post_tokenize(
+    url: str, engine: str, text: str, model: str | None, headers: dict[str, str] | None, pieces: bool
+) -> dict[str, Any]:
     import requests  # here, so the config and plan code never pay for it
 
     payload: dict[str, Any]
     if engine == "llamacpp":
         payload = {"content": text}
+        if pieces:
+            payload["with_pieces"] = True
     else:
-        payload = {"prompt": text}
+        # vLLM adds BOS unless told not to; a message's size is its own tokens
+        payload = {"prompt": text, "add_special_tokens": False}
         if model:
             payload["model"] = model
+        if pieces:
+            payload["return_token_strs"] = True
     try:
         response = requests.post(url, json=payload, headers=headers or {}, timeout=CALIBRATION_TIMEOUT_S)
     except requests.RequestException as error:
@@ -88,15 +161,214 @@ def tokenize_remote(
         body = response.json()
     except ValueError:
         raise TokenizeError(f"{url}: the answer is not JSON") from None
-    if isinstance(body, dict) and isinstance(body.get("count"), int):
+    if not isinstance(body, dict):
+        raise TokenizeError(f"{url}: the answer is not a JSON object")
+    return body
+
+
+def tokenize_remote(
+    url: str, engine: str, text: str, model: str | None = None, headers: dict[str, str] | None = None
+) -> int:
+    """Tokens in `text` by the tokenize endpoint at `url` (vLLM/SGLang/sim or llama.cpp shape)."""
+    body = _post_tokenize(url, engine, text, model, headers, pieces=False)
+    if isinstance(body.get("count"), int):
         return int(body["count"])
-    if isinstance(body, dict) and isinstance(body.get("tokens"), list):
+    if isinstance(body.get("tokens"), list):
         return len(body["tokens"])
     raise TokenizeError(f"{url}: no 'count' or 'tokens' in the answer")
 
 
+def tokenize_pieces(
+    url: str, engine: str, text: str, model: str | None = None, headers: dict[str, str] | None = None
+) -> tuple[int, list[str] | None]:
+    """(token count, the text of each token) for `text`; pieces are None when the endpoint gives none
+    or they do not join back into `text`."""
+    body = _post_tokenize(url, engine, text, model, headers, pieces=True)
+    tokens = body.get("tokens")
+    count = body.get("count")
+    if not isinstance(count, int):
+        if not isinstance(tokens, list):
+            raise TokenizeError(f"{url}: no 'count' or 'tokens' in the answer")
+        count = len(tokens)
+    pieces: list[str] | None = None
+    if isinstance(tokens, list) and tokens and all(isinstance(token, dict) for token in tokens):
+        pieces = [_llamacpp_piece(token.get("piece")) for token in tokens]  # llama.cpp with_pieces
+    elif isinstance(body.get("token_strs"), list):
+        pieces = decode_token_strs(body["token_strs"], text)  # vLLM return_token_strs
+    if pieces is not None and "".join(pieces) != text:
+        pieces = None
+    return count, pieces
+
+
+def _llamacpp_piece(piece: Any) -> str:
+    if isinstance(piece, list):  # bytes that are not valid UTF-8 on their own
+        return bytes(int(b) & 0xFF for b in piece).decode("utf-8", errors="replace")
+    return str(piece)
+
+
+def _byte_level_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet: the character standing for each byte."""
+    printable = (
+        list(range(ord("!"), ord("~") + 1))
+        + list(range(ord("¡"), ord("¬") + 1))
+        + list(range(ord("®"), ord("ÿ") + 1))
+    )
+    characters = printable[:]
+    extra = 0
+    for byte in range(256):
+        if byte not in printable:
+            printable.append(byte)
+            characters.append(256 + extra)
+            extra += 1
+    return {chr(character): byte for byte, character in zip(printable, characters, strict=True)}
+
+
+_BYTE_LEVEL = _byte_level_alphabet()
+_SPM_BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+
+
+def decode_token_strs(token_strs: Sequence[Any], text: str) -> list[str] | None:
+    """The text of each token from a tokenizer's own token strings (byte-level BPE or SentencePiece),
+    or None when neither reading joins back into `text`."""
+    if not all(isinstance(token, str) for token in token_strs):
+        return None
+    if all(ch in _BYTE_LEVEL for token in token_strs for ch in token):
+        try:
+            byte_level = [bytes(_BYTE_LEVEL[ch] for ch in token).decode("utf-8") for token in token_strs]
+        except UnicodeDecodeError:
+            byte_level = []
+        if "".join(byte_level) == text:
+            return byte_level
+    sentencepiece = [
+        _SPM_BYTE.sub(lambda match: chr(int(match.group(1), 16)), token.replace("▁", " "))
+        for token in token_strs
+    ]
+    return sentencepiece if "".join(sentencepiece) == text else None
+
+
+# ---- what is measured --------------------------------------------------------------------------
+
+
+def measured_stream(corpus: Corpus) -> tuple[str, list[tuple[str, int, int]]]:
+    """The code sent to be measured: whole lines of many modules under a header each, and where each
+    module is in it (module, start, end) by character. ASCII files only (pieces split no characters)."""
+    parts: list[str] = []
+    where: list[tuple[str, int, int]] = []
+    length = 0
+    for index in range(0, len(corpus), STREAM_FILE_STEP):
+        source = corpus.file(index)
+        if not source.text.isascii() or not source.definitions:
+            continue
+        text = source.text
+        if len(text) > STREAM_FILE_CHARS:
+            text = text[: text.rfind("\n", 0, STREAM_FILE_CHARS) + 1]
+        if not text.endswith("\n"):
+            text += "\n"
+        part = f"# ---- {source.module} ----\n{text}\n"
+        where.append((source.module, length, length + len(part)))
+        parts.append(part)
+        length += len(part)
+        if length >= STREAM_CHARS:
+            break
+    return "".join(parts), where
+
+
+def measured_ids() -> list[str]:
+    rng = random.Random(CALIBRATION_SEED)
+    ids = {
+        "".join(rng.choice(string.ascii_uppercase) for _ in range(ID_LETTERS)) for _ in range(ID_POOL_SIZE)
+    }
+    return sorted(ids)
+
+
+def id_span(request_id: str) -> str:
+    """How a request id opens a message: `<id>:` and then a space-led word."""
+    return f"{request_id}:"
+
+
+def name_span(name: str) -> str:
+    """How a name sits in a sentence: after a word, between backticks, before a space-led word."""
+    return f" `{name}`"
+
+
+def _measure_spans(items: Iterable[tuple[str, str, str]], send: Any) -> dict[str, int]:
+    """Counts of each span, measured in one call as lines `left + span + right`; spans whose ends are
+    not token boundaries there are left out."""
+    lines: list[str] = []
+    places: list[tuple[str, int, int]] = []
+    length = 0
+    for left, span, right in items:
+        start = length + len(left)
+        places.append((span, start, start + len(span)))
+        line = f"{left}{span}{right}\n"
+        lines.append(line)
+        length += len(line)
+    text = "".join(lines)
+    starts = _token_starts(text, send(text))
+    index = {offset: token for token, offset in enumerate(starts)}
+    counts: dict[str, int] = {}
+    for span, start, end in places:
+        if start in index and end in index:
+            counts[span] = index[end] - index[start]
+    return counts
+
+
+def _token_starts(text: str, pieces: list[str]) -> list[int]:
+    starts = [0]
+    for piece in pieces:
+        starts.append(starts[-1] + len(piece))
+    if starts[-1] != len(text):
+        raise TokenizeError("token pieces do not join back into the text")
+    return starts
+
+
+def measure_corpus(send: Any, heads: Sequence[str], reference: dict[str, str]) -> MeasuredCorpus:
+    """Everything exact sizing needs, from two calls of `send(text) -> pieces`.
+
+    `heads` are message heads with `{id}`, `{name}` and `{module}` filled from `reference`."""
+    from grill_locust.workload.corpus import _definitions, stdlib_corpus
+
+    text, where = measured_stream(stdlib_corpus())
+    token_starts = _token_starts(text, send(text))
+    token_at = {offset: token for token, offset in enumerate(token_starts)}
+    ids = measured_ids()
+    names: set[str] = set()
+    candidates: list[tuple[str, str, int, int]] = []  # name, module, file index, token index
+    for file_index, (module, start, end) in enumerate(where):
+        names.add(module)
+        for definition in _definitions(text[start:end]):
+            token = token_at.get(start + definition.offset)
+            if token is not None:  # a definition whose line starts on a token boundary
+                candidates.append((definition.name, module, file_index, token))
+                names.add(definition.name)
+    names.update((reference["name"], reference["module"]))
+    items = [("", id_span(request_id), SPAN_RIGHT) for request_id in [*ids, reference["id"]]]
+    items += [(SPAN_LEFT, name_span(name), SPAN_RIGHT) for name in sorted(names)]
+    items += [("", head, HEAD_RIGHT) for head in heads]
+    span_tokens = _measure_spans(items, send)
+    definitions: list[MeasuredDefinition] = []
+    members: list[list[int]] = [[] for _ in where]
+    for name, module, file_index, token in candidates:
+        if name_span(name) in span_tokens and name_span(module) in span_tokens:
+            members[file_index].append(len(definitions))
+            definitions.append(MeasuredDefinition(name, module, file_index, token))
+    return MeasuredCorpus(
+        text=text,
+        token_starts=token_starts,
+        definitions=definitions,
+        files=[
+            MeasuredFile(module, tuple(member)) for (module, _, _), member in zip(where, members, strict=True)
+        ],
+        span_tokens=span_tokens,
+        ids=[request_id for request_id in ids if id_span(request_id) in span_tokens],
+    )
+
+
+# ---- the counter per backend -------------------------------------------------------------------
+
+
 def calibration_sample() -> str:
-    """The text sent to calibrate: code and questions, as the workloads build them."""
+    """The fallback sample (scaled mode when the stream is refused): code and questions."""
     from grill_locust.workload.corpus import stdlib_corpus
     from grill_locust.workload.generators import QUESTIONS
 
@@ -131,18 +403,9 @@ def backend_token_counter(backend: Backend, model: str | None = None) -> TokenCo
         headers["Authorization"] = f"Bearer {backend.api_key.get_secret_value()}"
     if model is None and backend.engine != "llamacpp" and backend.url:
         model = _first_served_model(backend.url, headers)
-    sample = calibration_sample()
     counter: TokenCounter | None
     try:
-        backend_tokens = tokenize_remote(backend.tokenize_url, backend.engine, sample, model, headers)
-        counter = TokenCounter(
-            backend_name=backend.name,
-            tokenize_url=backend.tokenize_url,
-            engine=backend.engine,
-            backend_tokens_per_approx_token=backend_tokens / count_tokens(sample),
-            model=model,
-            headers=headers,
-        )
+        counter = _calibrate(backend.name, backend.tokenize_url, backend.engine, model, headers)
     except TokenizeError as error:
         log.warning(
             "backend %s: tokenize failed (%s); prompt sizes use the approximate tokenizer",
@@ -153,6 +416,35 @@ def backend_token_counter(backend: Backend, model: str | None = None) -> TokenCo
     with _cache_lock:
         _cache[key] = counter
     return counter
+
+
+def _calibrate(name: str, url: str, engine: str, model: str | None, headers: dict[str, str]) -> TokenCounter:
+    from grill_locust.workload.corpus import stdlib_corpus
+    from grill_locust.workload.generators import HEAD_REFERENCE, measured_heads
+
+    def counter(ratio: float, measured: MeasuredCorpus | None = None) -> TokenCounter:
+        return TokenCounter(name, url, engine, ratio, model, headers, measured)
+
+    stream, _ = measured_stream(stdlib_corpus())
+    try:
+        stream_tokens, pieces = tokenize_pieces(url, engine, stream, model, headers)
+    except TokenizeError as error:  # e.g. an endpoint that caps the length: one small sample
+        log.info("backend %s: stream calibration refused (%s); using a sample", name, error)
+        sample = calibration_sample()
+        return counter(tokenize_remote(url, engine, sample, model, headers) / count_tokens(sample))
+    ratio = stream_tokens / count_tokens(stream)
+    if pieces is None:
+        return counter(ratio)
+
+    def send(text: str) -> list[str]:
+        if text == stream:
+            return pieces  # already measured
+        _, found = tokenize_pieces(url, engine, text, model, headers)
+        if found is None:
+            raise TokenizeError(f"{url}: no token pieces for the spans")
+        return found
+
+    return counter(ratio, measure_corpus(send, measured_heads(), HEAD_REFERENCE))
 
 
 def _first_served_model(url: str, headers: dict[str, str]) -> str | None:

@@ -4,30 +4,41 @@
 the messages of one whole conversation (a `ConversationPlan`). The same (seed, user_key, iteration)
 gives the same plan in every process, so master and workers agree without sending prompts around.
 
-Sizes are exact with the approximate tokenizer (`tokens.py`, which the simulated engine also uses).
-With a `TokenCounter` calibrated on a backend's `/tokenize`, the approximate target is scaled by the
-backend's tokens per approximate token (see calibrate.py for how close that lands).
+Every sized message is a head (a question, a request id, names between backticks) and code from the
+standard library that starts at a definition. Sizing has two modes:
+- exact on the approximate tokenizer (`tokens.py`, which the simulated engine also uses), or scaled
+  by a backend's tokens per approximate token when its `/tokenize` gives counts only;
+- measured (a `TokenCounter` whose `measured` corpus holds the backend's own token pieces): the head
+  is a template measured once with reference values, the values' own spans are measured too, and the
+  code is cut after exactly the tokens left (see calibrate.py). Heads keep every variable part between
+  a word end and a space-led word, or at a line start, where tokenizers do not merge across.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import random
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from grill_locust.config import Conversation, Model
-from grill_locust.workload.calibrate import TokenCounter
+from grill_locust.workload.calibrate import MeasuredCorpus, TokenCounter, id_span, name_span
 from grill_locust.workload.corpus import Corpus, Excerpt, stdlib_corpus
 from grill_locust.workload.tokens import count_tokens, tokenize, truncate_to_tokens
 
+if TYPE_CHECKING:
+    from grill_locust.config import Conversation, Model
+
+log = logging.getLogger(__name__)
+
 # Questions developers ask a coding assistant about a piece of code; `{name}` is a definition in it.
+# The name always follows a word and precedes a space-led word (see the module docstring).
 QUESTIONS = (
     "Explain what `{name}` does and suggest a refactor.",
-    "Is there a bug in `{name}`? Walk me through an edge case that could break it.",
-    "Write pytest unit tests for `{name}`, covering the error paths.",
+    "Is there a bug in `{name}` at all? Walk me through an edge case that could break it.",
+    "Write pytest unit tests for `{name}` that cover the error paths.",
     "Add type hints and a docstring to `{name}` without changing its behaviour.",
     "How would you make `{name}` faster? Show the changed code.",
     "Rewrite `{name}` so a new team member can read it, keeping its behaviour.",
@@ -40,13 +51,40 @@ QUESTIONS = (
 )
 FOLLOW_UPS = (
     "Thanks. Now look at `{name}` below: how does it relate to the code above?",
-    "Good. Apply the same review to `{name}`:",
-    "Next, `{name}`. Could it share a helper with what we just discussed?",
+    "Good. Apply the same review to `{name}` as shown below:",
+    "Next, look at `{name}` below. Could it share a helper with what we just discussed?",
     "One more: does `{name}` below handle errors the same way? Suggest a consistent approach.",
-    "And `{name}`: what tests are missing for it?",
+    "And `{name}` now: what tests are missing for it?",
 )
+CODE_OPEN = "\n```python\n"
+SYSTEM_HEAD = (
+    "{id}: you are a senior Python engineer pairing with a developer on the module `{module}` in this "
+    "session. Answer precisely, quote the lines you change, keep replies short.\n"
+    "The developer has this file open:\n```python\n"
+)
+PREFIX_HEAD = (
+    "You are the coding assistant of a team that maintains a Python code base. The team's reference "
+    "sources follow, starting with the module `{module}` and going on with others. Answer questions "
+    "about them precisely and cite function names.\n```python\n"
+)
+FIRST_TURN_HEADS = tuple(question + "\nThe part I mean:" + CODE_OPEN for question in QUESTIONS)
+FOLLOW_UP_HEADS = tuple(follow_up + CODE_OPEN for follow_up in FOLLOW_UPS)
+QUESTION_HEADS = tuple("{id}: " + question + CODE_OPEN for question in QUESTIONS)
+UNIQUE_HEADS = tuple(
+    "{id}: code review of the module `{module}` please.\n" + question + CODE_OPEN for question in QUESTIONS
+)
+# the values heads are measured with (calibrate.py); a message's count corrects for its own values
+HEAD_REFERENCE = {"id": "QQQQQQQQ", "name": "main", "module": "json"}
 UNIQUE_ID_LETTERS = 8  # the approximate tokenizer keeps up to 8 letters in one token
 _FIT_ATTEMPTS = 6
+_CODE_END = "\n```"  # closes the code in the approximate modes (measured mode ends on the exact token)
+_SYSTEM_CODE_END = "\n```\n"
+
+
+def measured_heads() -> list[str]:
+    """Every message head, filled with the reference values, as calibration measures them."""
+    heads = (SYSTEM_HEAD, PREFIX_HEAD, *FIRST_TURN_HEADS, *FOLLOW_UP_HEADS, *QUESTION_HEADS, *UNIQUE_HEADS)
+    return [head.format(**HEAD_REFERENCE) for head in heads]
 
 
 @dataclass(frozen=True)
@@ -79,6 +117,16 @@ class ConversationPlan:
         return "\n\n".join(parts)
 
 
+@dataclass(frozen=True)
+class _Code:
+    """Where a message's code starts: a definition (its name and module) in the corpus or the
+    measured stream. `place` is an `Excerpt` (approximate modes) or a definition index (measured)."""
+
+    name: str
+    module: str
+    place: Excerpt | int
+
+
 class Workload:
     """Builds the plans of one conversation (kind, sizes, seed) for any user and iteration."""
 
@@ -92,6 +140,7 @@ class Workload:
         self.conversation = conversation
         self.model = model
         self.token_counter = token_counter
+        self.measured: MeasuredCorpus | None = token_counter.measured if token_counter else None
         self.corpus = corpus or stdlib_corpus()
         self._shared: dict[str, Any] = {}  # parts every plan shares, built on first use
 
@@ -107,11 +156,12 @@ class Workload:
         if kind == "multi-turn":
             return self._multi_turn(conversation_id, rng)
         if kind == "shared-prefix":
-            question = self._question_with_code(rng, self._size(conversation.question_tokens), unique_id(rng))
+            question = self._question(rng, conversation.question_tokens or 1)
             return ConversationPlan(conversation_id, self._shared_prefix(), [question])
         if kind == "short-baseline":
-            prompt = self._question_with_code(rng, self._size(conversation.prompt_tokens), unique_id(rng))
-            return ConversationPlan(conversation_id, None, [prompt])
+            return ConversationPlan(
+                conversation_id, None, [self._question(rng, conversation.prompt_tokens or 1)]
+            )
         if kind == "unique-prompts":
             return ConversationPlan(conversation_id, None, [self._unique_prompt(rng)])
         return self._fixed(conversation_id, rng)
@@ -120,68 +170,61 @@ class Workload:
 
     def _multi_turn(self, conversation_id: str, rng: random.Random) -> ConversationPlan:
         conversation = self.conversation
+        system_tokens = conversation.system_tokens or 1
+        turn_tokens = conversation.turn_tokens or 1
         if conversation.shared_system:
-            system, excerpt = self._shared_system()
+            system, code = self._shared_system()
         else:
-            system, excerpt = self._system_prompt(rng, unique_id(rng))
+            system, code = self._system_prompt(rng, system_tokens, turn_tokens)
         turns = []
-        turn_size = self._size(conversation.turn_tokens)
         for turn in range(conversation.user_turns or 1):
             if turn == 0:
-                question = rng.choice(QUESTIONS).format(name=excerpt.definition.name)
-                turns.append(
-                    _fit(question + "\nThe part I mean:\n```python\n", excerpt.tokens, "\n```", turn_size)
-                )
+                head = rng.choice(FIRST_TURN_HEADS)
+                turns.append(self._render(head, {"name": code.name}, code, turn_tokens, _CODE_END))
                 continue
             # follow-ups stay in the module under discussion, as a developer's session does
-            follow_up = self.corpus.excerpt(rng, turn_size, file=excerpt.source)
-            head = rng.choice(FOLLOW_UPS).format(name=follow_up.definition.name) + "\n```python\n"
-            turns.append(_fit(head, follow_up.tokens, "\n```", turn_size))
+            follow_up = self._pick(rng, turn_tokens, same_module_as=code)
+            head = rng.choice(FOLLOW_UP_HEADS)
+            turns.append(self._render(head, {"name": follow_up.name}, follow_up, turn_tokens, _CODE_END))
         return ConversationPlan(conversation_id, system, turns)
 
-    def _system_prompt(self, rng: random.Random, session_id: str) -> tuple[str, Excerpt]:
-        size = self._size(self.conversation.system_tokens)
-        excerpt = self.corpus.excerpt(rng, size)
-        head = (
-            f"Session {session_id}. You are a senior Python engineer pairing with a developer on the "
-            f"module `{excerpt.module}`. Answer precisely, quote the lines you change, keep replies short.\n"
-            "The developer has this file open:\n```python\n"
-        )
-        return _fit(head, excerpt.tokens, "\n```\n", size), excerpt
+    def _system_prompt(self, rng: random.Random, system_tokens: int, turn_tokens: int) -> tuple[str, _Code]:
+        code = self._pick(rng, max(system_tokens, turn_tokens))  # the first turn asks about it too
+        values = {"id": self._request_id(rng), "module": code.module}
+        return self._render(SYSTEM_HEAD, values, code, system_tokens, _SYSTEM_CODE_END), code
 
-    def _shared_system(self) -> tuple[str, Excerpt]:
+    def _shared_system(self) -> tuple[str, _Code]:
         if "system" not in self._shared:
-            rng = _rng(self.conversation.seed, self.conversation.name, "shared-system")
-            self._shared["system"] = self._system_prompt(rng, "0")
-        shared: tuple[str, Excerpt] = self._shared["system"]
+            conversation = self.conversation
+            rng = _rng(conversation.seed, conversation.name, "shared-system")
+            self._shared["system"] = self._system_prompt(
+                rng, conversation.system_tokens or 1, conversation.turn_tokens or 1
+            )
+        shared: tuple[str, _Code] = self._shared["system"]
         return shared
 
     def _shared_prefix(self) -> str:
         if "prefix" not in self._shared:
             rng = _rng(self.conversation.seed, self.conversation.name, "prefix")
-            size = self._size(self.conversation.prefix_tokens)
-            excerpt = self.corpus.excerpt(rng, size)
-            head = (
-                "You are the coding assistant of a team that maintains a Python code base. The team's "
-                "reference sources follow; answer questions about them precisely and cite function names.\n\n"
-                f"# {excerpt.module}\n```python\n"
-            )
-            self._shared["prefix"] = _fit(head, excerpt.tokens, "\n```\n", size)
+            size = self.conversation.prefix_tokens or 1
+            code = self._pick(rng, size)
+            self._shared["prefix"] = self._render(PREFIX_HEAD, {"module": code.module}, code, size, "\n```\n")
         prefix: str = self._shared["prefix"]
         return prefix
 
-    def _question_with_code(self, rng: random.Random, size: int, request_id: str) -> str:
-        excerpt = self.corpus.excerpt(rng, size)
-        question = rng.choice(QUESTIONS).format(name=f"{excerpt.module}.{excerpt.definition.name}")
-        return _fit(f"{request_id}: {question}\n```python\n", excerpt.tokens, "\n```", size)
+    def _question(self, rng: random.Random, size: int) -> str:
+        request_id = self._request_id(rng)  # first: no two requests share even their first token
+        code = self._pick(rng, size)
+        head = rng.choice(QUESTION_HEADS)
+        return self._render(head, {"id": request_id, "name": code.name}, code, size, _CODE_END)
 
     def _unique_prompt(self, rng: random.Random) -> str:
-        size = self._size(self.conversation.prompt_tokens)
-        request_id = unique_id(rng)  # first: no two prompts share even their first token
-        excerpt = self.corpus.excerpt(rng, size)
-        question = rng.choice(QUESTIONS).format(name=excerpt.definition.name)
-        head = f"{request_id} code review of `{excerpt.module}`.\n{question}\n```python\n"
-        return _fit(head, excerpt.tokens, "\n```", size)
+        size = self.conversation.prompt_tokens or 1
+        request_id = self._request_id(rng)
+        code = self._pick(rng, size)
+        head = rng.choice(UNIQUE_HEADS)
+        values = {"id": request_id, "module": code.module, "name": code.name}
+        return self._render(head, values, code, size, _CODE_END)
 
     def _fixed(self, conversation_id: str, rng: random.Random) -> ConversationPlan:
         turns = self.conversation.turns
@@ -197,10 +240,79 @@ class Workload:
                 user_turns[0] = salt_line + user_turns[0]
         return ConversationPlan(conversation_id, system, user_turns)
 
+    # ---- code, ids and sizing ----------------------------------------------------------------
+
+    def _fits_measured(self, n_tokens: int) -> bool:
+        if self.measured is None:
+            return False
+        if self.measured.definitions_fitting(n_tokens) > 0:
+            return True
+        log.warning(
+            "workload %s: %d tokens exceed the measured corpus; this message is sized approximately",
+            self.conversation.name,
+            n_tokens,
+        )
+        return False
+
+    def _request_id(self, rng: random.Random) -> str:
+        if self.measured is not None and self.measured.ids:
+            return rng.choice(self.measured.ids)
+        return unique_id(rng)
+
+    def _pick(self, rng: random.Random, n_tokens: int, same_module_as: _Code | None = None) -> _Code:
+        """Code from a random definition onwards, with at least `n_tokens` after it."""
+        measured = self.measured
+        if measured is not None and self._fits_measured(n_tokens):
+            fitting = measured.definitions_fitting(n_tokens)
+            index = rng.randrange(fitting)
+            if same_module_as is not None and isinstance(same_module_as.place, int):
+                file = measured.files[measured.definitions[same_module_as.place].file_index]
+                same = [member for member in file.definitions if member < fitting]
+                if same:
+                    index = rng.choice(same)
+            definition = measured.definitions[index]
+            return _Code(definition.name, definition.module, index)
+        source = (
+            same_module_as.place.source
+            if same_module_as and isinstance(same_module_as.place, Excerpt)
+            else None
+        )
+        excerpt = self.corpus.excerpt(rng, self._size(n_tokens), file=source)
+        return _Code(excerpt.definition.name, excerpt.module, excerpt)
+
+    def _render(self, head: str, values: dict[str, str], code: _Code, n_tokens: int, tail: str) -> str:
+        """`head` with `values`, then code: `n_tokens` in all on the backend (or the approximation)."""
+        measured = self.measured
+        if isinstance(code.place, int) and measured is not None:
+            return _measured_message(measured, head, values, code.place, n_tokens)
+        if isinstance(code.place, Excerpt):
+            body = code.place.tokens
+        else:  # a measured definition but a size past the measured corpus: code from the corpus
+            body = self.corpus.excerpt(random.Random(code.name), self._size(n_tokens)).tokens
+        size = self._size(n_tokens)
+        if len(body) < size:
+            body = body + self.corpus.excerpt(random.Random(code.name), size).tokens
+        return _fit(head.format(**values), body, tail, size)
+
     def _size(self, tokens: int | None) -> int:
         """The approximate-tokenizer target for `tokens` of the backend's tokenizer."""
         asked = tokens or 1
         return asked if self.token_counter is None else self.token_counter.approx_tokens(asked)
+
+
+def _measured_message(
+    measured: MeasuredCorpus, head: str, values: dict[str, str], definition: int, n_tokens: int
+) -> str:
+    """Head plus code with exactly `n_tokens` by the backend's measured pieces."""
+    head_tokens = measured.span(head.format(**HEAD_REFERENCE))
+    for key, value in values.items():
+        span = id_span if key == "id" else name_span
+        head_tokens += measured.span(span(value)) - measured.span(span(HEAD_REFERENCE[key]))
+    start = measured.definitions[definition].token_index
+    body_tokens = n_tokens - head_tokens
+    if body_tokens <= 0:  # a target smaller than the head: code alone
+        return measured.code(start, n_tokens)
+    return head.format(**values) + measured.code(start, body_tokens)
 
 
 def build_workload(
