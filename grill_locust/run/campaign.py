@@ -20,7 +20,7 @@ from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterR
 
 from grill_locust.record import SATURATION_CPU_PCT, SATURATION_LAG_P99_MS
 from grill_locust.run.phase import Phase, plan_phases
-from grill_locust.run.worker import MSG_PHASE
+from grill_locust.run.worker import MSG_PHASE, runner_of
 from grill_locust.sinks.results import ResultsWriter
 
 if TYPE_CHECKING:
@@ -292,7 +292,7 @@ class Campaign:
 
     def broadcast(self) -> None:
         """Tell every worker the current phase (before the shape spawns its users)."""
-        self.environment.runner.send_message(MSG_PHASE, self.phase_message(with_scenario=True))
+        runner_of(self.environment).send_message(MSG_PHASE, self.phase_message(with_scenario=True))
 
     # -- progress and end -------------------------------------------------------------------------
     def progress_line(self) -> str:

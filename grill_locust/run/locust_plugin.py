@@ -22,7 +22,7 @@ from locust.runners import STATE_INIT, STATE_STOPPED, LocalRunner, MasterRunner,
 from grill_locust.errors import GrillError
 from grill_locust.run.campaign import Campaign, progress_printer, run_dir_for
 from grill_locust.run.user import CampaignUser, standalone_scenario
-from grill_locust.run.worker import MSG_HELLO, MSG_PHASE, MSG_RECORDS, WorkerState
+from grill_locust.run.worker import MSG_HELLO, MSG_PHASE, MSG_RECORDS, WorkerState, options_of, runner_of
 
 if TYPE_CHECKING:
     from locust.env import Environment
@@ -217,7 +217,8 @@ def _init(environment: Environment, options: Any) -> None:
         if given:
             log.warning("%s ignored: the scenario's load shape drives the run", "/".join(given))
             options.run_time = None
-        environment.shape_class.use_common_options = False  # type: ignore[union-attr]  # hide -u/-r in the web UI
+        # hide -u/-r in the web UI (the class attribute stays True so Locust does not warn a second time)
+        environment.shape_class.use_common_options = False  # type: ignore[misc,union-attr]
         scenario = _start_simulated_backends(scenario)
     else:
         environment.shape_class = None  # plain Locust run: -u/-r/-t rule
@@ -234,6 +235,7 @@ def _init(environment: Environment, options: Any) -> None:
         # the process on the spot, losing the last records and leaving simulated engines behind.
         gevent.signal_handler(signal.SIGINT, _interrupt, environment)
         gevent.signal_handler(signal.SIGTERM, _interrupt, environment)
+    runner = runner_of(environment)
     runner.register_message(
         MSG_RECORDS, lambda environment, msg, **kw: _on_records(environment, msg.data, msg.node_id)
     )
@@ -256,7 +258,7 @@ def _new_campaign(environment: Environment, scenario: Scenario, path: str, optio
     else:
         run_id = new_run_id(scenario.name)
         run_dir = run_dir_for(options.results_dir, run_id)
-    meta = {
+    meta: dict[str, Any] = {
         "run_id": run_id,
         "scenario": scenario.name,
         "scenario_path": str(Path(path).resolve()) if path else None,
@@ -309,7 +311,7 @@ def _influx_sink(options: Any, scenario: Scenario | None, worker_name: str, run_
         return None
     from grill_locust.sinks.influx import InfluxSink
 
-    token = options.influx_token or (settings.token.get_secret_value() if settings else "")
+    token = options.influx_token or (settings.token.get_secret_value() if settings and settings.token else "")
     org = options.influx_org or (settings.org if settings else "")
     bucket = options.influx_bucket or (settings.bucket if settings else "")
     return InfluxSink(url=url, org=org, bucket=bucket, token=token, worker=worker_name, run_id=run_id)
@@ -357,7 +359,7 @@ def _on_records(environment: Environment, data: dict[str, Any], msg_node: str) -
 
 def _on_hello(environment: Environment, client_id: str) -> None:
     campaign: Campaign = environment.grill_campaign  # type: ignore[attr-defined]
-    environment.runner.send_message(
+    runner_of(environment).send_message(
         MSG_PHASE, campaign.phase_message(with_scenario=True), client_id=client_id
     )
 
@@ -381,14 +383,14 @@ def on_test_start(environment: Environment, **_: Any) -> None:
                 campaign.writer.meta.get("scenario_path") or "",
                 environment.parsed_options,
             )
-        if environment.parsed_options.headless and campaign.phases and _progress_greenlet is None:
+        if options_of(environment).headless and campaign.phases and _progress_greenlet is None:
             _progress_greenlet = gevent.spawn(progress_printer, campaign)
         _start_telemetry(environment, campaign)
 
 
 def _start_telemetry(environment: Environment, campaign: Campaign) -> None:
     """Scrape each backend's /metrics and each GPU exporter while the run lasts (master or local only)."""
-    interval = environment.parsed_options.telemetry_interval
+    interval = options_of(environment).telemetry_interval
     if not interval or getattr(campaign, "telemetry", None) is not None:
         return
     from grill_locust.telemetry import TelemetryScraper
@@ -482,7 +484,7 @@ def _extend_web_ui(environment: Environment) -> None:
     from flask import Response, request
 
     web_ui = environment.web_ui
-    assert web_ui is not None
+    assert web_ui is not None and web_ui.app is not None
     web_ui.template_args["extendedTabs"] = [{"title": "Campaign", "key": "grill-campaign"}]
     web_ui.template_args["extendedTables"] = [
         {

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import gevent
 import gevent.lock
-from locust.runners import MasterRunner, WorkerRunner
+from locust.runners import Runner, WorkerRunner
 
 from grill_locust.run.phase import Phase
 from grill_locust.run.selfcheck import SelfCheck
@@ -137,7 +137,7 @@ class WorkerState:
             "iterations": {str(k): v for k, v in iterations.items()},
         }
         try:
-            self.environment.runner.send_message(MSG_RECORDS, message)
+            runner_of(self.environment).send_message(MSG_RECORDS, message)
         except Exception:
             self._records = records + self._records
             self._iterations.update(iterations)
@@ -146,9 +146,13 @@ class WorkerState:
             self.influx.write_records(records)
 
 
-def is_master(environment: Environment) -> bool:
-    return isinstance(environment.runner, MasterRunner)
+def runner_of(environment: Environment) -> Runner:
+    """The runner, which exists from Locust's `init` event on."""
+    assert environment.runner is not None, "used before Locust created its runner"
+    return environment.runner
 
 
-def is_worker(environment: Environment) -> bool:
-    return isinstance(environment.runner, WorkerRunner)
+def options_of(environment: Environment) -> Any:
+    """The parsed command line (with grill-locust's options), which a Locust run always has."""
+    assert environment.parsed_options is not None, "used outside a Locust command-line run"
+    return environment.parsed_options

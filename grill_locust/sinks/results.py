@@ -91,7 +91,8 @@ class ResultsWriter:
         records.interrupted.jsonl (kept, but out of the statistics) and their phases.csv rows go."""
         self.phases = [p for p in read_phases(self.run_dir) if p["complete"] == "True"]
         complete = {(p["target"], int(p["tier_index"])) for p in self.phases}
-        kept, set_aside = [], []
+        kept: list[dict[str, Any]] = []
+        set_aside: list[dict[str, Any]] = []
         for record in read_records_jsonl(self.run_dir / RECORDS_JSONL):
             (kept if (record["target"], record["tier_index"]) in complete else set_aside).append(record)
         if set_aside:
