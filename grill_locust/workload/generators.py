@@ -247,8 +247,11 @@ class Workload:
             return False
         if self.measured.definitions_fitting(n_tokens) > 0:
             return True
+        if self._shared.setdefault("warned", False):
+            return False
+        self._shared["warned"] = True
         log.warning(
-            "workload %s: %d tokens exceed the measured corpus; this message is sized approximately",
+            "workload %s: %d tokens exceed the measured corpus; such messages are sized approximately",
             self.conversation.name,
             n_tokens,
         )
