@@ -158,6 +158,7 @@ def main() -> None:
     phases = pd.read_csv(run_dir / "phases.csv")
     tier_start, tier_end = float(phases["start_wall"].iloc[0]), float(phases["end_wall"].iloc[0])
     print(f"  run: {wall_s:.0f} s wall, tier {tier_end - tier_start:.0f} s, locust exit code {code}")
+    pd.DataFrame(sampler.samples, columns=["wall", "pid", "rss"]).to_csv(workdir / "rss.csv", index=False)
     report_memory(sampler.samples, tier_start + args.users / max(1.0, args.users / 5.0) + 5.0, tier_end)
     report_records(records, truth_path)
 
@@ -182,6 +183,14 @@ def report_memory(samples: list[tuple[float, int, int]], warm_from: float, tier_
             f"users run, {end.rss / MIB:.1f} MiB at the end of the tier ({end.wall - start.wall:.0f} s later): "
             f"growth {100 * growth:+.1f} % ({verdict}, target < {100 * TARGET_GROWTH:.0f} %)"
         )
+        # the shape of the growth: a warm-up that levels off, or a steady climb (a leak)
+        quarters = [running.iloc[round(q * (len(running) - 1))] for q in (0.0, 0.25, 0.5, 0.75, 1.0)]
+        path = " -> ".join(f"{row.rss / MIB:.1f}" for row in quarters)
+        half = running[running.wall >= start.wall + (end.wall - start.wall) / 2]
+        slope = (
+            (half.rss.iloc[-1] - half.rss.iloc[0]) / MIB / max(1.0, half.wall.iloc[-1] - half.wall.iloc[0])
+        )
+        print(f"    RSS by quarter of the tier (MiB): {path}; second half {60 * slope:+.2f} MiB/min")
 
 
 def report_records(records: pd.DataFrame, truth_path: Path) -> None:
