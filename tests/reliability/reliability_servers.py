@@ -1,7 +1,7 @@
 """Loopback servers for the reliability tests: canned engine replies, recorded request headers.
 
 `CannedEngine` answers `POST <prefix>/v1/chat/completions` with the reply its prefix names
-(`/ok` streams a proper OpenAI answer; `/html`, `/empty`, ... answer what real proxies and broken
+(`/ok` streams a proper OpenAI answer, as do `/ok-a`, `/ok-b`, ...; `/html`, `/empty`, ... answer what real proxies and broken
 servers send) and keeps every request's path and headers, so a test can check who got which key.
 A uniquely named module (not conftest) so that test files can import it.
 """
@@ -122,7 +122,7 @@ class CannedEngine:
                 self.rfile.read(length)
                 self._remember()
                 prefix = self.path.strip("/").split("/", 1)[0]
-                reply = REPLIES.get(prefix)
+                reply = REPLIES.get(prefix.split("-", 1)[0])  # `ok-a`, `ok-b`: two backends, one reply
                 if reply is None or not self.path.endswith("/chat/completions"):
                     reply = CannedReply(404, "application/json", b'{"error": "no such route"}')
                 self._send(reply)
