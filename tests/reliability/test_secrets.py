@@ -43,6 +43,7 @@ class Campaign:
     done: subprocess.CompletedProcess[str]
     run_dir: Path
     engine: CannedEngine
+    elsewhere: CannedEngine  # another server that rec-a's tokenizer and /metrics URLs point to
     points: str  # every series VictoriaMetrics holds, as exported JSON lines
 
 
@@ -66,7 +67,7 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
     victoria = VictoriaMetrics(tmp_path)
     victoria.start()
     try:
-        with CannedEngine() as engine:
+        with CannedEngine() as engine, CannedEngine() as elsewhere:
             data = {
                 "name": "secrets",
                 "backends": [
@@ -75,6 +76,8 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
                         "engine": "openai",
                         "url": f"{engine.url}/ok-a",
                         "api_key": "${GRILL_TEST_KEY_A}",
+                        "tokenize_url": f"{elsewhere.url}/tokenize",
+                        "metrics_url": f"{elsewhere.url}/metrics",
                     },
                     {
                         "name": "rec-b",
@@ -131,7 +134,7 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
                 for name in env:
                     os.environ.pop(name, None)
             points = "\n".join(str(series) for series in victoria.export('{__name__=~".+"}'))
-            yield Campaign(found, done, only_run_dir(tmp_path / "r"), engine, points)
+            yield Campaign(found, done, only_run_dir(tmp_path / "r"), engine, elsewhere, points)
     finally:
         victoria.stop()
 
@@ -210,3 +213,18 @@ def test_each_key_goes_only_to_its_own_backend(campaign: Campaign) -> None:
             assert found == mine, (prefix, request.path, found)
             assert request.headers["authorization"] == f"Bearer {named[next(iter(mine))]}"
     assert campaign.engine.requests_under("ok-b")[0].headers["x-api-key"] == campaign.secrets.key_b
+
+
+BUG_CALIBRATION_KEY = (
+    "workload/calibrate.py backend_token_counter: sends the backend's Authorization and headers to "
+    "tokenize_url even on another server; the client (EngineClient.count_tokens) sends them only when "
+    "Origin.same_server: do the same"
+)
+
+
+@pytest.mark.xfail(reason=BUG_CALIBRATION_KEY, strict=True)
+def test_no_key_goes_to_a_tokenizer_or_metrics_url_on_another_server(campaign: Campaign) -> None:
+    seen = campaign.elsewhere.seen
+    assert seen  # the run did calibrate and scrape there
+    named = campaign.secrets.named()
+    assert [r.path for r in seen if leaks_in(repr(sorted(r.headers.items())) + r.path, named)] == []
