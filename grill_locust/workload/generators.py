@@ -285,17 +285,10 @@ class Workload:
 
     def _render(self, head: str, values: dict[str, str], code: _Code, n_tokens: int, tail: str) -> str:
         """`head` with `values`, then code: `n_tokens` in all on the backend (or the approximation)."""
-        measured = self.measured
-        if isinstance(code.place, int) and measured is not None:
-            return _measured_message(measured, head, values, code.place, n_tokens)
-        if isinstance(code.place, Excerpt):
-            body = code.place.tokens
-        else:  # a measured definition but a size past the measured corpus: code from the corpus
-            body = self.corpus.excerpt(random.Random(code.name), self._size(n_tokens)).tokens
-        size = self._size(n_tokens)
-        if len(body) < size:
-            body = body + self.corpus.excerpt(random.Random(code.name), size).tokens
-        return _fit(head.format(**values), body, tail, size)
+        if isinstance(code.place, Excerpt):  # picked with at least the approximate size
+            return _fit(head.format(**values), code.place.tokens, tail, self._size(n_tokens))
+        assert self.measured is not None  # a definition index comes from the measured corpus
+        return _measured_message(self.measured, head, values, code.place, n_tokens)
 
     def _size(self, tokens: int | None) -> int:
         """The approximate-tokenizer target for `tokens` of the backend's tokenizer."""
