@@ -12,13 +12,13 @@ CONVERSATIONS: dict[str, dict[str, Any]] = {
     "multi-turn": {
         "name": "mt",
         "kind": "multi-turn",
-        "system_tokens": 300,
+        "system_tokens": 200,
         "user_turns": 3,
-        "turn_tokens": 40,
+        "turn_tokens": 30,
     },
-    "shared-prefix": {"name": "sp", "kind": "shared-prefix", "prefix_tokens": 400, "question_tokens": 30},
+    "shared-prefix": {"name": "sp", "kind": "shared-prefix", "prefix_tokens": 300, "question_tokens": 30},
     "short-baseline": {"name": "sb", "kind": "short-baseline", "prompt_tokens": 50},
-    "unique-prompts": {"name": "up", "kind": "unique-prompts", "prompt_tokens": 400},
+    "unique-prompts": {"name": "up", "kind": "unique-prompts", "prompt_tokens": 300},
     "fixed": {
         "name": "code-review",
         "description": "an llm-grill scripted conversation: scripted assistant turns are replaced by real replies",

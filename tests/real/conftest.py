@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -242,7 +242,7 @@ class CampaignRun:
 
 
 def run_campaign(
-    scenario: dict[str, Any], folder: Path, extra_args: list[str] = (), env: dict[str, str] | None = None,
+    scenario: dict[str, Any], folder: Path, extra_args: Sequence[str] = (), env: dict[str, str] | None = None,
     timeout_s: float = 900,
 ) -> CampaignRun:  # fmt: skip
     """`locust -f locustfiles/coding.py --headless --scenario FILE --results-dir DIR`, as a user runs it."""

@@ -118,14 +118,17 @@ def test_results_folder_is_complete(campaign: CampaignRun) -> None:
 def test_eight_users_on_four_slots_are_seen_deferred_in_telemetry(
     llama_server: ServerProcess, tmp_path: Path
 ) -> None:
-    scenario = campaign_scenario(
-        llama_backend(llama_server), SERVED_MODEL, [8], kinds=["unique-prompts"], iterations=2, max_tokens=32
-    )
-    scenario["conversations"][0] = {**scenario["conversations"][0], "prompt_tokens": 200}
+    """8 users at once on 4 slots: 4 requests wait for a slot during the whole first wave, long enough
+    for several scrapes to see `llamacpp:requests_deferred` > 0."""
+    scenario = campaign_scenario(llama_backend(llama_server), SERVED_MODEL, [8], kinds=["unique-prompts"])
+    scenario["conversations"][0] = {**scenario["conversations"][0], "prompt_tokens": 100}
     run = run_campaign(scenario, tmp_path, ["--telemetry-interval", "0.25"])
     records = pd.read_parquet(run.run_dir / "records.parquet")
-    assert len(records) == 16 and (records["status"] == "ok").all()
+    assert len(records) == 8 and (records["status"] == "ok").all()
     telemetry = pd.read_parquet(run.run_dir / "telemetry.parquet")
     engine = telemetry[telemetry.kind == "engine"]
     assert engine["requests_waiting"].max() > 0, engine[["wall_time", "requests_running", "requests_waiting"]]
     assert engine["requests_running"].max() <= 4  # never more than the slots
+    # the deferred half waited for the first wave: its TTFT is at least one first-wave E2E longer
+    ttft_sorted = records["ttft_s"].sort_values().to_numpy()
+    assert ttft_sorted[4:].min() > records["e2e_s"].min()
