@@ -32,6 +32,7 @@ import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from grill_locust.workload.tokens import count_tokens
 
@@ -52,6 +53,8 @@ ID_LETTERS = 8
 SPAN_LEFT = "w"  # a variable span is measured between a word end and a space-led word, as it is used
 SPAN_RIGHT = " x"
 HEAD_RIGHT = "def x():"  # a head is measured before a code line, as it is used
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 _cache: dict[tuple[str, str, str | None], TokenCounter | None] = {}
 _cache_lock = threading.Lock()
@@ -400,11 +403,13 @@ def backend_token_counter(backend: Backend, model: str | None = None) -> TokenCo
     with _cache_lock:
         if key in _cache:
             return _cache[key]
-    headers = dict(backend.headers)
+    backend_headers = dict(backend.headers)
     if backend.api_key is not None:
-        headers["Authorization"] = f"Bearer {backend.api_key.get_secret_value()}"
+        backend_headers["Authorization"] = f"Bearer {backend.api_key.get_secret_value()}"
+    # the key and headers go to the backend's own server only
+    headers = backend_headers if _same_server(backend.tokenize_url, backend.url) else {}
     if model is None and backend.engine != "llamacpp" and backend.url:
-        model = _first_served_model(backend.url, headers)
+        model = _first_served_model(backend.url, backend_headers)
     counter: TokenCounter | None
     try:
         counter = _calibrate(backend.name, backend.tokenize_url, backend.engine, model, headers)
@@ -447,6 +452,21 @@ def _calibrate(name: str, url: str, engine: str, model: str | None, headers: dic
         return found
 
     return counter(ratio, measure_corpus(send, measured_heads(), HEAD_REFERENCE))
+
+
+def _same_server(url: str, other: str | None) -> bool:
+    """Whether two URLs reach the same server (scheme, host and port), as the client decides."""
+    if not other:
+        return False
+    first, second = urlsplit(url), urlsplit(other)
+    try:
+        return (first.scheme, first.hostname, first.port or _DEFAULT_PORTS.get(first.scheme)) == (
+            second.scheme,
+            second.hostname,
+            second.port or _DEFAULT_PORTS.get(second.scheme),
+        )
+    except ValueError:  # a port that is not a number
+        return False
 
 
 def _first_served_model(url: str, headers: dict[str, str]) -> str | None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import http.server
+import json
 import logging
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +21,7 @@ import requests
 from grill_locust.config import Backend, Conversation
 from grill_locust.workload import backend_token_counter, build_workload
 from grill_locust.workload.calibrate import clear_cache
+from grill_locust.workload.tokens import count_tokens
 
 TOLERANCE = 0.02  # sizes within ±2 % on the backend's tokenizer
 TINY_TARGET_SLACK_TOKENS = 1  # below 50 tokens, 2 % is less than a token
@@ -215,3 +219,47 @@ def test_sizes_within_two_percent_on_a_real_llama_server(llama_server: str) -> N
     worst = max(abs(measured - asked) / asked for _, asked, measured in found)
     print(f"{len(found)} messages, worst error {worst:.2%}", file=sys.stderr)
     assert not errors, f"outside ±2 % of {len(found)} messages: {errors}"
+
+
+class _RecordingTokenizer(http.server.BaseHTTPRequestHandler):
+    """A tokenize endpoint on another server: answers counts and remembers the headers it got."""
+
+    seen: list[dict[str, str]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (the handler's API)
+        length = int(self.headers.get("Content-Length", "0"))
+        text = json.loads(self.rfile.read(length)).get("prompt", "")
+        type(self).seen.append(dict(self.headers.items()))
+        body = json.dumps({"count": count_tokens(text), "tokens": [], "token_strs": None}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_the_key_goes_to_a_tokenizer_on_the_backends_own_server_only() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RecordingTokenizer)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    elsewhere = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        for url, key_sent in ((f"http://127.0.0.1:{_free_port()}", False), (elsewhere, True)):
+            _RecordingTokenizer.seen.clear()
+            clear_cache()
+            target = backend(
+                engine="vllm",
+                url=url,
+                api_key="sk-only-for-the-backend",
+                tokenize_url=f"{elsewhere}/tokenize",
+            )
+            counter = backend_token_counter(target, model="m")
+            assert counter is not None and counter.backend_tokens_per_approx_token == pytest.approx(1.0)
+            sent = [headers.get("Authorization") for headers in _RecordingTokenizer.seen]
+            assert sent == (["Bearer sk-only-for-the-backend"] if key_sent else [None])
+    finally:
+        server.shutdown()
+        server.server_close()
