@@ -12,8 +12,8 @@ SAMPLE_INTERVAL_S; figures are taken over the steady window, while at least 95 %
 are open (from the truth log), so start-up and ramps are left out. Events are the simulator's own
 count of output events written in that window. TTFT error = measured TTFT - (truth first_token -
 wall_start); ITL error = measured per-request ITL p99 - the truth's. The baseline's requests carry an
-x-request-id and match the truth exactly; grill's records match in send order (records by
-wall_start, truth by arrival), checked by the E2E error of the pairs.
+x-request-id and match the truth exactly; grill's records carry no id and are matched by timing
+(`match_by_timing`); the same matcher run on the baseline's requests checks it against the exact ids.
 
     python bench/capacity.py --quick                 # 50, 200, 500 streams, shorter
     python bench/capacity.py --max-streams 1000      # 50, 100, 200, 500, 1000
@@ -56,6 +56,8 @@ STEP_A_MS = 10.0
 STEP_B_MS = 0.03
 PROMPT_TOKENS = 100
 RUN_TIMEOUT_S = 600.0
+MATCH_BLOCK = 1500  # records per assignment problem
+MATCH_SLACK_S = 5.0  # truth rows this far beyond a block's end times are candidates too
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,8 @@ class PathResult:
     itl_err_ms: np.ndarray
     e2e_err_ms: np.ndarray  # matching check
     failed: int
+    load_1m: float = math.nan  # the host's 1-minute load average when the run ended (others' work too)
+    note: str = ""
 
     @property
     def events_per_s(self) -> float:
@@ -180,6 +184,42 @@ def truth_itl_p99_s(event_times: list[float]) -> float:
     return float(np.percentile(gaps, 99)) if len(gaps) else math.nan
 
 
+def match_by_timing(measured: pd.DataFrame, truth: pd.DataFrame) -> np.ndarray:
+    """For each measured request, the index of its truth row (grill's records carry no request id).
+
+    A one-to-one assignment that minimises the distance between what the client saw and what the
+    engine wrote: |client first event - truth first_token| + |client end - truth end|, with truth
+    arriving before the client sent forbidden. Where requests are alike (admitted in the same step,
+    same length) it may swap them; their truth times then differ by microseconds. In send order
+    matching breaks as soon as a starved process delays sends by more than the gap between them.
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    wall = measured["wall_start"].to_numpy()
+    first = wall + measured["ttft_s"].to_numpy()
+    end = wall + measured["e2e_s"].to_numpy()
+    truth_first = truth["first_token"].to_numpy(dtype=float)
+    truth_end = truth["end"].to_numpy(dtype=float)
+    truth_arrival = truth["arrival"].to_numpy(dtype=float)
+    order = np.argsort(end, kind="stable")
+    result = np.full(len(measured), -1, dtype=int)
+    taken = np.zeros(len(truth), dtype=bool)
+    # blocks keep the cost matrix small; neighbours in end time are the only candidates anyway
+    for block in np.array_split(order, max(1, math.ceil(len(order) / MATCH_BLOCK))):
+        near = np.abs(truth_end - np.clip(truth_end, end[block].min(), end[block].max())) <= MATCH_SLACK_S
+        candidates = np.nonzero(near & ~taken)[0]
+        if len(candidates) == 0:
+            continue
+        cost = np.abs(first[block][:, None] - truth_first[candidates][None, :]) + np.abs(
+            end[block][:, None] - truth_end[candidates][None, :]
+        )
+        cost[truth_arrival[candidates][None, :] < wall[block][:, None] - 0.001] += 1e6
+        rows, cols = linear_sum_assignment(cost)
+        result[block[rows]] = candidates[cols]
+        taken[candidates[cols]] = True
+    return result
+
+
 # --- grill's path --------------------------------------------------------------------------------
 
 
@@ -220,8 +260,11 @@ def run_grill(level: Level, workdir: Path) -> PathResult:
     failed = int((records["status"] != "ok").sum())
     if len(records) != len(truth):
         print(f"  grill: {len(records)} records but {len(truth)} requests in the truth log", file=sys.stderr)
-    count = min(len(records), len(truth))
-    records, truth_matched = records.iloc[:count], truth.iloc[:count]
+    records = records[records["status"] == "ok"].reset_index(drop=True)
+    truth_ok = truth[truth["outcome"] == "ok"].reset_index(drop=True)
+    matched = match_by_timing(records, truth_ok)
+    records = records[matched >= 0].reset_index(drop=True)
+    truth_matched = truth_ok.iloc[matched[matched >= 0]].reset_index(drop=True)
     wall_start = records["wall_start"].to_numpy()
     ttft_err = records["ttft_s"].to_numpy() - (truth_matched["first_token"].to_numpy() - wall_start)
     e2e_err = records["e2e_s"].to_numpy() - (truth_matched["end"].to_numpy() - wall_start)
@@ -239,6 +282,7 @@ def run_grill(level: Level, workdir: Path) -> PathResult:
         itl_err_ms=itl_err[in_window] * 1e3,
         e2e_err_ms=e2e_err[in_window] * 1e3,
         failed=failed,
+        load_1m=os.getloadavg()[0],
     )
 
 
@@ -290,6 +334,17 @@ def run_baseline(level: Level, workdir: Path) -> PathResult:
     measured_itl = np.array([np.percentile(gaps, 99) if gaps else math.nan for gaps in joined["itl_s"]])
     truth_itl = np.array([truth_itl_p99_s(t) for t in joined["event_times"]])
     in_window = ((joined["first_token"] >= start) & (joined["end"] <= end)).to_numpy()
+    # the check of grill's matcher: on these requests, whose ids are known, does it find the same errors?
+    joined = joined.reset_index(drop=True)
+    truth_ok = truth[truth["outcome"] == "ok"].reset_index(drop=True)
+    by_timing = truth_ok.iloc[match_by_timing(joined, truth_ok)].reset_index(drop=True)
+    matcher_err = joined["ttft_s"] - (by_timing["first_token"] - joined["wall_start"])
+    note = (
+        f"matcher check (aiohttp, ids known): TTFT error p50/p99 {pct(ttft_err.to_numpy()[in_window] * 1e3, 50):.3f}"
+        f" / {pct(ttft_err.to_numpy()[in_window] * 1e3, 99):.3f} ms exact, "
+        f"{pct(matcher_err.to_numpy()[in_window] * 1e3, 50):.3f} / {pct(matcher_err.to_numpy()[in_window] * 1e3, 99):.3f}"
+        " ms by timing"
+    )
     return PathResult(
         client="aiohttp",
         streams=level.streams,
@@ -301,6 +356,8 @@ def run_baseline(level: Level, workdir: Path) -> PathResult:
         itl_err_ms=(measured_itl - truth_itl)[in_window] * 1e3,
         e2e_err_ms=e2e_err.to_numpy()[in_window] * 1e3,
         failed=int((~results["ok"]).sum()),
+        load_1m=os.getloadavg()[0],
+        note=note,
     )
 
 
@@ -331,7 +388,7 @@ def pct(values: np.ndarray, q: float) -> float:
 
 HEADER = (
     f"{'streams':>7} {'client':>7} {'events/s':>9} {'CPU %':>6} {'µs/event':>9} {'ev/CPU-s':>9} "
-    f"{'µs/req':>8} {'TTFT err p50/p99 ms':>20} {'ITL99 err p50/p99 ms':>21} {'E2E p99':>8} {'fail':>4}"
+    f"{'µs/req':>8} {'TTFT err p50/p99 ms':>20} {'ITL99 err p50/p99 ms':>21} {'E2E p99':>8} {'fail':>4} {'load':>5}"
 )
 
 
@@ -341,7 +398,7 @@ def row(result: PathResult) -> str:
         f"{result.us_per_event:>9.2f} {result.events_per_cpu_s:>9.0f} {result.us_per_request:>8.0f} "
         f"{pct(result.ttft_err_ms, 50):>9.3f} / {pct(result.ttft_err_ms, 99):>7.3f} "
         f"{pct(result.itl_err_ms, 50):>9.3f} / {pct(result.itl_err_ms, 99):>8.3f} "
-        f"{pct(result.e2e_err_ms, 99):>8.3f} {result.failed:>4}"
+        f"{pct(result.e2e_err_ms, 99):>8.3f} {result.failed:>4} {result.load_1m:>5.1f}"
     )
 
 
@@ -373,6 +430,7 @@ def main() -> None:
         f"simulated engine: step {STEP_A_MS:g} + {STEP_B_MS:g} ms x streams; {args.max_tokens} output events "
         f"per request, {PROMPT_TOKENS}-token prompts; CPU = client process (user + system) over the steady window"
     )
+    print(f"host: {os.cpu_count()} CPUs; load = 1-minute load average at the end of each run")
     print(HEADER, flush=True)
     ratios = []
     for level in levels_for(args):
@@ -385,6 +443,7 @@ def main() -> None:
         if args.only in (None, "aiohttp"):
             results["aiohttp"] = run_baseline(level, workdir)
             print(row(results["aiohttp"]), flush=True)
+            print(f"{'':>16}{results['aiohttp'].note}", flush=True)
         if len(results) == 2:
             grill, base = results["grill"], results["aiohttp"]
             ratios.append(
