@@ -215,14 +215,6 @@ def test_each_key_goes_only_to_its_own_backend(campaign: Campaign) -> None:
     assert campaign.engine.requests_under("ok-b")[0].headers["x-api-key"] == campaign.secrets.key_b
 
 
-BUG_CALIBRATION_KEY = (
-    "workload/calibrate.py backend_token_counter: sends the backend's Authorization and headers to "
-    "tokenize_url even on another server; the client (EngineClient.count_tokens) sends them only when "
-    "Origin.same_server: do the same"
-)
-
-
-@pytest.mark.xfail(reason=BUG_CALIBRATION_KEY, strict=True)
 def test_no_key_goes_to_a_tokenizer_or_metrics_url_on_another_server(campaign: Campaign) -> None:
     seen = campaign.elsewhere.seen
     assert seen  # the run did calibrate and scrape there
