@@ -40,6 +40,26 @@ def closed_port() -> int:
     return free_port()
 
 
+class UnansweredPort:
+    """A loopback port whose accept queue is full: new connections are never answered, so a client's
+    connect times out (the kernel drops their SYNs). A context manager; `.url`."""
+
+    def __init__(self) -> None:
+        self._listener = socket.socket()
+        self._listener.bind(("127.0.0.1", 0))
+        self._listener.listen(0)  # room for one pending connection, which the filler takes
+        self.port = int(self._listener.getsockname()[1])
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._filler = socket.create_connection(("127.0.0.1", self.port), timeout=5.0)
+
+    def __enter__(self) -> UnansweredPort:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._filler.close()
+        self._listener.close()
+
+
 def _sse(payloads: list[Any]) -> bytes:
     lines = [f"data: {p if isinstance(p, str) else json.dumps(p)}\n\n" for p in payloads]
     return "".join(lines).encode()

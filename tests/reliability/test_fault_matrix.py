@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from reliability_servers import closed_port
+from reliability_servers import UnansweredPort, closed_port
 
 from grill_locust.sim import SimProcess
 from tests.run.conftest import only_run_dir, read_truth, run_locust, write_scenario
@@ -37,18 +37,19 @@ MATRIX: dict[str, tuple[str | None, dict[str, float], str]] = {
     "trickle": ("trickle", {"total_s": 5.0}, "ok"),
     "trickle_past_total": ("trickle", {"total_s": 0.35}, "timeout"),
     "refused": (None, {"connect_s": 1.0}, "connect"),
+    "unanswered": (None, {"connect_s": 0.5}, "connect"),
     "f429_retried": ("429", {}, "http_429"),
     "healthy_after": ("none", {}, "ok"),
 }
 
 
-def matrix_scenario(sim_url: str) -> dict[str, Any]:
-    refused_url = f"http://127.0.0.1:{closed_port()}"
+def matrix_scenario(sim_url: str, unanswered_url: str) -> dict[str, Any]:
+    no_engine_urls = {"refused": f"http://127.0.0.1:{closed_port()}", "unanswered": unanswered_url}
     backends = []
     for name, (fault, timeouts, _) in MATRIX.items():
         backend: dict[str, Any] = {"name": name, "engine": "vllm", "url": sim_url}
         if fault is None:
-            backend.update(engine="openai", url=refused_url)
+            backend.update(engine="openai", url=no_engine_urls[name])
         else:
             backend["headers"] = {"x-grill-fault": fault}
         if timeouts:
@@ -69,8 +70,11 @@ def matrix_scenario(sim_url: str) -> dict[str, Any]:
 def test_every_fault_is_one_record_with_its_status_and_none_is_lost(tmp_path: Path) -> None:
     truth_path = tmp_path / "truth.jsonl"
     extra = ["--fault-trickle-ms", str(TRICKLE_MS)]
-    with SimProcess.start("vllm", truth_log=str(truth_path), extra_args=extra) as sim:
-        data = matrix_scenario(sim.url)
+    with (
+        SimProcess.start("vllm", truth_log=str(truth_path), extra_args=extra) as sim,
+        UnansweredPort() as silent,
+    ):
+        data = matrix_scenario(sim.url, silent.url)
         scenario = write_scenario(tmp_path / "s.yaml", data)
         done = run_locust(
             ["--scenario", str(scenario), "--results-dir", str(tmp_path / "r"), "--telemetry-interval", "0"],
@@ -95,9 +99,10 @@ def test_every_fault_is_one_record_with_its_status_and_none_is_lost(tmp_path: Pa
     assert counts == {**dict.fromkeys(MATRIX, PER_TARGET), "f429_retried": PER_TARGET * (1 + RETRIES_429)}
     assert records["record_id"].is_unique
 
-    # nothing lost, nothing counted twice: records = requests the engine saw + refused attempts
+    # nothing lost, nothing counted twice: records = requests the engine saw + attempts never connected
     refused = records[records.backend == "refused"]
-    assert len(records) == len(truth) + len(refused)
+    unanswered = records[records.backend == "unanswered"]
+    assert len(records) == len(truth) + len(refused) + len(unanswered)
     fault_of = {name: fault for name, (fault, _, _) in MATRIX.items() if fault is not None}
     seen_faults = Counter(t["fault"] or "none" for t in truth)
     recorded_faults = Counter(fault_of[b] for b in records["backend"] if b in fault_of)
@@ -111,6 +116,8 @@ def test_every_fault_is_one_record_with_its_status_and_none_is_lost(tmp_path: Pa
     assert (past_total["e2e_s"] < 1.5).all() and all("total_s=0.35" in e for e in past_total["error"])
     assert (past_total["output_tokens"] < MAX_TOKENS).all()  # timings so far are kept
     assert all("refused" in e for e in refused["error"])
+    assert all("connect timed out after 0.5 s" in e for e in unanswered["error"])
+    assert (unanswered["e2e_s"] >= 0.4).all() and (unanswered["e2e_s"] < 2.0).all()
     trickled = records[records.backend == "trickle"]
     assert (trickled["itl_p50_s"] >= TRICKLE_MS / 1000 * 0.8).all()
     assert (trickled["output_tokens"] == MAX_TOKENS).all()
