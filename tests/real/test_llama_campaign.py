@@ -74,10 +74,6 @@ def test_multi_turn_history_is_served_from_the_slot_cache(records: pd.DataFrame)
     assert by_turn.is_monotonic_increasing and by_turn.iloc[-1] > by_turn.iloc[0]
 
 
-@pytest.mark.xfail(
-    reason="workload calibration uses one global ratio; see test_llama_server.CALIBRATION_DEFECT",
-    strict=False,
-)
 def test_prompt_sizes_hit_their_targets_through_the_chat_template(
     records: pd.DataFrame, llama_server: ServerProcess
 ) -> None:

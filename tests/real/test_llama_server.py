@@ -18,13 +18,6 @@ pytestmark = pytest.mark.real
 
 CALIBRATION_TOLERANCE = 0.02  # issue 8: prompt sizes within +-2 % of their targets on the engine's tokenizer
 SHORT_MESSAGE_SLACK_TOKENS = 1  # 2 % of a 50-token message is under one token
-# One global ratio (approximate -> engine tokens, from one code sample) cannot hit +-2 % per message:
-# on gemma3's tokenizer the ratio of single stdlib excerpts ranges 0.91 .. 1.27. Calibration must
-# measure each built message on /tokenize and refit it (grill_locust/workload, issue 3 point 4).
-CALIBRATION_DEFECT = pytest.mark.xfail(
-    reason="workload calibration uses one global ratio; per-excerpt ratios vary 0.91..1.27 on gemma3",
-    strict=False,
-)
 
 
 def llama_backend(server: ServerProcess) -> Backend:
@@ -82,7 +75,6 @@ def test_metrics_endpoint_names_processing_and_deferred_requests(llama_server: S
     assert fields["prompt_tokens_total"] is not None
 
 
-@CALIBRATION_DEFECT
 @pytest.mark.parametrize(
     "conversation",
     [
