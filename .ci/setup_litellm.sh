@@ -21,7 +21,10 @@ if [ "${1:-}" = "--paths" ]; then
     echo "export GRILL_LITELLM=$litellm"
     exit 0
 fi
-if [ -x "$litellm" ] && "$venv/bin/python" -c "import litellm.proxy.proxy_server" 2>/dev/null; then
+mkdir -p "$CACHE_ROOT"
+exec 9>"$CACHE_ROOT/.setup_litellm.lock"
+flock 9  # one install at a time per cache
+if [ -x "$litellm" ] && [ -f "$venv/.installed" ]; then
     log "cached $litellm"
 else
     rm -rf "$venv"
@@ -29,6 +32,8 @@ else
     start_s=$SECONDS
     "$PYTHON" -m venv "$venv"
     "$venv/bin/python" -m pip install --quiet "litellm[proxy]==$LITELLM_VERSION" >&2
+    "$venv/bin/python" -c "import litellm.proxy.proxy_server" >&2  # the proxy's imports all resolve
+    touch "$venv/.installed"
     log "installed in $((SECONDS - start_s)) s"
 fi
 echo "export GRILL_LITELLM=$litellm"

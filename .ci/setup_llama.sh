@@ -93,6 +93,10 @@ main() {
         echo "export GRILL_LLAMA_MODEL=$model"
         return 0
     fi
+    # one build at a time per cache (CI and a developer's test run may start together)
+    mkdir -p "$CACHE_ROOT"
+    exec 9>"$CACHE_ROOT/.setup_llama.lock"
+    flock 9
     if [ -x "$server" ]; then
         log "cached $server"
     else
