@@ -24,8 +24,20 @@ cpu_flags_hash() {
         | sha256sum | cut -c1-12
 }
 
+require_build_tools() {
+    if ! command -v cmake >/dev/null 2>&1; then
+        log "cmake not found: installing it from PyPI"
+        python -m pip install --quiet cmake >&2
+    fi
+    if ! command -v c++ >/dev/null 2>&1; then
+        log "no C++ compiler: install one (Debian: apt-get install -y g++) and run again"
+        exit 2
+    fi
+}
+
 build_llama_server() {
     local dest="$1"
+    require_build_tools
     local work="$dest.build"
     rm -rf "$work"
     mkdir -p "$work"
