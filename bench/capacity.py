@@ -56,7 +56,7 @@ STEP_A_MS = 10.0
 STEP_B_MS = 0.03
 PROMPT_TOKENS = 100
 RUN_TIMEOUT_S = 600.0
-MATCH_BLOCK = 1500  # records per assignment problem
+MATCH_BLOCK = 4000  # records per assignment problem (a 4000 x ~4000 cost matrix: 128 MB)
 MATCH_SLACK_S = 5.0  # truth rows this far beyond a block's end times are candidates too
 
 
@@ -131,6 +131,15 @@ class CpuSampler:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+
+    def save(self, path: Path) -> None:
+        pd.DataFrame(self.samples, columns=["wall", "cpu_s"]).to_csv(path, index=False)
+
+    @classmethod
+    def load(cls, path: Path) -> CpuSampler:
+        sampler = cls.__new__(cls)
+        sampler.samples = list(pd.read_csv(path).itertuples(index=False, name=None))
+        return sampler
 
     def cpu_between(self, start: float, end: float) -> float:
         walls = np.array([s[0] for s in self.samples])
@@ -252,11 +261,17 @@ def run_grill(level: Level, workdir: Path) -> PathResult:
         sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
         "--scenario", str(scenario), "--results-dir", str(results),
     ]  # fmt: skip
-    sampler = _run_sampled(command, workdir / "grill")
-    run_dir = next(p for p in results.iterdir() if p.is_dir())
+    _run_sampled(command, workdir / "grill")
+    return analyze_grill(level.streams, workdir)
+
+
+def analyze_grill(streams: int, workdir: Path) -> PathResult:
+    sampler = CpuSampler.load(workdir / "grill.cpu.csv")
+    truth_path = workdir / "grill-truth.jsonl"
+    run_dir = next(p for p in (workdir / "grill-results").iterdir() if p.is_dir())
     records = pd.read_parquet(run_dir / "records.parquet").sort_values("wall_start").reset_index(drop=True)
     truth = read_truth(truth_path)
-    start, end = steady_window(truth, level.streams)
+    start, end = steady_window(truth, streams)
     failed = int((records["status"] != "ok").sum())
     if len(records) != len(truth):
         print(f"  grill: {len(records)} records but {len(truth)} requests in the truth log", file=sys.stderr)
@@ -273,7 +288,7 @@ def run_grill(level: Level, workdir: Path) -> PathResult:
     in_window = (truth_matched["first_token"].to_numpy() >= start) & (truth_matched["end"].to_numpy() <= end)
     return PathResult(
         client="grill",
-        streams=level.streams,
+        streams=streams,
         window_s=end - start,
         events=events_between(truth, start, end),
         requests_done=int(((truth["end"] >= start) & (truth["end"] < end)).sum()),
@@ -282,7 +297,7 @@ def run_grill(level: Level, workdir: Path) -> PathResult:
         itl_err_ms=itl_err[in_window] * 1e3,
         e2e_err_ms=e2e_err[in_window] * 1e3,
         failed=failed,
-        load_1m=os.getloadavg()[0],
+        load_1m=host_load(workdir / "grill.load.txt"),
     )
 
 
@@ -321,10 +336,16 @@ def run_baseline(level: Level, workdir: Path) -> PathResult:
             "--requests", str(level.requests_per_stream), "--prompts", str(prompts),
             "--max-tokens", str(level.max_tokens), "--ramp-s", str(level.ramp_s), "--out", str(out),
         ]  # fmt: skip
-        sampler = _run_sampled(command, workdir / "aiohttp")
+        _run_sampled(command, workdir / "aiohttp")
+    return analyze_baseline(level.streams, workdir)
+
+
+def analyze_baseline(streams: int, workdir: Path) -> PathResult:
+    sampler = CpuSampler.load(workdir / "aiohttp.cpu.csv")
+    truth_path, out = workdir / "aiohttp-truth.jsonl", workdir / "aiohttp.jsonl"
     results = pd.DataFrame([json.loads(line) for line in out.read_text().splitlines()])
     truth = read_truth(truth_path)
-    start, end = steady_window(truth, level.streams)
+    start, end = steady_window(truth, streams)
     joined = results.merge(truth, on="request_id", how="inner", suffixes=("", "_truth"))
     if len(joined) != len(results):
         print(f"  aiohttp: {len(results) - len(joined)} requests not in the truth log", file=sys.stderr)
@@ -347,7 +368,7 @@ def run_baseline(level: Level, workdir: Path) -> PathResult:
     )
     return PathResult(
         client="aiohttp",
-        streams=level.streams,
+        streams=streams,
         window_s=end - start,
         events=events_between(truth, start, end),
         requests_done=int(((truth["end"] >= start) & (truth["end"] < end)).sum()),
@@ -356,7 +377,7 @@ def run_baseline(level: Level, workdir: Path) -> PathResult:
         itl_err_ms=(measured_itl - truth_itl)[in_window] * 1e3,
         e2e_err_ms=e2e_err.to_numpy()[in_window] * 1e3,
         failed=int((~results["ok"]).sum()),
-        load_1m=os.getloadavg()[0],
+        load_1m=host_load(workdir / "aiohttp.load.txt"),
         note=note,
     )
 
@@ -370,12 +391,18 @@ def _run_sampled(command: list[str], log_prefix: Path) -> CpuSampler:
             code = process.wait(timeout=RUN_TIMEOUT_S)
         finally:
             sampler.stop()
+            sampler.save(Path(f"{log_prefix}.cpu.csv"))
+            Path(f"{log_prefix}.load.txt").write_text(f"{os.getloadavg()[0]}\n")
             if process.poll() is None:
                 process.kill()
     if code != 0:  # the records may still be complete (an error after they were written): say so, go on
         errors = [line for line in Path(f"{log_prefix}.err").read_text().splitlines() if "Error" in line]
         print(f"  {log_prefix.name}: exited {code}: {(errors or ['?'])[-1][:160]}", file=sys.stderr)
     return sampler
+
+
+def host_load(path: Path) -> float:
+    return float(path.read_text()) if path.exists() else math.nan
 
 
 # --- the table -----------------------------------------------------------------------------------
@@ -423,6 +450,9 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="50, 200, 500 streams, 6 s windows")
     parser.add_argument("--only", choices=["grill", "aiohttp"], default=None, help="run one client only")
     parser.add_argument("--keep", default=None, help="keep the run folders here")
+    parser.add_argument(
+        "--analyze", default=None, help="no runs: analyse the folders kept by an earlier --keep"
+    )
     args = parser.parse_args()
     if args.quick:
         args.streams, args.window_s = [s for s in (50, 200, 500) if s <= args.max_streams], 6.0
@@ -433,22 +463,35 @@ def main() -> None:
     print(f"host: {os.cpu_count()} CPUs; load = 1-minute load average at the end of each run")
     print(HEADER, flush=True)
     ratios = []
-    for level in levels_for(args):
-        workdir = Path(args.keep or tempfile.mkdtemp(prefix="grill-capacity-")) / f"s{level.streams}"
-        workdir.mkdir(parents=True, exist_ok=True)
+    if args.analyze:
+        runs = sorted(Path(args.analyze).glob("s*"), key=lambda p: int(p.name[1:]))
+        work = [(int(p.name[1:]), p, None) for p in runs]
+    else:
+        work = []
+        for level in levels_for(args):
+            workdir = Path(args.keep or tempfile.mkdtemp(prefix="grill-capacity-")) / f"s{level.streams}"
+            workdir.mkdir(parents=True, exist_ok=True)
+            work.append((level.streams, workdir, level))
+    for streams, workdir, level in work:
         results = {}
         if args.only in (None, "grill"):
-            results["grill"] = run_grill(level, workdir)
-            print(row(results["grill"]), flush=True)
+            grill_done = level is None and (workdir / "grill.cpu.csv").exists()
+            if level is not None or grill_done:
+                results["grill"] = run_grill(level, workdir) if level else analyze_grill(streams, workdir)
+                print(row(results["grill"]), flush=True)
         if args.only in (None, "aiohttp"):
-            results["aiohttp"] = run_baseline(level, workdir)
-            print(row(results["aiohttp"]), flush=True)
-            print(f"{'':>16}{results['aiohttp'].note}", flush=True)
+            base_done = level is None and (workdir / "aiohttp.cpu.csv").exists()
+            if level is not None or base_done:
+                results["aiohttp"] = (
+                    run_baseline(level, workdir) if level else analyze_baseline(streams, workdir)
+                )
+                print(row(results["aiohttp"]), flush=True)
+                print(f"{'':>16}{results['aiohttp'].note}", flush=True)
         if len(results) == 2:
             grill, base = results["grill"], results["aiohttp"]
             ratios.append(
                 (
-                    level.streams,
+                    streams,
                     grill.events_per_cpu_s / base.events_per_cpu_s,
                     pct(base.ttft_err_ms, 99) / pct(grill.ttft_err_ms, 99),
                 )
