@@ -9,6 +9,8 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import math
+import re
 import signal
 import sys
 import time
@@ -136,20 +138,28 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
-def _parse_tiers(text: str) -> list[int]:
+def _check_options(options: Any) -> None:
+    """Bad command-line values: one line naming the flag (exit 2), before anything starts."""
+    for flag, value in (
+        ("--pause", options.pause),
+        ("--think-time", options.think_time),
+        ("--telemetry-interval", options.telemetry_interval),
+    ):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise GrillError(f"{flag}: expected a number of seconds >= 0, got {value}")
+    if options.iterations is not None and options.iterations < 1:
+        raise GrillError(f"--iterations: expected a whole number >= 1, got {options.iterations}")
+    if options.influx_url and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", options.influx_url):
+        raise GrillError(f"--influx-url: expected an http(s)://host[:port] URL, got {options.influx_url!r}")
+    results = Path(options.results_dir)
     try:
-        tiers = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise GrillError(
-            f"--tiers: expected comma-separated whole numbers like 1,5,10, got {text!r}"
-        ) from None
-    if not tiers or any(t < 1 for t in tiers):
-        raise GrillError(f"--tiers: every tier must be a whole number >= 1, got {text!r}")
-    return tiers
+        results.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise GrillError(f"--results-dir {results}: cannot create it ({error.strerror})") from None
 
 
 def _load_scenario(options: Any) -> tuple[Scenario, str]:
-    from grill_locust.config import load_scenario
+    from grill_locust.config import load_scenario, parse_tiers
 
     path = options.scenario
     if options.resume and not path:
@@ -161,14 +171,8 @@ def _load_scenario(options: Any) -> tuple[Scenario, str]:
         path = json.loads(meta_path.read_text()).get("scenario_path")
     path = path or str(DEFAULT_SCENARIO)
     scenario = load_scenario(path)
-    for name in ("iterations", "pause", "think_time"):
-        value = getattr(options, name)
-        if value is not None and value < 0:
-            raise GrillError(f"--{name.replace('_', '-')}: must be >= 0, got {value}")
-    if options.iterations is not None and options.iterations < 1:
-        raise GrillError(f"--iterations: must be >= 1, got {options.iterations}")
     scenario = scenario.with_overrides(
-        tiers=_parse_tiers(options.tiers) if options.tiers else None,
+        tiers=parse_tiers(options.tiers) if options.tiers is not None else None,
         iterations=options.iterations,
         pause_s=options.pause,
         think_time_s=options.think_time,
@@ -202,6 +206,7 @@ def _init(environment: Environment, options: Any) -> None:
     if isinstance(runner, WorkerRunner):
         runner.send_message(MSG_HELLO, {})
         return
+    _check_options(options)
     scenario_drives = bool(options.scenario or options.resume or not options.host)
     if scenario_drives:
         scenario, path = _load_scenario(options)
@@ -329,22 +334,18 @@ def _start_simulated_backends(scenario: Scenario) -> Scenario:
         if backend.engine != "sim":
             continue
         model = next((t.model.name for t in scenario.targets if t.backend.name == backend.name), "grill-sim")
-        extra = [f"--{key.replace('_', '-')}={value}" for key, value in backend.sim_args.items()]
-        sim = SimProcess.start(profile=backend.profile or "vllm", served_model_name=model, extra_args=extra)
+        args = dict(backend.sim_args)
+        api_key = args.pop("api_key", None)
+        extra = [f"--{key.replace('_', '-')}={value}" for key, value in args.items()]
+        sim = SimProcess.start(
+            profile=backend.profile or "vllm", served_model_name=model, extra_args=extra, api_key=api_key
+        )
         _sim_processes.append(sim)
         urls[backend.name] = sim.url
         log.info("simulated engine %s (profile %s) at %s", backend.name, backend.profile or "vllm", sim.url)
     if urls:
         atexit.register(_stop_simulated_backends)
-    return with_backend_urls(scenario, urls) if urls else scenario
-
-
-def with_backend_urls(scenario: Scenario, urls: dict[str, str]) -> Scenario:
-    """The scenario with some backends moved to new base URLs (their targets follow)."""
-    backends = [b.with_url(urls[b.name]) if b.name in urls else b for b in scenario.backends]
-    by_name = {b.name: b for b in backends}
-    targets = [t.model_copy(update={"backend": by_name[t.backend.name]}) for t in scenario.targets]
-    return scenario.model_copy(update={"backends": backends, "targets": targets})
+    return scenario.with_backend_urls(urls) if urls else scenario
 
 
 def _stop_simulated_backends() -> None:

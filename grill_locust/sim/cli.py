@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import asyncio
 import dataclasses
 import sys
@@ -41,7 +42,10 @@ def configure_parser(parser: argparse.ArgumentParser, name: str = "sim") -> None
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
     parser.add_argument("--served-model-name", default="grill-sim", help="the model name listed and accepted")
     parser.add_argument(
-        "--api-key", default=None, help="answer 401 on /v1/* without 'Authorization: Bearer KEY'"
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV),
+        help=f"answer 401 on /v1/* without 'Authorization: Bearer KEY' (default: ${API_KEY_ENV}, "
+        "which keeps the key out of the process list)",
     )
     parser.add_argument(
         "--truth-log", default=None, help="write one JSON line of ground truth per request here"
@@ -82,8 +86,13 @@ def param_overrides(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+API_KEY_ENV = "GRILL_SIM_API_KEY"
+
+
 def run(args: argparse.Namespace) -> int:
     params = resolve_params(args.profile, args.config, param_overrides(args))
+    if not 0 <= args.port <= 65535:
+        raise GrillError(f"--port: expected 0..65535 (0 picks a free port), got {args.port}")
     if not 0.0 <= args.fault_rate <= 1.0:
         raise GrillError("--fault-rate: expected a share between 0 and 1")
     faults = FaultSettings(

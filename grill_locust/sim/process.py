@@ -40,6 +40,7 @@ class SimProcess:
         truth_log: str | None = None,
         extra_args: Sequence[str] = (),
         timeout_s: float = START_TIMEOUT_S,
+        api_key: str | None = None,
     ) -> SimProcess:
         command = [
             sys.executable,
@@ -59,8 +60,16 @@ class SimProcess:
         command += list(extra_args)
         # stderr goes to a file: a pipe nobody reads could fill up and block the server
         stderr_file = tempfile.TemporaryFile(mode="w+")
+        env = dict(os.environ)
+        if api_key:  # through the environment: a command line shows in every `ps`
+            env["GRILL_SIM_API_KEY"] = api_key
         process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=stderr_file, text=True, preexec_fn=_die_with_parent
+            command,
+            stdout=subprocess.PIPE,
+            stderr=stderr_file,
+            text=True,
+            env=env,
+            preexec_fn=_die_with_parent,
         )
         deadline = time.monotonic() + timeout_s
         line = ""

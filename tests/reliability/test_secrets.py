@@ -152,22 +152,12 @@ def test_the_campaign_ran_with_every_key_accepted(campaign: Campaign) -> None:
     assert "grill_request" in campaign.points  # the Influx sink was on
 
 
-BUG_HEADER_SECRET = (
-    "config.py Scenario.redacted(): a backend's `headers` values are written as is (x-api-key, "
-    "Authorization, api-key carry keys): redact values of headers whose name has auth/key/token/secret"
-)
-BUG_SIM_ARGS_SECRET = (
-    "config.py Scenario.redacted(): `sim_args.api_key` is a plain dict value, not a SecretStr: redact "
-    "dict keys in SECRET_KEYS (api_key, token) inside sim_args/extra_body too"
-)
-
-
 @pytest.mark.parametrize(
     "secret",
     [
         "key_a",
-        pytest.param("key_b", marks=pytest.mark.xfail(reason=BUG_HEADER_SECRET, strict=True)),
-        pytest.param("key_sim", marks=pytest.mark.xfail(reason=BUG_SIM_ARGS_SECRET, strict=True)),
+        "key_b",
+        "key_sim",
         "influx_cli",
         "influx_file",
     ],
