@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -181,6 +182,21 @@ class RequestRecord:
 
 
 RECORD_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RequestRecord))
+
+
+def _column_types() -> dict[str, type]:
+    hints = typing.get_type_hints(RequestRecord)
+    types = {}
+    for name in RECORD_COLUMNS:
+        args = [arg for arg in typing.get_args(hints[name]) if arg is not type(None)] or [hints[name]]
+        types[name] = args[0]
+    return types
+
+
+RECORD_COLUMN_TYPES: dict[str, type] = _column_types()  # str, int or float (None allowed where optional)
+NUMERIC_RECORD_COLUMNS: tuple[str, ...] = tuple(
+    n for n, t in RECORD_COLUMN_TYPES.items() if t in (int, float)
+)
 MEASUREMENT_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Measurement))
 
 

@@ -15,56 +15,18 @@ import numpy as np
 import pandas as pd
 
 from grill_locust.errors import GrillError
-from grill_locust.record import RECORD_COLUMNS
-
-RECORDS_PARQUET = "records.parquet"
-RECORDS_JSONL = "records.jsonl"
-PHASES_CSV = "phases.csv"
-TELEMETRY_PARQUET = "telemetry.parquet"
-RUN_JSON = "run.json"
-CONFIG_YAML = "config.yaml"
-
-PHASE_COLUMNS: tuple[str, ...] = (
-    "run_id",
-    "target",
-    "backend",
-    "engine",
-    "model",
-    "scenario",
-    "tier_index",
-    "tier_users",
-    "start_wall",
-    "end_wall",
-    "iterations_target",
-    "iterations_done",
-    "complete",
-    "note",
+from grill_locust.record import NUMERIC_RECORD_COLUMNS, RECORD_COLUMNS
+from grill_locust.sinks.results import (
+    CONFIG_YAML,
+    PHASE_COLUMNS,
+    PHASES_CSV,
+    RECORDS_JSONL,
+    RECORDS_PARQUET,
+    RUN_JSON,
+    TELEMETRY_PARQUET,
 )
+
 LABEL_COLUMNS: tuple[str, ...] = ("run_id", "target", "backend", "engine", "model", "scenario")
-NUMERIC_RECORD_COLUMNS: tuple[str, ...] = (
-    "tier_index",
-    "tier_users",
-    "iteration",
-    "user_id",
-    "turn",
-    "wall_start",
-    "ttft_s",
-    "ttfo_s",
-    "tpot_s",
-    "e2e_s",
-    "itl_mean_s",
-    "itl_p50_s",
-    "itl_p99_s",
-    "itl_max_s",
-    "prompt_tokens",
-    "cached_tokens",
-    "output_tokens",
-    "tokens_per_s",
-    "http_status",
-    "worker_lag_p99_ms",
-    "worker_cpu",
-    "retries",
-)
 
 
 @dataclass(frozen=True)

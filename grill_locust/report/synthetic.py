@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from grill_locust.record import RECORD_COLUMNS, STATUS_OK
-from grill_locust.report.load import PHASE_COLUMNS, phases_from_records
+from grill_locust.report.load import phases_from_records
+from grill_locust.sinks.results import PHASE_COLUMNS
 
 START_WALL = 1_767_225_600.0  # 2026-01-01 00:00 UTC: synthetic runs start here
 TIER_PAUSE_S = 30.0

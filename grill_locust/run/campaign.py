@@ -262,14 +262,7 @@ class Campaign:
         phase = progress.phase
         target = self.targets[phase.target]
         return {
-            "run_id": self.run_id,
-            "target": phase.target,
-            "backend": target.backend.name,
-            "engine": target.backend.engine,
-            "model": target.model.name,
-            "scenario": target.conversation.name,
-            "tier_index": phase.tier_index,
-            "tier_users": phase.tier_users,
+            **phase.labels(target),
             "start_wall": progress.started_wall,
             "end_wall": progress.ended_wall if progress.ended_wall is not None else "",
             "iterations_target": phase.iterations_target,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from grill_locust.config import Scenario
+from grill_locust.config import Scenario, Target
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,6 +21,19 @@ class Phase:
     @property
     def iterations_target(self) -> int:
         return self.tier_users * self.iterations_per_user
+
+    def labels(self, target: Target) -> dict[str, Any]:
+        """The labels every record and tier row of this phase carries (run, target, tier)."""
+        return {
+            "run_id": self.run_id,
+            "target": target.name,
+            "backend": target.backend.name,
+            "engine": target.backend.engine,
+            "model": target.model.name,
+            "scenario": target.conversation.name,
+            "tier_index": self.tier_index,
+            "tier_users": self.tier_users,
+        }
 
     def to_wire(self) -> dict[str, Any]:
         return asdict(self)

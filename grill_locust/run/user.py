@@ -56,14 +56,7 @@ class GrillUser(User):
         if plan.system:
             messages.append({"role": "system", "content": plan.system})
         labels = {
-            "run_id": phase.run_id,
-            "target": target.name,
-            "backend": target.backend.name,
-            "engine": target.backend.engine,
-            "model": target.model.name,
-            "scenario": target.conversation.name,
-            "tier_index": phase.tier_index,
-            "tier_users": phase.tier_users,
+            **phase.labels(target),
             "iteration": iteration,
             "user_id": self.user_index,
             "worker_id": self.grill.worker_id,

@@ -25,6 +25,8 @@ import gevent
 import gevent.threadpool
 from gevent import monkey
 
+from grill_locust.record import NUMERIC_RECORD_COLUMNS
+
 logger = logging.getLogger(__name__)
 
 MEASUREMENT_REQUEST = "grill_request"
@@ -40,31 +42,12 @@ TELEMETRY_TAGS: tuple[str, ...] = ("run_id", "backend", "source", "host", "gpu_i
 PHASE_TAGS: tuple[str, ...] = (*RUN_TAGS, "event")
 WORKER_TAG = "worker"
 
-# record columns written as fields of grill_request (numbers only)
-REQUEST_FIELDS: tuple[str, ...] = (
-    "tier_index",
-    "iteration",
-    "user_id",
-    "turn",
-    "ttft_s",
-    "ttfo_s",
-    "tpot_s",
-    "e2e_s",
-    "itl_mean_s",
-    "itl_p50_s",
-    "itl_p99_s",
-    "itl_max_s",
-    "prompt_tokens",
-    "cached_tokens",
-    "output_tokens",
-    "tokens_per_s",
-    "http_status",
-    "worker_lag_p99_ms",
-    "worker_cpu",
-    "retries",
-)
 # columns that hold a time, not a measurement: never fields; a point's timestamp comes from one of them
 TIME_COLUMNS: tuple[str, ...] = ("wall_start", "wall_time", "start_wall", "end_wall", "time")
+# record columns written as fields of grill_request (numbers only)
+REQUEST_FIELDS: tuple[str, ...] = tuple(
+    c for c in NUMERIC_RECORD_COLUMNS if c not in (*RUN_TAGS, *TIME_COLUMNS)
+)
 
 DEFAULT_MAX_BUFFERED_POINTS = 100_000  # about 40 MB of line protocol; ~100 s of 1,000 requests/s
 DEFAULT_BATCH_POINTS = 5_000

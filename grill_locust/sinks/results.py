@@ -9,7 +9,6 @@ from __future__ import annotations
 import csv
 import json
 import time
-import typing
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import yaml
 
-from grill_locust.record import RECORD_COLUMNS, RequestRecord
+from grill_locust.record import RECORD_COLUMN_TYPES
 
 RECORDS_JSONL = "records.jsonl"
 RECORDS_PARQUET = "records.parquet"
@@ -46,19 +45,8 @@ PHASE_COLUMNS = (
     "note",
 )
 
-_ARROW_TYPES = {"str": pa.string(), "int": pa.int64(), "float": pa.float64()}
-
-
-def _record_schema() -> pa.Schema:
-    hints = typing.get_type_hints(RequestRecord)
-    fields = []
-    for name in RECORD_COLUMNS:
-        base = [arg for arg in typing.get_args(hints[name]) if arg is not type(None)] or [hints[name]]
-        fields.append(pa.field(name, _ARROW_TYPES[base[0].__name__]))
-    return pa.schema(fields)
-
-
-RECORD_SCHEMA = _record_schema()
+_ARROW_TYPES = {str: pa.string(), int: pa.int64(), float: pa.float64()}
+RECORD_SCHEMA = pa.schema([pa.field(name, _ARROW_TYPES[t]) for name, t in RECORD_COLUMN_TYPES.items()])
 
 
 def new_run_id(scenario_name: str) -> str:
