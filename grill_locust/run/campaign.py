@@ -50,6 +50,7 @@ class PhaseProgress:
     complete: bool = False
     note: str = ""
     lost_by_worker: Counter[str] = field(default_factory=Counter)
+    tier_records: list[dict[str, Any]] = field(default_factory=list)  # for the live tier row, while it runs
     worker_lag_p99_ms_max: float = 0.0
     worker_cpu_max: float = 0.0
 
@@ -103,6 +104,8 @@ class Campaign:
             progress = self._progress_of(record)
             if progress is not None:
                 progress.records += 1
+                if progress is self.current and self.influx is not None:
+                    progress.tier_records.append(record)
                 if record["status"] != "ok":
                     progress.errors += 1
                 lag, cpu = record.get("worker_lag_p99_ms"), record.get("worker_cpu")
@@ -257,6 +260,21 @@ class Campaign:
             log.warning("tier %d/%d: %s", phase.phase_id + 1, len(self.phases), progress.saturation)
         if self.influx is not None:
             self.influx.write_phase("end", self._phase_row(progress))
+            self._write_tier_row(progress)
+        progress.tier_records = []
+
+    def _write_tier_row(self, progress: PhaseProgress) -> None:
+        """The finished tier's summary row, live to InfluxDB (grill_tier), from the records it received."""
+        import pandas as pd
+
+        from grill_locust.record import RECORD_COLUMNS
+        from grill_locust.report import summarize
+        from grill_locust.report.load import RunData
+
+        records = pd.DataFrame(progress.tier_records, columns=list(RECORD_COLUMNS))
+        phases = pd.DataFrame([self._phase_row(progress)])
+        for row in summarize(RunData(records, phases, None, {"run_id": self.run_id})).to_dict("records"):
+            self.influx.write_tier(row)
 
     def _phase_row(self, progress: PhaseProgress) -> dict[str, Any]:
         phase = progress.phase

@@ -461,9 +461,6 @@ def _finish(environment: Environment) -> None:
     from grill_locust.report import format_table, summarize_run
 
     summary = summarize_run(writer.run_dir)  # also writes summary.csv
-    if campaign.influx is not None:
-        for row in summary.to_dict("records"):
-            campaign.influx.write_tier(row)
     _closing_words.append(
         f"{format_table(summary)}\n\n{writer.record_count} requests recorded. Results: {writer.run_dir}\n"
         f"Report: grill report {writer.run_dir}"
