@@ -136,3 +136,32 @@ def test_plain_user_runs_without_a_scenario(tmp_path: Path) -> None:
     assert len(ok) >= 2 and len(cut) >= 1
     assert set(cut["status"]) == {"stream_cut"} and set(cut["error"]) == {"cancelled"}
     assert set(records["scenario"]) == {"short-baseline"}
+
+
+def test_users_rate_and_run_time_flags_are_ignored_with_one_warning_when_a_scenario_drives(
+    tmp_path: Path,
+) -> None:
+    data = sim_scenario(
+        conversation={"name": "short", "kind": "short-baseline", "prompt_tokens": 30}, tiers=[2]
+    )
+    scenario = write_scenario(tmp_path / "s.yaml", data)
+    done = run_locust(
+        [
+            "--scenario",
+            str(scenario),
+            "--results-dir",
+            str(tmp_path / "r"),
+            "-u",
+            "50",
+            "-r",
+            "5",
+            "-t",
+            "1s",
+        ],
+        tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    warnings = [line for line in done.stderr.splitlines() if "ignored" in line]
+    assert len(warnings) == 1 and "-u/-r/-t" in warnings[0]
+    records = pd.read_parquet(only_run_dir(tmp_path / "r") / "records.parquet")
+    assert len(records) == 2  # the tier's 2 users, not 50; and the run was not cut at 1 s
