@@ -192,7 +192,7 @@ def on_init(environment: Environment, runner: Any = None, **_: Any) -> None:
 
 
 def _init(environment: Environment, options: Any) -> None:
-    runner = environment.runner
+    runner = runner_of(environment)
     if isinstance(runner, (WorkerRunner, LocalRunner)):
         worker = WorkerState(environment)
         environment.grill_worker = worker  # type: ignore[attr-defined]
@@ -207,6 +207,11 @@ def _init(environment: Environment, options: Any) -> None:
         runner.send_message(MSG_HELLO, {})
         return
     _check_options(options)
+    # listen before the (slow) start of simulated engines: workers of --processes say hello at once
+    runner.register_message(
+        MSG_RECORDS, lambda environment, msg, **kw: _on_records(environment, msg.data, msg.node_id)
+    )
+    runner.register_message(MSG_HELLO, lambda environment, msg, **kw: _on_hello(environment, msg.node_id))
     scenario_drives = bool(options.scenario or options.resume or not options.host)
     if scenario_drives:
         scenario, path = _load_scenario(options)
@@ -240,11 +245,9 @@ def _init(environment: Environment, options: Any) -> None:
         # the process on the spot, losing the last records and leaving simulated engines behind.
         gevent.signal_handler(signal.SIGINT, _interrupt, environment)
         gevent.signal_handler(signal.SIGTERM, _interrupt, environment)
-    runner = runner_of(environment)
-    runner.register_message(
-        MSG_RECORDS, lambda environment, msg, **kw: _on_records(environment, msg.data, msg.node_id)
-    )
-    runner.register_message(MSG_HELLO, lambda environment, msg, **kw: _on_hello(environment, msg.node_id))
+    for client_id in _waiting_for_hello_reply:  # workers that said hello while the engines started
+        _on_hello(environment, client_id)
+    _waiting_for_hello_reply.clear()
     if environment.web_ui is not None:
         _extend_web_ui(environment)
 
@@ -358,8 +361,14 @@ def _on_records(environment: Environment, data: dict[str, Any], msg_node: str) -
     campaign.on_records(data["worker"], data["records"], data["iterations"], client_id=msg_node)
 
 
+_waiting_for_hello_reply: list[str] = []
+
+
 def _on_hello(environment: Environment, client_id: str) -> None:
-    campaign: Campaign = environment.grill_campaign  # type: ignore[attr-defined]
+    campaign: Campaign | None = getattr(environment, "grill_campaign", None)
+    if campaign is None:
+        _waiting_for_hello_reply.append(client_id)
+        return
     runner_of(environment).send_message(
         MSG_PHASE, campaign.phase_message(with_scenario=True), client_id=client_id
     )
@@ -433,7 +442,7 @@ def _interrupt(environment: Environment) -> None:
 
 def _stop_runner(environment: Environment) -> None:
     """Stop users everywhere and wait until their last records have reached this process."""
-    runner = environment.runner
+    runner = runner_of(environment)
     if runner is None or runner.state in (STATE_STOPPED, STATE_INIT):
         return
     runner.stop()

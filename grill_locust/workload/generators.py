@@ -314,6 +314,8 @@ def _measured_message(
 def build_workload(
     conversation: Conversation, model: Model | None = None, token_counter: TokenCounter | None = None
 ) -> Workload:
+    # read the whole corpus now, not file by file under load (and not as slow memory growth in a soak)
+    stdlib_corpus().preload()
     return Workload(conversation, model, token_counter)
 
 
