@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 
 import gevent
 import psutil
@@ -20,7 +21,11 @@ CPU_SAMPLE_INTERVAL_S = 1.0
 
 
 class SelfCheck:
-    def __init__(self) -> None:
+    """`busy()` says whether a request is in flight: a stall while no stream is open (Locust handling a
+    spawn message between tiers, say) delays no measurement, so it is not counted as lag."""
+
+    def __init__(self, busy: Callable[[], bool] = lambda: True) -> None:
+        self._busy = busy
         self._lags_ms: deque[float] = deque(maxlen=LAG_WINDOW)
         self._process = psutil.Process()
         self.cpu_pct: float | None = None
@@ -41,10 +46,12 @@ class SelfCheck:
         last_cpu = time.monotonic()
         while True:
             before = time.monotonic()
+            measuring = self._busy()
             gevent.sleep(PROBE_INTERVAL_S)
             now = time.monotonic()
-            self._lags_ms.append(max(0.0, (now - before - PROBE_INTERVAL_S) * 1000.0))
-            self.lag_p99_ms = percentile(sorted(self._lags_ms), 99)
+            if measuring:
+                self._lags_ms.append(max(0.0, (now - before - PROBE_INTERVAL_S) * 1000.0))
+                self.lag_p99_ms = percentile(sorted(self._lags_ms), 99)
             if now - last_cpu >= CPU_SAMPLE_INTERVAL_S:
                 self.cpu_pct = self._process.cpu_percent(None)
                 last_cpu = now

@@ -83,12 +83,15 @@ class GrillUser(User):
         client = self.client_for(target)
         retries = 0
         while True:
+            self.grill.in_flight += 1
             try:
                 result = client.stream(path, payload)
             except GreenletExit:  # the user is stopped mid-request: record it as cut, then stop
                 if client.last_result is not None:
                     self._record(labels, turn, measure(client.last_result.raw), retries)
                 raise
+            finally:
+                self.grill.in_flight -= 1
             measurement = measure(result.raw)
             self._record(labels, turn, measurement, retries)
             if measurement.status != STATUS_RATE_LIMITED or retries >= backend.retries:

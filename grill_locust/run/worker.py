@@ -7,6 +7,7 @@ users. A batch leaves at least every FLUSH_INTERVAL_S and on stop.
 
 from __future__ import annotations
 
+import gc
 import logging
 import socket
 import uuid
@@ -20,6 +21,7 @@ from locust.runners import Runner, WorkerRunner
 from grill_locust.run.phase import Phase
 from grill_locust.run.selfcheck import SelfCheck
 from grill_locust.workload import Workload, backend_token_counter, build_workload
+from grill_locust.workload.corpus import stdlib_corpus
 
 if TYPE_CHECKING:
     from locust.env import Environment
@@ -52,7 +54,8 @@ class WorkerState:
         self._targets: dict[str, Target] = {}
         self._workloads: dict[str, Workload] = {}
         self._workload_lock = gevent.lock.Semaphore()
-        self.selfcheck = SelfCheck()
+        self.in_flight = 0  # requests of this process's users now on the wire
+        self.selfcheck = SelfCheck(busy=lambda: self.in_flight > 0)
         self._records: list[dict[str, Any]] = []
         self._iterations: Counter[int] = Counter()
         self._record_seq = 0
@@ -108,6 +111,16 @@ class WorkerState:
 
     # -- shipping --------------------------------------------------------------------------------
     def start(self) -> None:
+        # Read the prompt corpus and calibrate every target's prompt sizes before users run: done under
+        # load, each would hold the gevent hub for 50-300 ms, delay every stream, and show up as a
+        # saturated load generator.
+        stdlib_corpus().preload()
+        for target in self.scenario.targets if self.scenario is not None else ():
+            self.workload_for(target)
+        # Everything alive now (Locust, the corpus, the scenario) lives for the whole run: move it out of
+        # the garbage collector's sight, or each full collection walks it and stalls every stream ~50 ms.
+        gc.collect()
+        gc.freeze()
         self.selfcheck.start()
         if self._flusher is None:
             self._flusher = gevent.spawn(self._flush_loop)
