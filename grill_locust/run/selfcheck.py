@@ -6,6 +6,7 @@ fires; each record carries the worker's state when it ended, so the report can f
 
 from __future__ import annotations
 
+import random
 import time
 from collections import deque
 from collections.abc import Callable
@@ -45,12 +46,14 @@ class SelfCheck:
     def _probe(self) -> None:
         last_cpu = time.monotonic()
         while True:
+            # a jittered interval, so the probe cannot lock onto the phase of a periodic stall
+            interval = PROBE_INTERVAL_S * random.uniform(0.5, 1.5)
             before = time.monotonic()
             measuring = self._busy()
-            gevent.sleep(PROBE_INTERVAL_S)
+            gevent.sleep(interval)
             now = time.monotonic()
             if measuring:
-                self._lags_ms.append(max(0.0, (now - before - PROBE_INTERVAL_S) * 1000.0))
+                self._lags_ms.append(max(0.0, (now - before - interval) * 1000.0))
                 self.lag_p99_ms = percentile(sorted(self._lags_ms), 99)
             if now - last_cpu >= CPU_SAMPLE_INTERVAL_S:
                 self.cpu_pct = self._process.cpu_percent(None)
