@@ -1,21 +1,37 @@
-"""CPU cost of the client's parse + timing path, in µs per output event, on a recorded stream.
+"""CPU cost of the client, in µs per output event: the sans-IO parse + timing path, and the live I/O path.
 
-Replays a vLLM-shaped chat stream (chunked HTTP, one SSE event per chunk, usage at the end)
-through `StreamReader` (HTTP parser -> SSE parser -> StreamTimer), the exact code `EngineClient`
-runs for each `recv`. Two arrivals: one event per recv (a lightly loaded engine, the costly case)
-and 64 KiB recvs (a client that fell behind). Target: <= 15 µs per output event.
+Sans-IO (default): replays a vLLM-shaped chat stream (chunked HTTP, one SSE event per chunk, usage
+at the end) through `StreamReader` (HTTP parser -> SSE parser -> StreamTimer), the exact code
+`EngineClient` runs for each `recv`. Two arrivals: one event per recv (a lightly loaded engine, the
+costly case) and 64 KiB recvs (a client that fell behind).
+
+Live (`--live N`): N gevent greenlets, each an `EngineClient` streaming requests back to back from a
+simulated engine (`grill sim`, another process), as Locust users do but without Locust, workload or
+records: the cost of `EngineClient.stream` itself (I/O, scheduling, parse, timing), measured as this
+process's CPU time over a steady window divided by the output events received in it.
+Target: <= 15 µs per output event.
 
     python bench/client_overhead.py [--events 4000] [--repeats 5]
+    python bench/client_overhead.py --live 200 [--window-s 8] [--max-tokens 200]
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import time
+from gevent import monkey
 
-from grill_locust.client import StreamReader, StreamTimer
-from grill_locust.record import RawTiming, measure
+monkey.patch_all()  # as Locust does on import: the live mode's sockets must be gevent's
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import resource  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+
+import gevent  # noqa: E402
+
+from grill_locust.client import CHAT_PATH, EngineClient, StreamReader, StreamTimer, chat_payload  # noqa: E402
+from grill_locust.record import RawTiming, measure  # noqa: E402
 
 TARGET_US_PER_EVENT = 15.0
 HEAD = (
@@ -109,11 +125,99 @@ def coalesce(pieces: list[bytes], size: int) -> list[bytes]:
     return [wire[i : i + size] for i in range(0, len(wire), size)]
 
 
+# --- live: EngineClient against the simulated engine -------------------------------------------
+
+LIVE_STEP_A_MS = 10.0  # the simulated engine's step: a + b * running streams (as bench/capacity.py)
+LIVE_STEP_B_MS = 0.03
+LIVE_PROMPT = "Write a Python function that parses a CSV line. " * 8
+WARMUP_S = 3.0  # after the last stream started, before the window opens
+
+
+@dataclass(frozen=True)
+class _Timeouts:
+    connect_s: float = 10.0
+    first_token_s: float = 60.0
+    total_s: float = 120.0
+
+
+@dataclass(frozen=True)
+class _Backend:
+    """The attributes of `config.Backend` that `EngineClient` reads."""
+
+    url: str
+    timeouts: _Timeouts = field(default_factory=_Timeouts)
+    api_key: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    tokenize_url: str | None = None
+
+
+def _cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_live(streams: int, window_s: float, max_tokens: int) -> None:
+    from grill_locust.sim import SimProcess
+
+    step_args = [
+        f"--step-a-ms={LIVE_STEP_A_MS}", f"--step-b-ms={LIVE_STEP_B_MS}", "--step-c-ms=0.001",
+        "--step-d-ms=0", "--reasoning-tokens=0", "--spin-ms=0", f"--max-num-seqs={streams + 8}",
+        f"--kv-blocks={streams * (max_tokens + 200) // 16 + 4096}",
+    ]  # fmt: skip
+    model = {"name": "grill-sim", "max_tokens": max_tokens, "ignore_eos": True}
+    with SimProcess.start("vllm", served_model_name="grill-sim", extra_args=step_args) as sim:
+        backend = _Backend(url=sim.url)
+        results: list[RawTiming] = []
+        stop = False
+
+        def user(index: int) -> None:
+            client = EngineClient(backend)
+            payload = chat_payload(
+                type("M", (), model)(), [{"role": "user", "content": f"{index} {LIVE_PROMPT}"}]
+            )
+            try:
+                while not stop:
+                    results.append(client.stream(CHAT_PATH, payload).raw)
+            finally:
+                client.close()
+
+        greenlets = []
+        for index in range(streams):
+            greenlets.append(gevent.spawn(user, index))
+            gevent.sleep(1.0 / streams)  # spread the starts over one second
+        gevent.sleep(WARMUP_S)
+        start, cpu_start = time.perf_counter(), _cpu_s()
+        gevent.sleep(window_s)
+        end, cpu_end = time.perf_counter(), _cpu_s()
+        stop = True
+        gevent.joinall(greenlets, timeout=max_tokens * (LIVE_STEP_A_MS + LIVE_STEP_B_MS * streams) / 250)
+        gevent.killall(greenlets, timeout=5)
+    events = sum(1 for raw in results for t in raw.output_times if start <= t < end)
+    requests = sum(1 for raw in results if raw.end_time is not None and start <= raw.end_time < end)
+    failed = sum(1 for raw in results if raw.status != "ok")
+    cpu_s = cpu_end - cpu_start
+    print(
+        f"live: {streams} streams, {max_tokens} output events per request, {window_s:g} s window, "
+        f"load {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"  {events / window_s:8.0f} events/s  CPU {100 * cpu_s / window_s:5.1f} %  "
+        f"{cpu_s / max(events, 1) * 1e6:6.2f} µs/event  {events / max(cpu_s, 1e-9):8.0f} events per CPU-s  "
+        f"{requests} requests ended  {failed} failed"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=4000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--live", type=int, default=0, metavar="STREAMS", help="the live I/O path")
+    parser.add_argument("--window-s", type=float, default=8.0)
+    parser.add_argument("--max-tokens", type=int, default=200)
     args = parser.parse_args()
+    if args.live:
+        run_live(args.live, args.window_s, args.max_tokens)
+        return
     pieces = recorded_stream(args.events)
     bare_json = [p.split(b"data: ", 1)[1].split(b"\n\n", 1)[0].decode() for p in pieces[2 : 2 + args.events]]
     start = time.process_time()

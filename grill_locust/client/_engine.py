@@ -5,6 +5,11 @@ monkey-patched them), one keep-alive connection per client, each `recv` timestam
 `time.perf_counter()` as it returns, so an event's time is when its bytes arrived, never when
 some buffer filled. Parsing and the metric contract live in the sans-IO `_http`, `_sse` and
 `_timer` modules.
+
+Deadlines (first token, total, the grace after `[DONE]`): with gevent's sockets, one
+`gevent.Timeout` per request phase and sockets without a timeout, because a socket timeout makes
+gevent start a timer for every wait, i.e. for every event (a tenth of the client's CPU); with the
+standard library's blocking sockets (`grill ping`, plain Python), a socket timeout before each wait.
 """
 
 from __future__ import annotations
@@ -13,7 +18,9 @@ import json
 import select
 import socket
 import ssl
+import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -50,6 +57,52 @@ class StreamResult:
 
 class _Failed(Exception):
     """Internal: the exchange ended with a failure status (already recorded on the timer)."""
+
+
+class _DeadlinePassed(Exception):
+    """Internal: the current phase's deadline passed (a socket timeout or the phase alarm)."""
+
+
+def _gevent_timeout_class() -> Any:
+    """gevent's Timeout when gevent has monkey-patched `socket` (Locust does on import), else None."""
+    monkey = sys.modules.get("gevent.monkey")
+    if monkey is None or not monkey.is_module_patched("socket"):
+        return None
+    from gevent import Timeout
+
+    return Timeout
+
+
+class _PhaseAlarm:
+    """The deadline of the request's current phase, as one gevent.Timeout that interrupts whatever
+    the greenlet waits on (send, reconnect, recv) when it passes; re-armed only when the phase's
+    deadline changes (send -> first token -> rest of the stream -> after [DONE])."""
+
+    __slots__ = ("deadline", "_timeout", "_timeout_class")
+
+    def __init__(self, timeout_class: Any) -> None:
+        self.deadline: float | None = None
+        self._timeout: Any = None
+        self._timeout_class = timeout_class
+
+    def set(self, deadline: float | None) -> None:
+        if deadline == self.deadline:
+            return
+        self.cancel()
+        self.deadline = deadline
+        if deadline is not None:
+            timeout = self._timeout_class(max(deadline - time.perf_counter(), 0.0))
+            timeout.start()
+            self._timeout = timeout
+
+    def cancel(self) -> None:
+        timeout, self._timeout = self._timeout, None
+        self.deadline = None
+        if timeout is not None:
+            timeout.close()
+
+    def fired(self, error: BaseException) -> bool:
+        return error is self._timeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,18 +212,24 @@ class EngineClient:
         tokenize_url = getattr(backend, "tokenize_url", None)
         self.tokenize_url: str | None = str(tokenize_url) if tokenize_url else None
         self._sock: socket.socket | None = None
+        self._request_sent = False  # of the request in progress: tells a send timeout from a read timeout
         self.last_result: StreamResult | None = None
         self.connections_opened = 0  # for tests and diagnostics
 
     # --- public -------------------------------------------------------------------------------
 
-    def stream(self, path: str, payload: dict[str, Any]) -> StreamResult:
-        """POST `payload` to `path` (e.g. "/v1/chat/completions") and time its event stream."""
+    def stream(self, path: str, payload: dict[str, Any], request_id: str | None = None) -> StreamResult:
+        """POST `payload` to `path` (e.g. "/v1/chat/completions") and time its event stream.
+
+        `request_id` goes out as `X-Request-Id` (engines and gateways log it; the simulator's truth
+        log keys on it), so that a record can be joined with the server's view of the request."""
         body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         target = (self.origin.prefix + "/" + path.lstrip("/")).encode("latin-1")
-        request = b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (
+        id_header = b"X-Request-Id: %s\r\n" % _header_value(request_id) if request_id else b""
+        request = b"POST %s HTTP/1.1\r\n%s%sContent-Length: %d\r\n\r\n%s" % (
             target,
             self._header_bytes,
+            id_header,
             len(body),
             body,
         )
@@ -238,8 +297,12 @@ class EngineClient:
 
     # --- the exchange -------------------------------------------------------------------------
 
-    def _connect(self, timer: StreamTimer, deadline: float) -> socket.socket:
+    def _connect(self, timer: StreamTimer, deadline: float, alarm: _PhaseAlarm | None) -> socket.socket:
+        """A new connection within min(connect_s, the deadline): its own timeout, not the alarm's
+        (cancelled meanwhile), so that a connection too slow to open is always `connect`."""
         timeout_s = min(self.connect_s, deadline - time.perf_counter())
+        if alarm is not None:
+            alarm.cancel()
         try:
             sock = _open_socket(self.origin, timeout_s)
         except OSError as error:
@@ -247,6 +310,9 @@ class EngineClient:
             raise _Failed from None
         self.connections_opened += 1
         self._sock = sock
+        if alarm is not None:
+            sock.settimeout(None)  # the alarm keeps the deadlines: no timer per wait
+            alarm.set(deadline)
         return sock
 
     def _reusable_socket(self) -> socket.socket | None:
@@ -263,37 +329,80 @@ class EngineClient:
             return None
         return sock
 
-    def _send(self, request: bytes, timer: StreamTimer, t0: float) -> tuple[socket.socket, bool]:
+    def _send(
+        self, request: bytes, timer: StreamTimer, deadline: float, alarm: _PhaseAlarm | None
+    ) -> tuple[socket.socket, bool]:
         """Send on the kept-alive connection if it is still open, else on a new one."""
-        total_deadline = t0 + self.total_s
         sock = self._reusable_socket()
         if sock is not None:
             try:
-                sock.settimeout(max(total_deadline - time.perf_counter(), 0.001))
+                if alarm is None:
+                    sock.settimeout(max(deadline - time.perf_counter(), 0.001))
                 sock.sendall(request)
                 return sock, True
+            except TimeoutError:
+                raise _DeadlinePassed(deadline) from None
             except OSError:
                 self.close()  # a stale connection: reconnecting before any response is not a retry
-        sock = self._connect(timer, total_deadline)
-        self._sendall(sock, request, timer, total_deadline)
+        sock = self._connect(timer, deadline, alarm)
+        self._sendall(sock, request, timer, deadline, alarm)
         return sock, False
 
-    def _sendall(self, sock: socket.socket, request: bytes, timer: StreamTimer, deadline: float) -> None:
+    def _sendall(
+        self,
+        sock: socket.socket,
+        request: bytes,
+        timer: StreamTimer,
+        deadline: float,
+        alarm: _PhaseAlarm | None,
+    ) -> None:
         try:
-            sock.settimeout(max(deadline - time.perf_counter(), 0.001))
+            if alarm is None:
+                sock.settimeout(max(deadline - time.perf_counter(), 0.001))
             sock.sendall(request)
+        except TimeoutError:
+            raise _DeadlinePassed(deadline) from None
         except OSError as error:
-            reason = error.strerror or type(error).__name__
-            timer.fail(time.perf_counter(), STATUS_CONNECT, f"send failed: {reason}")
+            timer.fail(time.perf_counter(), STATUS_CONNECT, f"send failed: {_os_reason(error)}")
             raise _Failed from None
 
     def _exchange(self, request: bytes, timer: StreamTimer, t0: float, head_out: list[Head]) -> None:
-        sock, reused = self._send(request, timer, t0)
-        first_token_deadline = t0 + self.first_token_s
-        total_deadline = t0 + self.total_s
+        timeout_class = _gevent_timeout_class()
+        alarm = _PhaseAlarm(timeout_class) if timeout_class is not None else None
         reader = StreamReader(timer)
+        passed: _DeadlinePassed | None = None
+        self._request_sent = False
+        try:
+            if alarm is not None:
+                alarm.set(t0 + self.total_s)  # the send phase: only the total limit applies
+            self._loop(request, timer, t0, reader, alarm)
+        except _DeadlinePassed as error:
+            passed = error
+        except BaseException as error:
+            if alarm is None or not alarm.fired(error):
+                raise
+            passed = _DeadlinePassed(alarm.deadline)
+        finally:
+            if alarm is not None:
+                alarm.cancel()
+        if passed is not None:
+            self._deadline_passed(timer, reader, passed.args[0])
+        if reader.head is not None:
+            head_out.append(reader.head)
+        if not reader.keep_alive:
+            self.close()
+
+    def _loop(
+        self, request: bytes, timer: StreamTimer, t0: float, reader: StreamReader, alarm: _PhaseAlarm | None
+    ) -> None:
+        total_deadline = t0 + self.total_s
+        first_token_deadline = min(t0 + self.first_token_s, total_deadline)
+        sock, reused = self._send(request, timer, total_deadline, alarm)
+        self._request_sent = True
         output_times = timer.raw.output_times
         perf_counter = time.perf_counter
+        feed = reader.feed
+        recv = _receiver(sock, alarm is not None)
         while not reader.finished:
             done_at = reader.done_at
             if done_at is not None:
@@ -301,43 +410,93 @@ class EngineClient:
             elif output_times:
                 deadline = total_deadline
             else:
-                deadline = min(first_token_deadline, total_deadline)
-            remaining = deadline - perf_counter()
+                deadline = first_token_deadline
             reason = ""
             try:
-                if remaining <= 0:
-                    raise TimeoutError
-                sock.settimeout(remaining)
-                data = sock.recv(RECV_BYTES)
-            except TimeoutError:
-                if done_at is not None:  # the stream is complete; only its framing is late
-                    timer.close(done_at)
-                    raise _Failed from None
-                if output_times or deadline == total_deadline:
-                    message = f"stream longer than total_s={self.total_s:g}"
+                if alarm is not None:
+                    if deadline != alarm.deadline:
+                        alarm.set(deadline)
                 else:
-                    message = f"no output within first_token_s={self.first_token_s:g}"
-                timer.fail(perf_counter(), STATUS_TIMEOUT, message)
-                raise _Failed from None
+                    remaining = deadline - perf_counter()
+                    if remaining <= 0:
+                        raise _DeadlinePassed(deadline)
+                    sock.settimeout(remaining)
+                data = recv(RECV_BYTES)
+            except TimeoutError:
+                raise _DeadlinePassed(deadline) from None
             except OSError as error:
                 data = b""
-                reason = error.strerror or type(error).__name__
+                reason = _os_reason(error)
             t = perf_counter()
             if data:
-                reader.feed(t, data)
-                if reader.head is not None and not head_out:
-                    head_out.append(reader.head)
+                feed(t, data)
             elif reused and not reader.got_bytes:
                 # the kept-alive connection was closed under us before any reply: reconnecting and
                 # sending again is not a retry (the server never saw the request)
                 self.close()
-                sock = self._connect(timer, total_deadline)
+                self._request_sent = False
+                sock = self._connect(timer, total_deadline, alarm)
+                recv = _receiver(sock, alarm is not None)
                 reused = False
-                self._sendall(sock, request, timer, total_deadline)
+                self._sendall(sock, request, timer, total_deadline, alarm)
+                self._request_sent = True
             else:
                 reader.feed_eof(t, reason)
-        if not reader.keep_alive:
-            self.close()
+
+    def _deadline_passed(self, timer: StreamTimer, reader: StreamReader, deadline: float | None) -> None:
+        """Record which limit `deadline` was; the connection is dropped (the rest of its reply is unread)."""
+        reader.keep_alive = False
+        now = time.perf_counter()
+        if not self._request_sent:
+            timer.fail(now, STATUS_CONNECT, "send failed: timed out")
+            return
+        if reader.done_at is not None:  # the stream is complete; only its framing is late
+            timer.close(reader.done_at)
+            return
+        raw = timer.raw
+        if raw.output_times or deadline == raw.t0 + self.total_s:
+            message = f"stream longer than total_s={self.total_s:g}"
+        else:
+            message = f"no output within first_token_s={self.first_token_s:g}"
+        timer.fail(now, STATUS_TIMEOUT, message)
+
+
+def _receiver(sock: socket.socket, cooperative: bool) -> Callable[[int], bytes]:
+    """`sock.recv`, or for a plain gevent socket without a timeout, a recv that waits for the socket
+    to be readable first and then reads once. gevent's own `recv` reads first: between an engine's
+    steps that read fails (EWOULDBLOCK, raised as an exception), then it waits and reads again; two
+    system calls and an exception for every event."""
+    gevent_socket = sys.modules.get("gevent._socket3")
+    if not cooperative or gevent_socket is None or type(sock) is not gevent_socket.socket:
+        return sock.recv  # blocking, or TLS (whose reads go through the SSL object)
+    read_event = getattr(sock, "_read_event", None)  # gevent's own watcher and raw socket
+    raw = getattr(sock, "_sock", None)
+    hub = getattr(sock, "hub", None)
+    if read_event is None or raw is None or hub is None:
+        return sock.recv
+    wait = hub.wait
+    raw_recv = raw.recv
+
+    def recv(size: int) -> bytes:
+        while True:
+            wait(read_event)
+            try:
+                return raw_recv(size)  # type: ignore[no-any-return]
+            except BlockingIOError:  # woken without data (rare): wait again
+                continue
+
+    return recv
+
+
+def _header_value(value: str) -> bytes:
+    """A header value that cannot break the request's framing (no CR/LF), in latin-1."""
+    return value.replace("\r", " ").replace("\n", " ").encode("latin-1", errors="replace")
+
+
+def _os_reason(error: OSError) -> str:
+    if isinstance(error, TimeoutError):
+        return "timed out"
+    return error.strerror or type(error).__name__
 
 
 def _retry_after_s(head: Head) -> float | None:

@@ -1,0 +1,134 @@
+"""EngineClient with gevent's sockets, as under Locust: one alarm per request phase instead of a socket
+timeout per read, and the same behaviour as with blocking sockets (the live and simulator tests are run
+again in an interpreter that gevent has monkey-patched), plus the deadlines the other tests leave out:
+the grace after `[DONE]`, a request that cannot be sent, the request id header."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from client_replay import load, split_pieces
+from client_servers import Request, Server, backend
+
+from grill_locust.client import EngineClient, _engine, chat_payload
+from grill_locust.record import measure
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+PATH = "/v1/chat/completions"
+PAYLOAD = chat_payload("devstral", [{"role": "user", "content": "hi"}])
+PATCHED = "gevent.monkey" in sys.modules and sys.modules["gevent.monkey"].is_module_patched("socket")
+
+
+def _run_patched(script: str, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run `script` in a fresh interpreter whose sockets gevent has patched first (as Locust does)."""
+    prelude = "from gevent import monkey; monkey.patch_all()\nimport sys\nsys.path[:0] = sys.argv[1:3]\n"
+    return subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(script), str(HERE), str(REPO), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=REPO,
+    )
+
+
+@pytest.mark.skipif(PATCHED, reason="already the gevent run")
+def test_live_and_simulator_tests_pass_with_gevent_sockets() -> None:
+    files = ["test_client_live.py", "test_client_sim.py", "test_client_gevent.py"]
+    script = """
+        import pytest
+        sys.exit(pytest.main([*sys.argv[3:], "-q", "-x", "-p", "no:cacheprovider"]))
+        """
+    done = _run_patched(script, *[str(HERE / name) for name in files])
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and " skipped" in done.stdout  # this test, inside: skipped
+
+
+@pytest.mark.skipif(PATCHED, reason="already the gevent run")
+def test_gevent_run_starts_a_few_timers_per_request_not_one_per_read() -> None:
+    script = """
+        import gevent, gevent.timeout
+        from client_replay import load, split_pieces
+        from client_servers import Server, backend, send_slowly
+        from grill_locust.client import EngineClient, chat_payload
+
+        made = []
+        original = gevent.timeout.Timeout.__init__
+        def counting(self, *args, **kwargs):
+            made.append(gevent.getcurrent())  # the server's threads are greenlets too
+            original(self, *args, **kwargs)
+        gevent.timeout.Timeout.__init__ = counting
+
+        pieces = split_pieces(load("vllm_chat"))
+        def handler(conn, request, server):
+            send_slowly(conn, pieces, 0.01, server)  # every piece its own read
+            return True
+        server = Server(handler)
+        client = EngineClient(backend(server.url))
+        client.stream("/v1/chat/completions", chat_payload("m", []))  # connects
+        made.clear()
+        result = client.stream("/v1/chat/completions", chat_payload("m", []))
+        mine = sum(1 for where in made if where is gevent.getcurrent())
+        print(result.raw.status, len(pieces), mine, client._sock.gettimeout())
+        """
+    done = _run_patched(script, timeout_s=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    status, pieces, timers, socket_timeout = done.stdout.split()
+    # send, first token, the rest, after [DONE]: at most 4, whatever the number of reads
+    assert status == "ok" and int(pieces) >= 8 and int(timers) <= 4 and socket_timeout == "None"
+
+
+def test_body_never_ending_after_done_is_complete_and_the_connection_dropped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(_engine, "AFTER_DONE_GRACE_S", 0.3)
+    pieces = split_pieces(load("vllm_chat"))
+
+    def handler(conn: socket.socket, request: Request, server: Server) -> bool:
+        conn.sendall(b"".join(pieces[:-1]))  # everything up to [DONE], never the last chunk
+        time.sleep(2.0)
+        return False
+
+    server = Server(handler)
+    client = EngineClient(backend(server.url))
+    started = time.perf_counter()
+    result = client.stream(PATH, PAYLOAD)
+    m = measure(result.raw)
+    assert m.status == "ok" and result.text == "def add(a, b):"
+    assert time.perf_counter() - started < 1.5
+    assert m.e2e_s is not None and m.e2e_s < 0.25  # E2E ends at [DONE], not when the grace ran out
+    assert client._sock is None  # framing unfinished: the connection cannot carry another request
+    server.close()
+
+
+def test_request_that_cannot_be_sent_in_total_s_is_connect() -> None:
+    # a server that accepts but never reads: the request fills the socket buffers and sendall blocks
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(1)
+    url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+    payload = chat_payload("devstral", [{"role": "user", "content": "x" * (32 * 1024 * 1024)}])
+    started = time.perf_counter()
+    result = EngineClient(backend(url, total_s=0.5)).stream(PATH, payload)
+    m = measure(result.raw)
+    assert (m.status, m.error) == ("connect", "send failed: timed out")
+    assert time.perf_counter() - started < 3.0
+    listener.close()
+
+
+def test_request_id_goes_out_as_x_request_id() -> None:
+    server = Server(lambda conn, request, srv: conn.sendall(load("vllm_chat")) or True)
+    client = EngineClient(backend(server.url))
+    assert client.stream(PATH, PAYLOAD, request_id="r-7-u3-000042").raw.status == "ok"
+    assert client.stream(PATH, PAYLOAD, request_id="bad\r\nX-Evil: 1").raw.status == "ok"
+    assert client.stream(PATH, PAYLOAD).raw.status == "ok"
+    seen = [request.headers.get("x-request-id") for request in server.requests]
+    assert seen == ["r-7-u3-000042", "bad  X-Evil: 1", None]
+    assert all("x-evil" not in request.headers for request in server.requests)
+    server.close()
