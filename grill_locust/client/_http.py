@@ -47,6 +47,25 @@ _UNTIL_CLOSE = 6
 _DONE = 7
 
 
+def _one_whole_chunk(data: bytes) -> bytes | None:
+    """The data of `data` when it is exactly one complete, non-empty chunk without extensions
+    (`<hex size>\\r\\n<data>\\r\\n`), else None (the general loop handles it)."""
+    line_end = data.find(b"\r\n", 0, 10)
+    if line_end <= 0:
+        return None
+    size_text = data[:line_end]
+    if not size_text.isalnum():  # hex digits only (int() would also take signs, spaces, "_")
+        return None
+    try:
+        size = int(size_text, 16)
+    except ValueError:
+        return None
+    end = line_end + 2 + size
+    if size == 0 or len(data) != end + 2 or data[end:] != b"\r\n":
+        return None
+    return data[line_end + 2 : end]
+
+
 class ResponseParser:
     """Feed it the bytes of one response as they arrive; it returns events.
 
@@ -77,6 +96,11 @@ class ResponseParser:
             return events
         if self._state == _LENGTH and not self._buffer:
             return self._feed_length(data, events)
+        if self._state == _CHUNK_SIZE and not self._buffer:
+            piece = _one_whole_chunk(data)
+            if piece is not None:  # the common case of a stream: one recv, one chunk, one event
+                events.append(piece)
+                return events
         buffer = self._buffer + data if self._buffer else data
         self._buffer = b""
         pos = 0  # an index, not slicing: a 64 KiB recv holds hundreds of chunks

@@ -102,7 +102,10 @@ class StreamReader:
             if mode == _SSE:
                 timer = self.timer
                 for item in self._sse.feed(body):
-                    timer.on_event(t, item)
+                    if type(item) is str:
+                        timer.on_data(t, item)
+                    else:
+                        timer.on_event(t, item)
                 if timer.done and self.done_at is None:
                     self.done_at = t
             elif len(self._kept) < MAX_KEPT_BODY_BYTES:

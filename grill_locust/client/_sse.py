@@ -9,7 +9,7 @@ so that the common case, a plain `data:` event, costs no object beyond its strin
 
 from __future__ import annotations
 
-import codecs
+from codecs import utf_8_decode
 from dataclasses import dataclass
 
 DONE_MARKER = "[DONE]"
@@ -29,12 +29,15 @@ class SSEParser:
     """
 
     def __init__(self) -> None:
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._undecoded = b""  # the start of a UTF-8 sequence split between two reads
         self._buffer = ""
         self._pending_cr = False
 
     def feed(self, data: bytes) -> list[str | NamedEvent]:
-        text = self._decoder.decode(data)
+        if self._undecoded:
+            data = self._undecoded + data
+        text, used = utf_8_decode(data, "replace", False)
+        self._undecoded = data[used:] if used != len(data) else b""
         if self._pending_cr:
             text = "\r" + text
             self._pending_cr = False
@@ -65,6 +68,7 @@ class SSEParser:
         """The stream ended: flush a last event only if its lines are complete (a server may omit the
         final blank line); a half-received line is a cut stream, not an event."""
         tail = self._buffer + ("\n" if self._pending_cr else "")
+        self._undecoded = b""  # a cut UTF-8 sequence: the line it was in is incomplete anyway
         self._buffer = ""
         self._pending_cr = False
         if not tail.endswith("\n"):

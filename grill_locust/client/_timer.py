@@ -10,6 +10,7 @@ not output. The first non-reasoning output sets `first_visible_time` (TTFO).
 from __future__ import annotations
 
 import json
+from json import scanner as _json_scanner
 from typing import Any
 
 from grill_locust.client._replies import error_code, error_message, scrub, summarize_body
@@ -23,7 +24,24 @@ from grill_locust.record import (
     http_status_kind,
 )
 
-_loads = json.loads
+_json_loads = json.loads
+_c_make_scanner = getattr(_json_scanner, "c_make_scanner", None)  # None without the C accelerator
+_scan_once = _c_make_scanner(json.JSONDecoder()) if _c_make_scanner is not None else None
+
+
+def _loads(text: str | bytes) -> Any:
+    """`json.loads`, less its two Python-level wrappers (a third of its cost on a small chunk): the C
+    scanner reads the value; anything unusual (leading space, trailing data, not JSON) goes to
+    `json.loads`, which returns the same value or raises the same ValueError."""
+    if _scan_once is None or type(text) is not str:
+        return _json_loads(text)
+    try:
+        value, end = _scan_once(text, 0)
+    except StopIteration:
+        return _json_loads(text)
+    if end != len(text) and not text[end:].isspace():
+        return _json_loads(text)
+    return value
 
 
 class StreamTimer:
