@@ -12,8 +12,9 @@ SAMPLE_INTERVAL_S; figures are taken over the steady window, while at least 95 %
 are open (from the truth log), so start-up and ramps are left out. Events are the simulator's own
 count of output events written in that window. TTFT error = measured TTFT - (truth first_token -
 wall_start); ITL error = measured per-request ITL p99 - the truth's. The baseline's requests carry an
-x-request-id and match the truth exactly; grill's records carry no id and are matched by timing
-(`match_by_timing`); the same matcher run on the baseline's requests checks it against the exact ids.
+x-request-id and match the truth exactly; so do grill's when the user sends each record's id as
+`X-Request-Id` (`EngineClient.stream(..., request_id=record_id)`); records without it are matched by
+timing (`match_by_timing`), a matcher checked against the exact ids on the baseline's requests.
 
     python bench/capacity.py --quick                 # 50, 200, 500 streams, shorter
     python bench/capacity.py --max-streams 1000      # 50, 100, 200, 500, 1000
@@ -193,6 +194,19 @@ def truth_itl_p99_s(event_times: list[float]) -> float:
     return float(np.percentile(gaps, 99)) if len(gaps) else math.nan
 
 
+def match_by_id(records: pd.DataFrame, truth: pd.DataFrame) -> np.ndarray | None:
+    """For each record, the index of the truth row with its id (`X-Request-Id` = record_id), -1 when
+    the truth has none; None when the records were not sent with their ids (fewer than half match)."""
+    if "record_id" not in records or "request_id" not in truth:
+        return None
+    position = pd.Series(np.arange(len(truth)), index=truth["request_id"].to_numpy())
+    position = position[~position.index.duplicated()]
+    found = position.reindex(records["record_id"].to_numpy())
+    if found.notna().mean() < 0.5:
+        return None
+    return found.fillna(-1).to_numpy(dtype=int)
+
+
 def match_by_timing(measured: pd.DataFrame, truth: pd.DataFrame) -> np.ndarray:
     """For each measured request, the index of its truth row (grill's records carry no request id).
 
@@ -277,7 +291,10 @@ def analyze_grill(streams: int, workdir: Path) -> PathResult:
         print(f"  grill: {len(records)} records but {len(truth)} requests in the truth log", file=sys.stderr)
     records = records[records["status"] == "ok"].reset_index(drop=True)
     truth_ok = truth[truth["outcome"] == "ok"].reset_index(drop=True)
-    matched = match_by_timing(records, truth_ok)
+    matched = match_by_id(records, truth_ok)
+    how = "by X-Request-Id"
+    if matched is None:
+        matched, how = match_by_timing(records, truth_ok), "by timing (records sent without their ids)"
     records = records[matched >= 0].reset_index(drop=True)
     truth_matched = truth_ok.iloc[matched[matched >= 0]].reset_index(drop=True)
     wall_start = records["wall_start"].to_numpy()
@@ -298,6 +315,7 @@ def analyze_grill(streams: int, workdir: Path) -> PathResult:
         e2e_err_ms=e2e_err[in_window] * 1e3,
         failed=failed,
         load_1m=host_load(workdir / "grill.load.txt"),
+        note=f"records matched to the truth {how}",
     )
 
 
@@ -479,6 +497,7 @@ def main() -> None:
             if level is not None or grill_done:
                 results["grill"] = run_grill(level, workdir) if level else analyze_grill(streams, workdir)
                 print(row(results["grill"]), flush=True)
+                print(f"{'':>16}{results['grill'].note}", flush=True)
         if args.only in (None, "aiohttp"):
             base_done = level is None and (workdir / "aiohttp.cpu.csv").exists()
             if level is not None or base_done:
