@@ -151,6 +151,15 @@ class _Backend:
     tokenize_url: str | None = None
 
 
+@dataclass(frozen=True)
+class _Model:
+    """The attributes of `config.Model` that `chat_payload` reads."""
+
+    name: str
+    max_tokens: int
+    ignore_eos: bool = True
+
+
 def _cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -164,7 +173,7 @@ def run_live(streams: int, window_s: float, max_tokens: int) -> None:
         "--step-d-ms=0", "--reasoning-tokens=0", "--spin-ms=0", f"--max-num-seqs={streams + 8}",
         f"--kv-blocks={streams * (max_tokens + 200) // 16 + 4096}",
     ]  # fmt: skip
-    model = {"name": "grill-sim", "max_tokens": max_tokens, "ignore_eos": True}
+    model = _Model("grill-sim", max_tokens)
     with SimProcess.start("vllm", served_model_name="grill-sim", extra_args=step_args) as sim:
         backend = _Backend(url=sim.url)
         results: list[RawTiming] = []
@@ -172,9 +181,7 @@ def run_live(streams: int, window_s: float, max_tokens: int) -> None:
 
         def user(index: int) -> None:
             client = EngineClient(backend)
-            payload = chat_payload(
-                type("M", (), model)(), [{"role": "user", "content": f"{index} {LIVE_PROMPT}"}]
-            )
+            payload = chat_payload(model, [{"role": "user", "content": f"{index} {LIVE_PROMPT}"}])
             try:
                 while not stop:
                     results.append(client.stream(CHAT_PATH, payload).raw)

@@ -14,6 +14,7 @@ standard library's blocking sockets (`grill ping`, plain Python), a socket timeo
 
 from __future__ import annotations
 
+import functools
 import json
 import select
 import socket
@@ -71,6 +72,20 @@ def _gevent_timeout_class() -> Any:
     from gevent import Timeout
 
     return Timeout
+
+
+def _select_now() -> Callable[..., Any]:
+    """The system's `select` for a poll that never blocks: gevent's would also yield to the hub
+    (a round trip through the event loop before every request)."""
+    monkey = sys.modules.get("gevent.monkey")
+    if monkey is not None and monkey.is_module_patched("select"):
+        return _original_select(monkey)
+    return select.select
+
+
+@functools.cache
+def _original_select(monkey: Any) -> Callable[..., Any]:
+    return monkey.get_original("select", "select")  # type: ignore[no-any-return]
 
 
 class _PhaseAlarm:
@@ -321,7 +336,7 @@ class EngineClient:
         if sock is None:
             return None
         try:
-            readable, _, _ = select.select([sock], [], [], 0)
+            readable, _, _ = _select_now()([sock], [], [], 0)
         except (OSError, ValueError):
             readable = [sock]
         if readable:
