@@ -83,17 +83,19 @@ class GrillUser(User):
         client = self.client_for(target)
         retries = 0
         while True:
+            # the record id travels as X-Request-Id: engine logs and the simulator's truth join on it
+            record_id = self.grill.next_record_id()
             self.grill.in_flight += 1
             try:
-                result = client.stream(path, payload)
+                result = client.stream(path, payload, request_id=record_id)
             except GreenletExit:  # the user is stopped mid-request: record it as cut, then stop
                 if client.last_result is not None:
-                    self._record(labels, turn, measure(client.last_result.raw), retries)
+                    self._record(labels, turn, record_id, measure(client.last_result.raw), retries)
                 raise
             finally:
                 self.grill.in_flight -= 1
             measurement = measure(result.raw)
-            self._record(labels, turn, measurement, retries)
+            self._record(labels, turn, record_id, measurement, retries)
             if measurement.status != STATUS_RATE_LIMITED or retries >= backend.retries:
                 break
             # opt-in 429 retries: every attempt stays a record, the next one counts its retries
@@ -101,10 +103,12 @@ class GrillUser(User):
             gevent.sleep(min(MAX_RETRY_AFTER_S, result.retry_after_s or 1.0))
         return result.text if measurement.status == STATUS_OK else None
 
-    def _record(self, labels: dict[str, Any], turn: int, measurement: Any, retries: int) -> None:
+    def _record(
+        self, labels: dict[str, Any], turn: int, record_id: str, measurement: Any, retries: int
+    ) -> None:
         grill = self.grill
         record = build_record(
-            {**labels, "turn": turn, "record_id": grill.next_record_id()},
+            {**labels, "turn": turn, "record_id": record_id},
             measurement,
             worker_lag_p99_ms=grill.selfcheck.lag_p99_ms,
             worker_cpu=grill.selfcheck.cpu_pct,

@@ -140,7 +140,7 @@ def test_worker_stopping_normally_mid_tier_loses_and_duplicates_nothing(tmp_path
     assert records["record_id"].is_unique
     time.sleep(0.5)
     # every request the engine saw is one record, and no record lacks a request
-    assert len(records) == len(read_truth(truth))
+    assert set(records["record_id"]) == {t["request_id"] for t in read_truth(truth)}
     phases = pd.read_csv(run_dir / "phases.csv")
     assert bool(phases["complete"].iloc[0])
     assert phases["iterations_done"].iloc[0] >= 16
