@@ -62,7 +62,10 @@ class StreamReader:
             self.timer.fail(t, STATUS_BAD_EVENT, f"bad HTTP response: {error}")
             self.finished = True
             return
-        self._handle(t, events)
+        if len(events) == 1 and self._mode == _SSE and type(events[0]) is bytes:
+            self._feed_sse(t, events[0])  # mid-stream, nearly every read: body bytes only
+        else:
+            self._handle(t, events)
 
     def feed_eof(self, t: float, reason: str = "") -> None:
         """The connection closed (or broke: `reason`)."""
@@ -100,20 +103,23 @@ class StreamReader:
                 start = body.lstrip()[:6]
                 mode = self._mode = _SSE if start.startswith((b"data:", b":", b"event:")) else _OPAQUE
             if mode == _SSE:
-                timer = self.timer
-                for item in self._sse.feed(body):
-                    if type(item) is str:
-                        timer.on_data(t, item)
-                    else:
-                        timer.on_event(t, item)
-                if timer.done and self.done_at is None:
-                    self.done_at = t
+                self._feed_sse(t, body)
             elif len(self._kept) < MAX_KEPT_BODY_BYTES:
                 self._kept += body[: MAX_KEPT_BODY_BYTES - len(self._kept)]
         if end is not None:
             self.finished = True
             self.keep_alive = end.keep_alive and not self._http.leftover
             self._end_body(t)
+
+    def _feed_sse(self, t: float, body: bytes) -> None:
+        timer = self.timer
+        for item in self._sse.feed(body):
+            if type(item) is str:
+                timer.on_data(t, item)
+            else:
+                timer.on_event(t, item)
+        if timer.done and self.done_at is None:
+            self.done_at = t
 
     def _on_head(self, head: Head) -> None:
         self.head = head
