@@ -31,7 +31,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    return _run(build_parser().parse_args(argv))
+
+
+def main_for(name: str, argv: list[str] | None = None) -> int:
+    """One subcommand on its own (`python -m grill_locust.sim`): imports only that subcommand's module,
+    so the simulated engine and the GPU exporter start without the rest of the package's dependencies."""
+    module_name, help_text = SUBCOMMANDS[name]
+    module = importlib.import_module(module_name)
+    parser = argparse.ArgumentParser(prog=f"grill {name}", description=help_text)
+    module.configure_parser(parser, name)
+    args = parser.parse_args(argv)
+    args.command, args._module = name, module
+    return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args._module.run(args) or 0)
     except GrillError as error:

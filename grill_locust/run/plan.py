@@ -196,15 +196,10 @@ def _number(text: str | None, option: str, kind: type[int] | type[float], minimu
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m grill_locust.run.plan FILE…`, the same as `grill validate`."""
-    parser = argparse.ArgumentParser(prog="grill validate", description=__doc__.splitlines()[0])
-    configure_parser(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except GrillError as error:
-        print(f"grill validate: {error}", file=sys.stderr)
-        return error.exit_code
+    """`python -m grill_locust.run.plan`: the same as `grill validate`."""
+    from grill_locust.cli import main_for
+
+    return main_for("validate", argv)
 
 
 if __name__ == "__main__":

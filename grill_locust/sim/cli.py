@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import dataclasses
 import os
-import sys
 from typing import Any
 
 from grill_locust.errors import GrillError
@@ -131,15 +130,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="grill sim", description="run the simulated OpenAI-compatible engine"
-    )
-    configure_parser(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except GrillError as error:
-        print(f"grill sim: {error}", file=sys.stderr)
-        return error.exit_code
-    except KeyboardInterrupt:
-        return 130
+    """`python -m grill_locust.sim.cli`: the same as `grill sim`."""
+    from grill_locust.cli import main_for
+
+    return main_for("sim", argv)

@@ -108,16 +108,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="grill gpu-exporter", description="serve NVML GPU metrics for Prometheus / InfluxDB"
-    )
-    configure_parser(parser, "gpu-exporter")
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except GrillError as error:
-        print(f"grill gpu-exporter: {error}", file=sys.stderr)
-        return error.exit_code
+    """`python -m grill_locust.telemetry.cli`: the same as `grill gpu-exporter`."""
+    from grill_locust.cli import main_for
+
+    return main_for("gpu-exporter", argv)
 
 
 if __name__ == "__main__":
