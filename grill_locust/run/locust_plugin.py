@@ -39,78 +39,78 @@ DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "demo.yam
 
 @events.init_command_line_parser.add_listener
 def add_options(parser: Any) -> None:
-    group = parser  # Locust shows these in the web UI's custom parameters; is_secret hides the token
-    group.add_argument(
+    # Locust shows these in the web UI's custom parameters; is_secret hides the token there
+    parser.add_argument(
         "--scenario",
         env_var="LOCUST_SCENARIO",
         default=None,
         help="Scenario YAML (backends, models, conversations, targets, load). "
         "Default without --scenario or --host: scenarios/demo.yaml",
     )
-    group.add_argument(
+    parser.add_argument(
         "--results-dir",
         env_var="LOCUST_RESULTS_DIR",
         default="results",
         help="Folder that receives results/<run_id>/ (default: results)",
     )
-    group.add_argument(
+    parser.add_argument(
         "--tiers",
         env_var="LOCUST_TIERS",
         default=None,
         help="Override the tiers of concurrent users, e.g. 1,5,10",
     )
-    group.add_argument(
+    parser.add_argument(
         "--iterations",
         env_var="LOCUST_ITERATIONS",
         type=int,
         default=None,
         help="Override conversations per user per tier",
     )
-    group.add_argument(
+    parser.add_argument(
         "--pause",
         env_var="LOCUST_PAUSE",
         type=float,
         default=None,
         help="Override the pause at 0 users between tiers (seconds)",
     )
-    group.add_argument(
+    parser.add_argument(
         "--think-time",
         env_var="LOCUST_THINK_TIME",
         type=float,
         default=None,
         help="Override the think time between requests of one user (seconds)",
     )
-    group.add_argument(
+    parser.add_argument(
         "--model",
         env_var="LOCUST_MODEL",
         default=None,
         help="Model for the plain users (MultiTurnUser, ...) with --host; default: the first listed",
     )
-    group.add_argument(
+    parser.add_argument(
         "--engine",
         env_var="LOCUST_ENGINE",
         default="openai",
         help="Engine behind --host for the plain users (vllm, sglang, llamacpp, sim, openai, ...)",
     )
-    group.add_argument(
+    parser.add_argument(
         "--resume",
         env_var="LOCUST_RESUME",
         default=None,
         help="Continue an interrupted campaign in results/<run_id>, skipping tiers already complete",
     )
-    group.add_argument(
+    parser.add_argument(
         "--telemetry-interval",
         env_var="LOCUST_TELEMETRY_INTERVAL",
         type=float,
         default=2.0,
         help="Seconds between scrapes of engine /metrics and GPU exporters (0: off)",
     )
-    group.add_argument(
+    parser.add_argument(
         "--influx-url", env_var="INFLUX_URL", default=None, help="InfluxDB URL for live results"
     )
-    group.add_argument("--influx-org", env_var="INFLUX_ORG", default=None, help="InfluxDB organisation")
-    group.add_argument("--influx-bucket", env_var="INFLUX_BUCKET", default=None, help="InfluxDB bucket")
-    group.add_argument(
+    parser.add_argument("--influx-org", env_var="INFLUX_ORG", default=None, help="InfluxDB organisation")
+    parser.add_argument("--influx-bucket", env_var="INFLUX_BUCKET", default=None, help="InfluxDB bucket")
+    parser.add_argument(
         "--influx-token",
         env_var="INFLUX_TOKEN",
         default=None,
@@ -541,4 +541,4 @@ def _extend_web_ui(environment: Environment) -> None:
         return response
 
 
-__all__ = ["CampaignShape", "MasterRunner"]
+__all__ = ["CampaignShape"]
