@@ -6,10 +6,14 @@ monkey-patched them), one keep-alive connection per client, each `recv` timestam
 some buffer filled. Parsing and the metric contract live in the sans-IO `_http`, `_sse` and
 `_timer` modules.
 
+Under gevent (Locust), a plain TCP reply is read by the process's `Poller` (`_poller.py`: one
+epoll, every ready stream read in one wake-up of the hub) while the user's greenlet sleeps; TLS
+replies and the standard library's blocking sockets (`grill ping`, plain Python) are read here.
+
 Deadlines (first token, total, the grace after `[DONE]`): with gevent's sockets, one
 `gevent.Timeout` per request phase and sockets without a timeout, because a socket timeout makes
-gevent start a timer for every wait, i.e. for every event (a tenth of the client's CPU); with the
-standard library's blocking sockets (`grill ping`, plain Python), a socket timeout before each wait.
+gevent start a timer for every wait, i.e. for every event; with the standard library's blocking
+sockets, a socket timeout before each wait.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from urllib.parse import urlsplit
 from greenlet import GreenletExit
 
 from grill_locust.client._http import Head, ProtocolError, ResponseParser
+from grill_locust.client._poller import DONE, RECV_BYTES, SETTLED, WAITING, phase_of, poller
 from grill_locust.client._reader import StreamReader
 from grill_locust.client._timer import StreamTimer
 from grill_locust.record import (
@@ -39,7 +44,6 @@ from grill_locust.record import (
     RawTiming,
 )
 
-RECV_BYTES = 65536
 AFTER_DONE_GRACE_S = 2.0  # after `[DONE]`, how long to wait for the body's end before dropping the connection
 TOKENIZE_TIMEOUT_S = 10.0
 USER_AGENT = "grill-locust"
@@ -414,29 +418,24 @@ class EngineClient:
         first_token_deadline = min(t0 + self.first_token_s, total_deadline)
         sock, reused = self._send(request, timer, total_deadline, alarm)
         self._request_sent = True
-        output_times = timer.raw.output_times
+        if alarm is not None and _pollable(sock):
+            self._await_polled(
+                sock, reused, request, timer, reader, alarm, first_token_deadline, total_deadline
+            )
+            return
         perf_counter = time.perf_counter
-        feed = reader.feed
-        recv = _receiver(sock, alarm is not None)
         while not reader.finished:
-            done_at = reader.done_at
-            if done_at is not None:
-                deadline = min(total_deadline, done_at + AFTER_DONE_GRACE_S)
-            elif output_times:
-                deadline = total_deadline
-            else:
-                deadline = first_token_deadline
+            deadline = _deadline(phase_of(reader), reader, first_token_deadline, total_deadline)
             reason = ""
             try:
                 if alarm is not None:
-                    if deadline != alarm.deadline:
-                        alarm.set(deadline)
+                    alarm.set(deadline)
                 else:
                     remaining = deadline - perf_counter()
                     if remaining <= 0:
                         raise _DeadlinePassed(deadline)
                     sock.settimeout(remaining)
-                data = recv(RECV_BYTES)
+                data = sock.recv(RECV_BYTES)
             except TimeoutError:
                 raise _DeadlinePassed(deadline) from None
             except OSError as error:
@@ -444,19 +443,52 @@ class EngineClient:
                 reason = _os_reason(error)
             t = perf_counter()
             if data:
-                feed(t, data)
+                reader.feed(t, data)
             elif reused and not reader.got_bytes:
-                # the kept-alive connection was closed under us before any reply: reconnecting and
-                # sending again is not a retry (the server never saw the request)
-                self.close()
-                self._request_sent = False
-                sock = self._connect(timer, total_deadline, alarm)
-                recv = _receiver(sock, alarm is not None)
+                sock = self._send_again(request, timer, total_deadline, alarm)
                 reused = False
-                self._sendall(sock, request, timer, total_deadline, alarm)
-                self._request_sent = True
             else:
                 reader.feed_eof(t, reason)
+
+    def _await_polled(
+        self,
+        sock: socket.socket,
+        reused: bool,
+        request: bytes,
+        timer: StreamTimer,
+        reader: StreamReader,
+        alarm: _PhaseAlarm,
+        first_token_deadline: float,
+        total_deadline: float,
+    ) -> None:
+        """Sleep while the process's poller reads the reply; wake at each phase change to move the
+        deadline."""
+        while True:
+            watch = poller().watch(sock._sock, reader, reused)  # type: ignore[attr-defined]
+            try:
+                while watch.phase != SETTLED:
+                    alarm.set(_deadline(watch.phase, reader, first_token_deadline, total_deadline))
+                    watch.wait()
+            finally:
+                watch.close()
+            if watch.error is not None:
+                raise watch.error
+            if not watch.closed_early:
+                return
+            sock = self._send_again(request, timer, total_deadline, alarm)
+            reused = False
+
+    def _send_again(
+        self, request: bytes, timer: StreamTimer, deadline: float, alarm: _PhaseAlarm | None
+    ) -> socket.socket:
+        """The kept-alive connection was closed under us before any reply: the server never saw the
+        request, so sending it again on a new connection is not a retry."""
+        self.close()
+        self._request_sent = False
+        sock = self._connect(timer, deadline, alarm)
+        self._sendall(sock, request, timer, deadline, alarm)
+        self._request_sent = True
+        return sock
 
     def _deadline_passed(self, timer: StreamTimer, reader: StreamReader, deadline: float | None) -> None:
         """Record which limit `deadline` was; the connection is dropped (the rest of its reply is unread)."""
@@ -476,31 +508,18 @@ class EngineClient:
         timer.fail(now, STATUS_TIMEOUT, message)
 
 
-def _receiver(sock: socket.socket, cooperative: bool) -> Callable[[int], bytes]:
-    """`sock.recv`, or for a plain gevent socket without a timeout, a recv that waits for the socket
-    to be readable first and then reads once. gevent's own `recv` reads first: between an engine's
-    steps that read fails (EWOULDBLOCK, raised as an exception), then it waits and reads again; two
-    system calls and an exception for every event."""
+def _pollable(sock: socket.socket) -> bool:
+    """A plain gevent socket (not TLS, whose reads go through the SSL object): the poller reads it."""
     gevent_socket = sys.modules.get("gevent._socket3")
-    if not cooperative or gevent_socket is None or type(sock) is not gevent_socket.socket:
-        return sock.recv  # blocking, or TLS (whose reads go through the SSL object)
-    read_event = getattr(sock, "_read_event", None)  # gevent's own watcher and raw socket
-    raw = getattr(sock, "_sock", None)
-    hub = getattr(sock, "hub", None)
-    if read_event is None or raw is None or hub is None:
-        return sock.recv
-    wait = hub.wait
-    raw_recv = raw.recv
+    return gevent_socket is not None and type(sock) is gevent_socket.socket and hasattr(sock, "_sock")
 
-    def recv(size: int) -> bytes:
-        while True:
-            wait(read_event)
-            try:
-                return raw_recv(size)  # type: ignore[no-any-return]
-            except BlockingIOError:  # woken without data (rare): wait again
-                continue
 
-    return recv
+def _deadline(phase: int, reader: StreamReader, first_token_deadline: float, total_deadline: float) -> float:
+    if phase == WAITING:
+        return first_token_deadline
+    if phase == DONE and reader.done_at is not None:
+        return min(total_deadline, reader.done_at + AFTER_DONE_GRACE_S)
+    return total_deadline
 
 
 def _header_value(value: str) -> bytes:

@@ -96,11 +96,10 @@ class ResponseParser:
             return events
         if self._state == _LENGTH and not self._buffer:
             return self._feed_length(data, events)
-        if self._state == _CHUNK_SIZE and not self._buffer:
-            piece = _one_whole_chunk(data)
-            if piece is not None:  # the common case of a stream: one recv, one chunk, one event
-                events.append(piece)
-                return events
+        piece = self.whole_chunk(data)
+        if piece is not None:  # the common case of a stream: one recv, one chunk, one event
+            events.append(piece)
+            return events
         buffer = self._buffer + data if self._buffer else data
         self._buffer = b""
         pos = 0  # an index, not slicing: a 64 KiB recv holds hundreds of chunks
@@ -167,6 +166,13 @@ class ResponseParser:
                 self.leftover += buffer[pos:]
                 return events
         return events
+
+    def whole_chunk(self, data: bytes) -> bytes | None:
+        """When the parser is between chunks and `data` is exactly one whole chunk, its data (the
+        parser's state does not change), else None: `feed` it."""
+        if self._state != _CHUNK_SIZE or self._buffer:
+            return None
+        return _one_whole_chunk(data)
 
     def feed_eof(self) -> list[Head | bytes | End]:
         if self._state == _UNTIL_CLOSE:

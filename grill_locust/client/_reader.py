@@ -56,6 +56,18 @@ class StreamReader:
 
     def feed(self, t: float, data: bytes) -> None:
         self.got_bytes = True
+        if self._mode == _SSE:  # mid-stream, nearly every read: one chunk holding one event
+            body = self._http.whole_chunk(data)
+            if body is not None:
+                event = self._sse.whole_event(body)
+                if event is None:
+                    self._feed_sse(t, body)
+                    return
+                timer = self.timer
+                timer.on_data(t, event)
+                if timer.done and self.done_at is None:
+                    self.done_at = t
+                return
         try:
             events = self._http.feed(data)
         except ProtocolError as error:
@@ -63,7 +75,7 @@ class StreamReader:
             self.finished = True
             return
         if len(events) == 1 and self._mode == _SSE and type(events[0]) is bytes:
-            self._feed_sse(t, events[0])  # mid-stream, nearly every read: body bytes only
+            self._feed_sse(t, events[0])  # body bytes only
         else:
             self._handle(t, events)
 

@@ -10,8 +10,9 @@ not output. The first non-reasoning output sets `first_visible_time` (TTFO).
 from __future__ import annotations
 
 import json
-from json import scanner as _json_scanner
 from typing import Any
+
+import orjson
 
 from grill_locust.client._replies import error_code, error_message, scrub, summarize_body
 from grill_locust.client._sse import DONE_MARKER, NamedEvent
@@ -24,24 +25,20 @@ from grill_locust.record import (
     http_status_kind,
 )
 
-_json_loads = json.loads
-_c_make_scanner = getattr(_json_scanner, "c_make_scanner", None)  # None without the C accelerator
-_scan_once = _c_make_scanner(json.JSONDecoder()) if _c_make_scanner is not None else None
 
-
-def _loads(text: str | bytes) -> Any:
-    """`json.loads`, less its two Python-level wrappers (a third of its cost on a small chunk): the C
-    scanner reads the value; anything unusual (leading space, trailing data, not JSON) goes to
-    `json.loads`, which returns the same value or raises the same ValueError."""
-    if _scan_once is None or type(text) is not str:
-        return _json_loads(text)
+def _loads(data: str | bytes) -> Any:
+    """A JSON value: orjson (a third of the standard library's time on a chunk, and it reads the
+    bytes without decoding them first); what only the standard library accepts (NaN, integers
+    beyond 64 bits, invalid UTF-8 read as U+FFFD) goes to `json.loads`, whose ValueError stands."""
     try:
-        value, end = _scan_once(text, 0)
-    except StopIteration:
-        return _json_loads(text)
-    if end != len(text) and not text[end:].isspace():
-        return _json_loads(text)
-    return value
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    return json.loads(_text(data))
+
+
+def _text(data: str | bytes) -> str:
+    return data.decode("utf-8", "replace") if isinstance(data, bytes) else data
 
 
 class StreamTimer:
@@ -79,18 +76,20 @@ class StreamTimer:
             else:  # other named events (none of our engines send them) still carry chunks
                 self.on_data(t, event.data)
 
-    def on_data(self, t: float, data: str) -> None:
-        """The data of one SSE event: a JSON chunk or `[DONE]`."""
-        if data[:1] == "[" and data.strip() == DONE_MARKER:
-            self.on_done(t)
-            return
+    def on_data(self, t: float, data: str | bytes) -> None:
+        """The data of one SSE event (text, or the bytes of a whole event): a JSON chunk or `[DONE]`."""
         try:
             chunk = _loads(data)
         except ValueError:
-            self.fail(t, STATUS_BAD_EVENT, "unparseable event: " + scrub(data[:80], self.secrets))
+            text = _text(data)
+            if text.strip() == DONE_MARKER:
+                self.on_done(t)
+            else:
+                self.fail(t, STATUS_BAD_EVENT, "unparseable event: " + scrub(text[:80], self.secrets))
             return
         if type(chunk) is not dict:
-            self.fail(t, STATUS_BAD_EVENT, "event is not a JSON object: " + scrub(data[:80], self.secrets))
+            text = _text(data)
+            self.fail(t, STATUS_BAD_EVENT, "event is not a JSON object: " + scrub(text[:80], self.secrets))
             return
         self.on_chunk(t, chunk)
 

@@ -84,6 +84,72 @@ def test_gevent_run_starts_a_few_timers_per_request_not_one_per_read() -> None:
     assert status == "ok" and int(pieces) >= 8 and int(timers) <= 4 and socket_timeout == "None"
 
 
+@pytest.mark.skipif(PATCHED, reason="already the gevent run")
+def test_poller_reads_many_streams_per_wakeup_and_wakes_each_user_a_few_times() -> None:
+    script = """
+        import threading
+        import gevent
+        from client_replay import load, split_pieces
+        from client_servers import Server, backend, send_slowly
+        from grill_locust.client import EngineClient, _poller, chat_payload
+
+        streams = 12
+        pieces = split_pieces(load("vllm_chat"))
+        everyone = threading.Barrier(streams)
+        def handler(conn, request, server):
+            everyone.wait(timeout=10)  # all streams then send their pieces on the same ticks
+            send_slowly(conn, pieces, 0.02, server)
+            return True
+        server = Server(handler)
+        waits = []
+        original_wait = _poller.Watch.wait
+        def counting_wait(self):
+            waits.append(self)
+            original_wait(self)
+        _poller.Watch.wait = counting_wait
+        clients = [EngineClient(backend(server.url)) for _ in range(streams)]
+        jobs = [gevent.spawn(c.stream, "/v1/chat/completions", chat_payload("m", [])) for c in clients]
+        gevent.joinall(jobs, timeout=30)
+        poller = _poller.poller()
+        statuses = {job.value.raw.status for job in jobs}
+        watches = {id(w) for w in waits}
+        print(",".join(sorted(statuses)), len(pieces), poller.reads, poller.wakeups, len(waits), len(watches))
+        """
+    done = _run_patched(script, timeout_s=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    statuses, pieces, reads, wakeups, waits, watches = done.stdout.split()
+    assert statuses == "ok" and int(watches) == 12
+    assert int(reads) >= 12 * int(pieces)  # every piece was its own read...
+    assert int(reads) / int(wakeups) >= 4  # ...but streams sending together were read in one wake-up
+    # each user slept through its stream: woken for the first output, [DONE] and the end, not per read
+    assert int(waits) <= 3 * 12
+
+
+@pytest.mark.skipif(PATCHED, reason="already the gevent run")
+def test_a_parser_failure_reaches_the_user_not_the_hub() -> None:
+    script = """
+        import gevent
+        from client_replay import load
+        from client_servers import Server, backend
+        from grill_locust.client import EngineClient, _reader, chat_payload
+
+        server = Server(lambda conn, request, srv: conn.sendall(load("vllm_chat")) or True)
+        original_feed = _reader.StreamReader.feed
+        def broken(self, t, data):
+            raise RuntimeError("parser bug")
+        _reader.StreamReader.feed = broken
+        client = EngineClient(backend(server.url))
+        job = gevent.spawn(client.stream, "/v1/chat/completions", chat_payload("m", []))
+        job.join(timeout=10)
+        _reader.StreamReader.feed = original_feed
+        after = client.stream("/v1/chat/completions", chat_payload("m", []))  # the hub still runs
+        print(type(job.exception).__name__, job.exception, after.raw.status)
+        """
+    done = _run_patched(script, timeout_s=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["RuntimeError", "parser", "bug", "ok"]
+
+
 def test_body_never_ending_after_done_is_complete_and_the_connection_dropped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

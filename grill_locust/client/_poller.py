@@ -1,0 +1,179 @@
+"""Poller: every open stream of a worker process read from one epoll, many streams per wake-up.
+
+With one greenlet per stream waiting on its own socket, every output event costs a trip through
+gevent's hub: a watcher callback, a switch into the user's greenlet, a switch back. Here the hub
+watches one epoll descriptor; when it is readable, one callback (running in the hub, no greenlet
+switch) reads every ready socket, stamps each read with `time.perf_counter()` as it returns, then
+feeds each reply's `StreamReader`. The user's greenlet sleeps for the whole stream and is woken
+only when its request changes phase (first output, `[DONE]`, finished): at most a few times per
+request, whatever its length.
+
+Reading first and parsing afterwards keeps the stamps of one wake-up within the time of the reads
+themselves (a few µs each), not behind the parsing of the streams read before.
+
+Used for plain TCP sockets under gevent (Locust); TLS and the standard library's blocking sockets
+read in `EngineClient`'s own loop.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from grill_locust.client._reader import StreamReader
+
+RECV_BYTES = 65536
+
+# the phases a stream's deadline depends on (EngineClient picks the deadline)
+WAITING = 0  # no output yet: first_token_s
+STREAMING = 1  # output arrived: total_s
+DONE = 2  # `[DONE]` arrived: the short grace for the body's end
+SETTLED = 3  # nothing more to read: finished, failed, or closed before any reply
+
+
+def phase_of(reader: StreamReader) -> int:
+    if reader.finished:
+        return SETTLED
+    if reader.done_at is not None:
+        return DONE
+    return STREAMING if reader.timer.raw.output_times else WAITING
+
+
+class Watch:
+    """One request's registration: the poller feeds `reader` and wakes the waiting greenlet when
+    the phase changes."""
+
+    __slots__ = (
+        "fd",
+        "recv",
+        "reader",
+        "reused",
+        "phase",
+        "closed_early",
+        "reason",
+        "error",
+        "_waiter",
+        "_poller",
+    )
+
+    def __init__(
+        self, poller: Poller, raw_socket: Any, reader: StreamReader, reused: bool, waiter: Any
+    ) -> None:
+        self.fd: int = raw_socket.fileno()
+        self.recv = raw_socket.recv
+        self.reader = reader
+        self.reused = reused  # a kept-alive connection: closed before any reply means "send again"
+        self.phase = phase_of(reader)
+        self.closed_early = False  # a kept-alive connection the server had closed: nothing was read
+        self.reason = ""  # why the connection broke, when it did
+        self.error: BaseException | None = None  # a bug met while parsing: re-raised in the user's greenlet
+        self._waiter = waiter
+        self._poller = poller
+
+    def wait(self) -> None:
+        """Sleep until the phase changes (or the greenlet's deadline alarm interrupts)."""
+        waiter = self._waiter
+        waiter.clear()
+        waiter.get()
+
+    def close(self) -> None:
+        self._poller.unwatch(self)
+
+
+class Poller:
+    """One per process and gevent hub (see `poller()`)."""
+
+    def __init__(self, hub: Any, epoll_class: Any, waiter_class: Any) -> None:
+        self._epoll = epoll_class()
+        self._hub = hub
+        self._waiter_class = waiter_class
+        self._watches: dict[int, Watch] = {}
+        self._watcher = hub.loop.io(self._epoll.fileno(), 1)  # 1: readable
+        self._run_callback = hub.loop.run_callback
+        self.wakeups = 0  # for the benchmark and tests: hub callbacks that found something to read
+        self.reads = 0
+
+    def watch(self, raw_socket: Any, reader: StreamReader, reused: bool) -> Watch:
+        """Start reading `raw_socket` (non-blocking; gevent's `_sock`) into `reader`."""
+        watch = Watch(self, raw_socket, reader, reused, self._waiter_class(self._hub))
+        self._epoll.register(watch.fd, 1)  # EPOLLIN, level-triggered
+        self._watches[watch.fd] = watch
+        if len(self._watches) == 1:
+            self._watcher.start(self._on_ready)
+        return watch
+
+    def unwatch(self, watch: Watch) -> None:
+        if self._watches.get(watch.fd) is not watch:
+            return
+        del self._watches[watch.fd]
+        try:
+            self._epoll.unregister(watch.fd)
+        except OSError:  # the socket was closed meanwhile: the kernel forgot it already
+            pass
+        if not self._watches:
+            self._watcher.stop()
+
+    def _on_ready(self) -> None:
+        """In the hub: read every ready socket, then parse, then schedule the wake-ups."""
+        try:
+            ready = self._epoll.poll(0)
+        except InterruptedError:
+            return
+        watches = self._watches
+        perf_counter = time.perf_counter
+        arrivals: list[tuple[Watch, float, bytes]] = []
+        for fd, _ in ready:
+            watch = watches.get(fd)
+            if watch is None:
+                continue
+            try:
+                data = watch.recv(RECV_BYTES)
+            except BlockingIOError:
+                continue
+            except OSError as error:
+                data = b""
+                watch.reason = error.strerror or type(error).__name__
+            arrivals.append((watch, perf_counter(), data))
+        if not arrivals:
+            return
+        self.wakeups += 1
+        self.reads += len(arrivals)
+        for watch, t, data in arrivals:
+            reader = watch.reader
+            try:
+                if data:
+                    reader.feed(t, data)
+                elif watch.reused and not reader.got_bytes:
+                    watch.closed_early = True
+                else:
+                    reader.feed_eof(t, watch.reason)
+            except Exception as error:  # noqa: BLE001 - a parser bug must not stop the hub
+                watch.error = error
+            phase = SETTLED if watch.closed_early or watch.error is not None else phase_of(reader)
+            if phase != watch.phase:
+                watch.phase = phase
+                if phase == SETTLED:
+                    self.unwatch(watch)
+                self._run_callback(watch._waiter.switch, None)
+
+
+_current: tuple[int, Any, Poller] | None = None
+
+
+def poller() -> Poller:
+    """This process's poller for the current gevent hub (made on first use, after any fork)."""
+    global _current
+    from gevent import get_hub
+
+    hub = get_hub()
+    current = _current
+    if current is not None and current[0] == os.getpid() and current[1] is hub:
+        return current[2]
+    from gevent.hub import Waiter
+
+    monkey = sys.modules["gevent.monkey"]
+    made = Poller(hub, monkey.get_original("select", "epoll"), Waiter)
+    _current = (os.getpid(), hub, made)
+    return made
