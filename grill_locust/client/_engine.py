@@ -1,8 +1,8 @@
 """EngineClient: sends one streaming request at a time to one backend and times every event.
 
 The I/O half of the client. Plain `socket` / `ssl` (gevent-cooperative once Locust has
-monkey-patched them), one keep-alive connection per client, each `recv` timestamped with
-`time.perf_counter()` as it returns, so an event's time is when its bytes arrived, never when
+monkey-patched them), one keep-alive connection per client, each read with the time its bytes
+arrived (`_arrival`: the kernel's receive stamp, else the moment the read returned), never when
 some buffer filled. Parsing and the metric contract live in the sans-IO `_http`, `_sse` and
 `_timer` modules.
 
@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 
 from greenlet import GreenletExit
 
+from grill_locust.client import _arrival
 from grill_locust.client._http import Head, ProtocolError, ResponseParser
 from grill_locust.client._poller import DONE, RECV_BYTES, SETTLED, WAITING, phase_of, poller
 from grill_locust.client._reader import StreamReader
@@ -231,6 +232,7 @@ class EngineClient:
         tokenize_url = getattr(backend, "tokenize_url", None)
         self.tokenize_url: str | None = str(tokenize_url) if tokenize_url else None
         self._sock: socket.socket | None = None
+        self._stamped = False  # the kernel stamps what the connection receives (`_arrival`)
         self._request_sent = False  # of the request in progress: tells a send timeout from a read timeout
         self.last_result: StreamResult | None = None
         self.connections_opened = 0  # for tests and diagnostics
@@ -329,6 +331,7 @@ class EngineClient:
             raise _Failed from None
         self.connections_opened += 1
         self._sock = sock
+        self._stamped = self.origin.scheme == "http" and _arrival.enable(sock)
         if alarm is not None:
             sock.settimeout(None)  # the alarm keeps the deadlines: no timer per wait
             alarm.set(deadline)
@@ -423,7 +426,6 @@ class EngineClient:
                 sock, reused, request, timer, reader, alarm, first_token_deadline, total_deadline
             )
             return
-        perf_counter = time.perf_counter
         while not reader.finished:
             deadline = _deadline(phase_of(reader), reader, first_token_deadline, total_deadline)
             reason = ""
@@ -431,17 +433,16 @@ class EngineClient:
                 if alarm is not None:
                     alarm.set(deadline)
                 else:
-                    remaining = deadline - perf_counter()
+                    remaining = deadline - time.perf_counter()
                     if remaining <= 0:
                         raise _DeadlinePassed(deadline)
                     sock.settimeout(remaining)
-                data = sock.recv(RECV_BYTES)
+                data, t = _arrival.read(sock, RECV_BYTES, self._stamped, _arrival.wall_offset())
             except TimeoutError:
                 raise _DeadlinePassed(deadline) from None
             except OSError as error:
-                data = b""
+                data, t = b"", time.perf_counter()
                 reason = _os_reason(error)
-            t = perf_counter()
             if data:
                 reader.feed(t, data)
             elif reused and not reader.got_bytes:
@@ -464,7 +465,7 @@ class EngineClient:
         """Sleep while the process's poller reads the reply; wake at each phase change to move the
         deadline."""
         while True:
-            watch = poller().watch(sock._sock, reader, reused)  # type: ignore[attr-defined]
+            watch = poller().watch(sock._sock, self._stamped, reader, reused)  # type: ignore[attr-defined]
             try:
                 while watch.phase != SETTLED:
                     alarm.set(_deadline(watch.phase, reader, first_token_deadline, total_deadline))

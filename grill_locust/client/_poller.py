@@ -3,13 +3,10 @@
 With one greenlet per stream waiting on its own socket, every output event costs a trip through
 gevent's hub: a watcher callback, a switch into the user's greenlet, a switch back. Here the hub
 watches one epoll descriptor; when it is readable, one callback (running in the hub, no greenlet
-switch) reads every ready socket, stamps each read with `time.perf_counter()` as it returns, then
-feeds each reply's `StreamReader`. The user's greenlet sleeps for the whole stream and is woken
+switch) reads every ready socket, each read with its arrival time (`_arrival`: the kernel's stamp),
+and feeds each reply's `StreamReader`. The user's greenlet sleeps for the whole stream and is woken
 only when its request changes phase (first output, `[DONE]`, finished): at most a few times per
 request, whatever its length.
-
-Reading first and parsing afterwards keeps the stamps of one wake-up within the time of the reads
-themselves (a few µs each), not behind the parsing of the streams read before.
 
 Used for plain TCP sockets under gevent (Locust); TLS and the standard library's blocking sockets
 read in `EngineClient`'s own loop.
@@ -22,6 +19,7 @@ import sys
 import time
 from typing import Any
 
+from grill_locust.client._arrival import read, wall_offset
 from grill_locust.client._reader import StreamReader
 
 RECV_BYTES = 65536
@@ -47,7 +45,8 @@ class Watch:
 
     __slots__ = (
         "fd",
-        "recv",
+        "socket",
+        "stamped",
         "reader",
         "reused",
         "phase",
@@ -59,10 +58,11 @@ class Watch:
     )
 
     def __init__(
-        self, poller: Poller, raw_socket: Any, reader: StreamReader, reused: bool, waiter: Any
+        self, poller: Poller, raw_socket: Any, stamped: bool, reader: StreamReader, reused: bool, waiter: Any
     ) -> None:
         self.fd: int = raw_socket.fileno()
-        self.recv = raw_socket.recv
+        self.socket = raw_socket
+        self.stamped = stamped  # the kernel stamps its reads (see `_arrival`)
         self.reader = reader
         self.reused = reused  # a kept-alive connection: closed before any reply means "send again"
         self.phase = phase_of(reader)
@@ -95,9 +95,9 @@ class Poller:
         self.wakeups = 0  # for the benchmark and tests: hub callbacks that found something to read
         self.reads = 0
 
-    def watch(self, raw_socket: Any, reader: StreamReader, reused: bool) -> Watch:
+    def watch(self, raw_socket: Any, stamped: bool, reader: StreamReader, reused: bool) -> Watch:
         """Start reading `raw_socket` (non-blocking; gevent's `_sock`) into `reader`."""
-        watch = Watch(self, raw_socket, reader, reused, self._waiter_class(self._hub))
+        watch = Watch(self, raw_socket, stamped, reader, reused, self._waiter_class(self._hub))
         self._epoll.register(watch.fd, 1)  # EPOLLIN, level-triggered
         self._watches[watch.fd] = watch
         if len(self._watches) == 1:
@@ -116,31 +116,26 @@ class Poller:
             self._watcher.stop()
 
     def _on_ready(self) -> None:
-        """In the hub: read every ready socket, then parse, then schedule the wake-ups."""
+        """In the hub: read each ready socket and feed its reader; schedule the wake-ups."""
         try:
             ready = self._epoll.poll(0)
         except InterruptedError:
             return
         watches = self._watches
-        perf_counter = time.perf_counter
-        arrivals: list[tuple[Watch, float, bytes]] = []
+        self.wakeups += 1
+        offset = wall_offset()
         for fd, _ in ready:
             watch = watches.get(fd)
             if watch is None:
                 continue
             try:
-                data = watch.recv(RECV_BYTES)
+                data, t = read(watch.socket, RECV_BYTES, watch.stamped, offset)
             except BlockingIOError:
                 continue
             except OSError as error:
-                data = b""
+                data, t = b"", time.perf_counter()
                 watch.reason = error.strerror or type(error).__name__
-            arrivals.append((watch, perf_counter(), data))
-        if not arrivals:
-            return
-        self.wakeups += 1
-        self.reads += len(arrivals)
-        for watch, t, data in arrivals:
+            self.reads += 1
             reader = watch.reader
             try:
                 if data:

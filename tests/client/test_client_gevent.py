@@ -16,7 +16,7 @@ import pytest
 from client_replay import load, split_pieces
 from client_servers import Request, Server, backend
 
-from grill_locust.client import EngineClient, _engine, chat_payload
+from grill_locust.client import EngineClient, _arrival, _engine, chat_payload
 from grill_locust.record import measure
 
 HERE = Path(__file__).resolve().parent
@@ -148,6 +148,54 @@ def test_a_parser_failure_reaches_the_user_not_the_hub() -> None:
     done = _run_patched(script, timeout_s=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["RuntimeError", "parser", "bug", "ok"]
+
+
+@pytest.mark.skipif(PATCHED, reason="already the gevent run")
+@pytest.mark.skipif(not _arrival.ANCILLARY_BYTES, reason="no kernel receive stamps on this system")
+def test_events_arriving_while_the_process_is_busy_keep_their_arrival_times(tmp_path: Path) -> None:
+    # Every 100 ms a greenlet holds the CPU for 35 ms (no yield: the hub cannot read), while the engine
+    # sends an event every 50 ms. Events arriving during a hold are read up to 35 ms late but timed by
+    # the kernel's receive stamp: they match the engine's own write times. (Events that pile up in
+    # the socket longer than the gap between them share one read and its stamp: a saturated worker.)
+    script = """
+        import json, time
+        import gevent
+        from client_servers import backend
+        from grill_locust.client import EngineClient, chat_payload
+        from grill_locust.sim import SimProcess
+
+        truth_path = sys.argv[3]
+        args = ["--step-a-ms=50", "--step-b-ms=0", "--step-c-ms=0", "--step-d-ms=0", "--reasoning-tokens=0"]
+        with SimProcess.start("vllm", served_model_name="m", truth_log=truth_path, extra_args=args) as sim:
+            client = EngineClient(backend(sim.url))
+            payload = chat_payload("m", [{"role": "user", "content": "hi"}])
+            payload.update(max_tokens=40, ignore_eos=True)
+            holding = True
+            def hog():
+                while holding:
+                    gevent.sleep(0.065)
+                    end = time.perf_counter() + 0.035
+                    while time.perf_counter() < end:
+                        pass
+            hogger = gevent.spawn(hog)
+            raw = client.stream("/v1/chat/completions", payload, request_id="busy-1").raw
+            holding = False
+            hogger.join()
+        for _ in range(50):
+            lines = [json.loads(line) for line in open(truth_path) if line.strip()]
+            if lines:
+                break
+            time.sleep(0.1)
+        truth = [line for line in lines if line["request_id"] == "busy-1"][0]["event_times"]
+        measured = [raw.wall_start + (t - raw.t0) for t in raw.output_times]
+        errors_ms = [1e3 * (m - t) for m, t in zip(measured, truth)]
+        print(raw.status, len(measured), len(truth), max(errors_ms), min(errors_ms))
+        """
+    done = _run_patched(script, str(tmp_path / "truth.jsonl"), timeout_s=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    status, measured, truth, worst_ms, best_ms = done.stdout.split()
+    assert status == "ok" and int(measured) == int(truth) == 40
+    assert -1.0 < float(best_ms) and float(worst_ms) < 10.0  # read-time stamps: up to 35 ms late
 
 
 def test_body_never_ending_after_done_is_complete_and_the_connection_dropped(

@@ -1,0 +1,63 @@
+"""When the bytes of a read arrived: the kernel's receive timestamp, on the `perf_counter` clock.
+
+The metric contract times each event by the arrival of its bytes. Where the kernel stamps received
+data (Linux: `SO_TIMESTAMPNS`, stamped as each segment enters the host), a read reports that
+moment, so a load generator that is busy elsewhere when an event arrives (other users' records,
+a full hub, a slow core) still times it right; when one read holds several segments, the stamp is
+the last one's, never later than the read itself. Without kernel stamps (TLS, other systems), the
+moment the read returned.
+"""
+
+from __future__ import annotations
+
+import platform
+import socket
+import struct
+import sys
+import time
+from typing import Any
+
+# Python does not name it; 35 on Linux's generic ABI (x86-64, arm64, riscv...), not on every CPU
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", None) or (
+    35 if sys.platform == "linux" and platform.machine() in ("x86_64", "aarch64", "riscv64") else None
+)
+_TIMESPEC = struct.Struct("@ll")  # struct timespec on 64-bit Linux: seconds, nanoseconds
+_USABLE = _SO_TIMESTAMPNS is not None and _TIMESPEC.size == 16 and hasattr(socket, "CMSG_SPACE")
+ANCILLARY_BYTES = socket.CMSG_SPACE(_TIMESPEC.size) if _USABLE else 0
+_unpack = _TIMESPEC.unpack_from
+
+
+def enable(sock: socket.socket) -> bool:
+    """Ask the kernel to stamp what `sock` receives; False where it cannot."""
+    if not _USABLE:
+        return False
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)  # type: ignore[arg-type]
+    except OSError:
+        return False
+    return True
+
+
+def wall_offset() -> float:
+    """`time.time() - time.perf_counter()` now: turns the kernel's Unix-time stamps into perf_counter
+    time. Both clocks run at the same (NTP-disciplined) rate; take it afresh for each batch of reads
+    so that a step of the system clock spoils at most that batch."""
+    return time.time() - time.perf_counter()
+
+
+def read(sock: Any, size: int, stamped: bool, offset: float) -> tuple[bytes, float]:
+    """One read of up to `size` bytes and its arrival time on the perf_counter clock. `stamped`:
+    `enable` succeeded on this plain (not TLS) socket; `offset`: a recent `wall_offset()`."""
+    if not stamped:
+        data = sock.recv(size)
+        return data, time.perf_counter()
+    data, ancillary, _flags, _address = sock.recvmsg(size, ANCILLARY_BYTES)
+    read_at = time.perf_counter()
+    if ancillary:
+        _level, kind, stamp = ancillary[0]
+        if kind == _SO_TIMESTAMPNS and len(stamp) >= 16:
+            seconds, nanoseconds = _unpack(stamp)
+            arrived = seconds + nanoseconds * 1e-9 - offset
+            if arrived < read_at:  # never later than the read (a clock step since `offset`)
+                return data, arrived
+    return data, read_at
