@@ -38,11 +38,32 @@ def enable(sock: socket.socket) -> bool:
     return True
 
 
+OFFSET_REFRESH_S = 1.0
+_OFFSET_SAMPLES = 5
+_offset = 0.0
+_offset_until = float("-inf")
+
+
 def wall_offset() -> float:
-    """`time.time() - time.perf_counter()` now: turns the kernel's Unix-time stamps into perf_counter
-    time. Both clocks run at the same (NTP-disciplined) rate; take it afresh for each batch of reads
-    so that a step of the system clock spoils at most that batch."""
-    return time.time() - time.perf_counter()
+    """`time.time() - time.perf_counter()`: turns the kernel's Unix-time stamps into perf_counter time.
+
+    Both clocks run at the same (NTP-disciplined) rate, so it is measured once a second (a step of
+    the system clock spoils at most that second), as the best of a few tries: a process preempted
+    between its two clock reads would otherwise shift a whole batch of reads by the preemption."""
+    global _offset, _offset_until
+    now = time.perf_counter()
+    if now < _offset_until:
+        return _offset
+    best_spread = float("inf")
+    for _ in range(_OFFSET_SAMPLES):
+        before = time.perf_counter()
+        wall = time.time()
+        after = time.perf_counter()
+        if after - before < best_spread:
+            best_spread = after - before
+            _offset = wall - (before + after) / 2
+    _offset_until = after + OFFSET_REFRESH_S
+    return _offset
 
 
 def read(sock: Any, size: int, stamped: bool, offset: float) -> tuple[bytes, float]:
