@@ -45,40 +45,56 @@ class BaselineResult:
     error: str = ""
 
 
+class LineTimer:
+    """Times one response's lines the way `vllm bench serve` does: strip, drop `data: `,
+    `time.perf_counter()`, `json.loads`; TTFT at the first line with content."""
+
+    def __init__(self, result: BaselineResult, start: float) -> None:
+        self.result = result
+        self.start = start
+        self.most_recent = start
+
+    def feed(self, chunk_bytes: bytes) -> None:
+        chunk_bytes = chunk_bytes.strip()
+        if not chunk_bytes:
+            return
+        chunk = chunk_bytes.decode("utf-8").removeprefix(DATA_PREFIX)
+        timestamp = time.perf_counter()
+        result = self.result
+        if chunk == DONE:
+            result.e2e_s = timestamp - self.start
+            return
+        data = json.loads(chunk)
+        if choices := data.get("choices"):
+            content = choices[0]["delta"].get("content")
+            if content:
+                if result.ttft_s is None:
+                    result.ttft_s = timestamp - self.start
+                else:
+                    result.itl_s.append(timestamp - self.most_recent)
+                self.most_recent = timestamp
+                result.output_events += 1
+        elif usage := data.get("usage"):
+            result.completion_tokens = usage.get("completion_tokens")
+
+    def finish(self) -> None:
+        self.result.ok = self.result.e2e_s is not None and self.result.ttft_s is not None
+
+
 async def one_request(
     session: aiohttp.ClientSession, url: str, payload: dict, request_id: str
 ) -> BaselineResult:
     """One streamed chat completion, timed the way `vllm bench serve` times it."""
-    start = time.perf_counter()
     result = BaselineResult(request_id=request_id, wall_start=time.time())
-    most_recent = start
+    timer = LineTimer(result, time.perf_counter())
     try:
         async with session.post(url, json=payload, headers={"x-request-id": request_id}) as response:
             if response.status != 200:
                 result.error = f"http_{response.status}"
                 return result
             async for chunk_bytes in response.content:
-                chunk_bytes = chunk_bytes.strip()
-                if not chunk_bytes:
-                    continue
-                chunk = chunk_bytes.decode("utf-8").removeprefix(DATA_PREFIX)
-                timestamp = time.perf_counter()
-                if chunk == DONE:
-                    result.e2e_s = timestamp - start
-                    continue
-                data = json.loads(chunk)
-                if choices := data.get("choices"):
-                    content = choices[0]["delta"].get("content")
-                    if content:
-                        if result.ttft_s is None:
-                            result.ttft_s = timestamp - start
-                        else:
-                            result.itl_s.append(timestamp - most_recent)
-                        most_recent = timestamp
-                        result.output_events += 1
-                elif usage := data.get("usage"):
-                    result.completion_tokens = usage.get("completion_tokens")
-            result.ok = result.e2e_s is not None and result.ttft_s is not None
+                timer.feed(chunk_bytes)
+            timer.finish()
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError) as error:
         result.error = type(error).__name__
     return result
@@ -108,8 +124,9 @@ async def run_clients(
     return results
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def arg_parser(description: str) -> argparse.ArgumentParser:
+    """The command line every baseline client takes (`bench/capacity.py` runs them the same way)."""
+    parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--url", required=True, help="engine base URL, e.g. http://127.0.0.1:8000")
     parser.add_argument("--streams", type=int, default=50, help="concurrent streams")
     parser.add_argument("--requests", type=int, default=2, help="requests per stream, back to back")
@@ -119,8 +136,11 @@ def main() -> None:
     parser.add_argument("--ramp-s", type=float, default=2.0, help="streams start spread over this time")
     parser.add_argument("--timeout-s", type=float, default=600.0)
     parser.add_argument("--out", required=True, help="write one JSON line per request here")
-    args = parser.parse_args()
-    payloads = [
+    return parser
+
+
+def payloads(args: argparse.Namespace) -> list[dict]:
+    return [
         {
             "model": args.model,
             "messages": messages,
@@ -132,17 +152,25 @@ def main() -> None:
         }
         for messages in json.loads(Path(args.prompts).read_text())
     ]
-    url = args.url.rstrip("/") + CHAT_PATH
-    results = asyncio.run(
-        run_clients(url, args.streams, args.requests, payloads, args.ramp_s, args.timeout_s)
-    )
-    with open(args.out, "w", encoding="utf-8") as out:
+
+
+def write_results(path: str, results: list[BaselineResult], client: str) -> None:
+    with open(path, "w", encoding="utf-8") as out:
         for result in results:
             out.write(json.dumps(asdict(result)) + "\n")
     ok = sum(1 for r in results if r.ok)
     print(
-        f"aiohttp baseline: {ok}/{len(results)} requests ok, {sum(r.output_events for r in results)} events"
+        f"{client} baseline: {ok}/{len(results)} requests ok, {sum(r.output_events for r in results)} events"
     )
+
+
+def main() -> None:
+    args = arg_parser(__doc__.splitlines()[0]).parse_args()
+    url = args.url.rstrip("/") + CHAT_PATH
+    results = asyncio.run(
+        run_clients(url, args.streams, args.requests, payloads(args), args.ramp_s, args.timeout_s)
+    )
+    write_results(args.out, results, "aiohttp")
 
 
 if __name__ == "__main__":

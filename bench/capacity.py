@@ -5,8 +5,9 @@ with its truth log on:
   1. grill: `locust -f locustfiles/coding.py --headless --scenario S` (one process: the local runner is
      worker and master, so CampaignUser, EngineClient, record building, batching and the results
      writer all run in it), one tier of N users, high max_tokens with ignore_eos, no think time;
-  2. the baseline: bench/aiohttp_baseline.py (asyncio + aiohttp, as `vllm bench serve`), the same
-     N streams, prompts, max_tokens and requests.
+  2. the baselines, each with the same N streams, prompts, max_tokens and requests:
+     bench/aiohttp_baseline.py (asyncio + aiohttp, as `vllm bench serve`) and bench/locust_baseline.py
+     (bare Locust: HttpSession, `iter_lines()`, `json.loads`).
 The CPU time of the client process (user + system, from /proc via psutil) is sampled every
 SAMPLE_INTERVAL_S; figures are taken over the steady window, while at least 95 % of the N streams
 are open (from the truth log), so start-up and ramps are left out. Events are the simulator's own
@@ -44,7 +45,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCUSTFILE = ROOT / "locustfiles" / "coding.py"
-BASELINE = ROOT / "bench" / "aiohttp_baseline.py"
+BASELINES = {
+    "aiohttp": ROOT / "bench" / "aiohttp_baseline.py",
+    "locust": ROOT / "bench" / "locust_baseline.py",
+}
 MODEL = "grill-sim"
 SAMPLE_INTERVAL_S = 0.2
 STEADY_SHARE = 0.95  # the window where at least this share of the streams is open
@@ -319,7 +323,7 @@ def analyze_grill(streams: int, workdir: Path) -> PathResult:
     )
 
 
-# --- the baseline --------------------------------------------------------------------------------
+# --- the baselines ---------------------------------------------------------------------------------
 
 
 def baseline_prompts(level: Level, path: Path) -> None:
@@ -338,35 +342,35 @@ def baseline_prompts(level: Level, path: Path) -> None:
     path.write_text(json.dumps(prompts))
 
 
-def run_baseline(level: Level, workdir: Path) -> PathResult:
+def run_baseline(level: Level, workdir: Path, client: str) -> PathResult:
     from grill_locust.sim import SimProcess
 
-    truth_path = workdir / "aiohttp-truth.jsonl"
+    truth_path = workdir / f"{client}-truth.jsonl"
     prompts = workdir / "prompts.json"
     baseline_prompts(level, prompts)
     args = sim_args(level, truth_path)
     truth_log = args.pop("truth_log")
     extra = [f"--{key.replace('_', '-')}={value}" for key, value in args.items()]
-    out = workdir / "aiohttp.jsonl"
+    out = workdir / f"{client}.jsonl"
     with SimProcess.start("vllm", served_model_name=MODEL, truth_log=truth_log, extra_args=extra) as sim:
         command = [
-            sys.executable, str(BASELINE), "--url", sim.url, "--streams", str(level.streams),
+            sys.executable, str(BASELINES[client]), "--url", sim.url, "--streams", str(level.streams),
             "--requests", str(level.requests_per_stream), "--prompts", str(prompts),
             "--max-tokens", str(level.max_tokens), "--ramp-s", str(level.ramp_s), "--out", str(out),
         ]  # fmt: skip
-        _run_sampled(command, workdir / "aiohttp")
-    return analyze_baseline(level.streams, workdir)
+        _run_sampled(command, workdir / client)
+    return analyze_baseline(level.streams, workdir, client)
 
 
-def analyze_baseline(streams: int, workdir: Path) -> PathResult:
-    sampler = CpuSampler.load(workdir / "aiohttp.cpu.csv")
-    truth_path, out = workdir / "aiohttp-truth.jsonl", workdir / "aiohttp.jsonl"
+def analyze_baseline(streams: int, workdir: Path, client: str) -> PathResult:
+    sampler = CpuSampler.load(workdir / f"{client}.cpu.csv")
+    truth_path, out = workdir / f"{client}-truth.jsonl", workdir / f"{client}.jsonl"
     results = pd.DataFrame([json.loads(line) for line in out.read_text().splitlines()])
     truth = read_truth(truth_path)
     start, end = steady_window(truth, streams)
     joined = results.merge(truth, on="request_id", how="inner", suffixes=("", "_truth"))
     if len(joined) != len(results):
-        print(f"  aiohttp: {len(results) - len(joined)} requests not in the truth log", file=sys.stderr)
+        print(f"  {client}: {len(results) - len(joined)} requests not in the truth log", file=sys.stderr)
     joined = joined[joined["ok"]]
     ttft_err = joined["ttft_s"] - (joined["first_token"] - joined["wall_start"])
     e2e_err = joined["e2e_s"] - (joined["end"] - joined["wall_start"])
@@ -379,13 +383,13 @@ def analyze_baseline(streams: int, workdir: Path) -> PathResult:
     by_timing = truth_ok.iloc[match_by_timing(joined, truth_ok)].reset_index(drop=True)
     matcher_err = joined["ttft_s"] - (by_timing["first_token"] - joined["wall_start"])
     note = (
-        f"matcher check (aiohttp, ids known): TTFT error p50/p99 {pct(ttft_err.to_numpy()[in_window] * 1e3, 50):.3f}"
+        f"matcher check ({client}, ids known): TTFT error p50/p99 {pct(ttft_err.to_numpy()[in_window] * 1e3, 50):.3f}"
         f" / {pct(ttft_err.to_numpy()[in_window] * 1e3, 99):.3f} ms exact, "
         f"{pct(matcher_err.to_numpy()[in_window] * 1e3, 50):.3f} / {pct(matcher_err.to_numpy()[in_window] * 1e3, 99):.3f}"
         " ms by timing"
     )
     return PathResult(
-        client="aiohttp",
+        client=client,
         streams=streams,
         window_s=end - start,
         events=events_between(truth, start, end),
@@ -395,7 +399,7 @@ def analyze_baseline(streams: int, workdir: Path) -> PathResult:
         itl_err_ms=(measured_itl - truth_itl)[in_window] * 1e3,
         e2e_err_ms=e2e_err.to_numpy()[in_window] * 1e3,
         failed=int((~results["ok"]).sum()),
-        load_1m=host_load(workdir / "aiohttp.load.txt"),
+        load_1m=host_load(workdir / f"{client}.load.txt"),
         note=note,
     )
 
@@ -466,7 +470,7 @@ def main() -> None:
     parser.add_argument("--window-s", type=float, default=12.0, help="aim for this much steady load")
     parser.add_argument("--ramp-s", type=float, default=2.0, help="streams start spread over this time")
     parser.add_argument("--quick", action="store_true", help="50, 200, 500 streams, 6 s windows")
-    parser.add_argument("--only", choices=["grill", "aiohttp"], default=None, help="run one client only")
+    parser.add_argument("--only", choices=["grill", *BASELINES], default=None, help="run one client only")
     parser.add_argument("--keep", default=None, help="keep the run folders here")
     parser.add_argument(
         "--analyze", default=None, help="no runs: analyse the folders kept by an earlier --keep"
@@ -498,30 +502,36 @@ def main() -> None:
                 results["grill"] = run_grill(level, workdir) if level else analyze_grill(streams, workdir)
                 print(row(results["grill"]), flush=True)
                 print(f"{'':>16}{results['grill'].note}", flush=True)
-        if args.only in (None, "aiohttp"):
-            base_done = level is None and (workdir / "aiohttp.cpu.csv").exists()
+        for client in BASELINES:
+            if args.only not in (None, client):
+                continue
+            base_done = level is None and (workdir / f"{client}.cpu.csv").exists()
             if level is not None or base_done:
-                results["aiohttp"] = (
-                    run_baseline(level, workdir) if level else analyze_baseline(streams, workdir)
+                results[client] = (
+                    run_baseline(level, workdir, client)
+                    if level
+                    else analyze_baseline(streams, workdir, client)
                 )
-                print(row(results["aiohttp"]), flush=True)
-                print(f"{'':>16}{results['aiohttp'].note}", flush=True)
-        if len(results) == 2:
-            grill, base = results["grill"], results["aiohttp"]
-            ratios.append(
-                (
-                    streams,
-                    grill.events_per_cpu_s / base.events_per_cpu_s,
-                    pct(base.ttft_err_ms, 99) / pct(grill.ttft_err_ms, 99),
+                print(row(results[client]), flush=True)
+                print(f"{'':>16}{results[client].note}", flush=True)
+        for client in BASELINES:
+            if "grill" in results and client in results:
+                grill, base = results["grill"], results[client]
+                ratios.append(
+                    (
+                        client,
+                        streams,
+                        grill.events_per_cpu_s / base.events_per_cpu_s,
+                        pct(base.ttft_err_ms, 99) / pct(grill.ttft_err_ms, 99),
+                    )
                 )
-            )
     if ratios:
         print(
-            "\ngrill / aiohttp: events per CPU-second ratio; TTFT error p99 ratio (aiohttp / grill, > 1: grill closer)"
+            "\ngrill / baseline: events per CPU-second ratio; TTFT error p99 ratio (baseline / grill, > 1: grill closer)"
         )
-        for streams, cpu_ratio, ttft_ratio in ratios:
+        for client, streams, cpu_ratio, ttft_ratio in ratios:
             print(
-                f"{streams:>7} streams: {cpu_ratio:5.2f}x events per CPU-s, {ttft_ratio:5.2f}x TTFT error p99"
+                f"{streams:>7} streams: {cpu_ratio:5.2f}x {client}'s events per CPU-s, {ttft_ratio:8.2f}x its TTFT error p99"
             )
     print(
         f"targets: <= {TARGET_US_PER_EVENT:g} µs/event; TTFT error p99 <= {TARGET_TTFT_P99_MS:g} ms up to "
