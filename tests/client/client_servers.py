@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +30,7 @@ class Server:
     connection open for another request. `sent_at` collects perf_counter times the handler notes."""
 
     handler: Callable[[socket.socket, Request, Server], bool]
+    tls: ssl.SSLContext | None = None  # serve https with this (server-side) context
     requests: list[Request] = field(default_factory=list)
     sent_at: list[float] = field(default_factory=list)
     connections: int = 0
@@ -38,7 +40,7 @@ class Server:
         self._listener.bind(("127.0.0.1", 0))
         self._listener.listen(16)
         self.port = self._listener.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
         self._closed = False
         threading.Thread(target=self._accept_loop, daemon=True).start()
 
@@ -55,6 +57,8 @@ class Server:
         buffer = b""
         conn.settimeout(10)
         try:
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(conn, server_side=True)
             for index in range(MAX_REQUESTS):
                 while b"\r\n\r\n" not in buffer:
                     data = conn.recv(65536)

@@ -40,7 +40,7 @@ def _run_patched(script: str, *args: str, timeout_s: float = 300) -> subprocess.
 
 @pytest.mark.skipif(PATCHED, reason="already the gevent run")
 def test_live_and_simulator_tests_pass_with_gevent_sockets() -> None:
-    files = ["test_client_live.py", "test_client_sim.py", "test_client_gevent.py"]
+    files = ["test_client_live.py", "test_client_sim.py", "test_client_tls.py", "test_client_gevent.py"]
     script = """
         import pytest
         sys.exit(pytest.main([*sys.argv[3:], "-q", "-x", "-p", "no:cacheprovider"]))

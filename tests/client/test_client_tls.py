@@ -1,0 +1,72 @@
+"""EngineClient over TLS (https backends): the same streams, timed when each read returns (no kernel
+stamps through the SSL layer), keep-alive across requests. The certificate is trusted the way a user
+trusts a self-signed engine: `SSL_CERT_FILE`."""
+
+from __future__ import annotations
+
+import shutil
+import ssl
+import subprocess
+from pathlib import Path
+
+import pytest
+from client_replay import load, split_pieces
+from client_servers import Request, Server, backend, send_slowly
+
+from grill_locust.client import EngineClient, chat_payload
+from grill_locust.record import measure
+
+PATH = "/v1/chat/completions"
+PAYLOAD = chat_payload("devstral", [{"role": "user", "content": "hi"}])
+
+
+@pytest.fixture(scope="module")
+def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command to make a certificate")
+    folder = tmp_path_factory.mktemp("tls")
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    return cert, key
+
+
+@pytest.fixture
+def tls_server(certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> Server:
+    cert, key = certificate
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the client trusts it through the default context
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    pieces = split_pieces(load("vllm_chat"))
+
+    def handler(conn, request: Request, server: Server) -> bool:  # type: ignore[no-untyped-def]
+        send_slowly(conn, pieces, 0.05, server)
+        return True
+
+    return Server(handler, tls=context)
+
+
+def test_a_stream_over_tls_is_read_and_timed_and_the_connection_kept(tls_server: Server) -> None:
+    client = EngineClient(backend(tls_server.url))
+    first = client.stream(PATH, PAYLOAD)
+    m = measure(first.raw)
+    assert m.status == "ok" and first.text == "def add(a, b):" and m.output_tokens == 5
+    # each event is timed when its read returned: after the server sent it, before the next piece
+    sent = tls_server.sent_at[2:7]
+    lags = [arrived - sent_at for arrived, sent_at in zip(first.raw.output_times, sent, strict=True)]
+    assert all(0 <= lag < 0.045 for lag in lags), lags
+    second = client.stream(PATH, PAYLOAD)
+    assert second.raw.status == "ok" and client.connections_opened == 1
+    tls_server.close()
+
+
+def test_an_untrusted_certificate_is_a_connect_error(
+    tls_server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SSL_CERT_FILE")
+    m = measure(EngineClient(backend(tls_server.url)).stream(PATH, PAYLOAD).raw)
+    assert m.status == "connect" and "CERTIFICATE_VERIFY_FAILED" in m.error
+    tls_server.close()
