@@ -47,7 +47,7 @@ _UNTIL_CLOSE = 6
 _DONE = 7
 
 
-def _one_whole_chunk(data: bytes) -> bytes | None:
+def one_whole_chunk(data: bytes) -> bytes | None:
     """The data of `data` when it is exactly one complete, non-empty chunk without extensions
     (`<hex size>\\r\\n<data>\\r\\n`), else None (the general loop handles it)."""
     line_end = data.find(b"\r\n", 0, 10)
@@ -96,10 +96,11 @@ class ResponseParser:
             return events
         if self._state == _LENGTH and not self._buffer:
             return self._feed_length(data, events)
-        piece = self.whole_chunk(data)
-        if piece is not None:  # the common case of a stream: one recv, one chunk, one event
-            events.append(piece)
-            return events
+        if self.between_chunks:
+            piece = one_whole_chunk(data)
+            if piece is not None:  # the common case of a stream: one recv, one chunk, one event
+                events.append(piece)
+                return events
         buffer = self._buffer + data if self._buffer else data
         self._buffer = b""
         pos = 0  # an index, not slicing: a 64 KiB recv holds hundreds of chunks
@@ -167,12 +168,11 @@ class ResponseParser:
                 return events
         return events
 
-    def whole_chunk(self, data: bytes) -> bytes | None:
-        """When the parser is between chunks and `data` is exactly one whole chunk, its data (the
-        parser's state does not change), else None: `feed` it."""
-        if self._state != _CHUNK_SIZE or self._buffer:
-            return None
-        return _one_whole_chunk(data)
+    @property
+    def between_chunks(self) -> bool:
+        """In a chunked body with nothing buffered: one whole chunk (`one_whole_chunk`) leaves the parser
+        as it is."""
+        return self._state == _CHUNK_SIZE and not self._buffer
 
     def feed_eof(self) -> list[Head | bytes | End]:
         if self._state == _UNTIL_CLOSE:

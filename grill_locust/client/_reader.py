@@ -8,9 +8,9 @@ each `recv` with its arrival time; tests and the benchmark feed it recorded byte
 
 from __future__ import annotations
 
-from grill_locust.client._http import End, Head, ProtocolError, ResponseParser
+from grill_locust.client._http import End, Head, ProtocolError, ResponseParser, one_whole_chunk
 from grill_locust.client._replies import scrub, summarize_body
-from grill_locust.client._sse import SSEParser
+from grill_locust.client._sse import SSEParser, single_data_event
 from grill_locust.client._timer import StreamTimer
 from grill_locust.record import STATUS_BAD_EVENT, STATUS_STREAM_CUT, http_status_kind
 
@@ -40,6 +40,7 @@ class StreamReader:
         "_sse",
         "_mode",
         "_kept",
+        "_between_events",
     )
 
     def __init__(self, timer: StreamTimer) -> None:
@@ -53,21 +54,20 @@ class StreamReader:
         self._sse = SSEParser()
         self._mode = ""
         self._kept = bytearray()
+        self._between_events = False  # an event stream, both parsers at a boundary: `feed`'s fast path
 
     def feed(self, t: float, data: bytes) -> None:
         self.got_bytes = True
-        if self._mode == _SSE:  # mid-stream, nearly every read: one chunk holding one event
-            body = self._http.whole_chunk(data)
+        if self._between_events:  # mid-stream, nearly every read: one chunk holding one event
+            body = one_whole_chunk(data)
             if body is not None:
-                event = self._sse.whole_event(body)
-                if event is None:
-                    self._feed_sse(t, body)
+                event = single_data_event(body)
+                if event is not None:
+                    timer = self.timer
+                    timer.on_data(t, event)
+                    if timer.done and self.done_at is None:
+                        self.done_at = t
                     return
-                timer = self.timer
-                timer.on_data(t, event)
-                if timer.done and self.done_at is None:
-                    self.done_at = t
-                return
         try:
             events = self._http.feed(data)
         except ProtocolError as error:
@@ -78,6 +78,7 @@ class StreamReader:
             self._feed_sse(t, events[0])  # body bytes only
         else:
             self._handle(t, events)
+        self._between_events = self._mode == _SSE and self._http.between_chunks and self._sse.idle
 
     def feed_eof(self, t: float, reason: str = "") -> None:
         """The connection closed (or broke: `reason`)."""

@@ -64,18 +64,11 @@ class SSEParser:
                     out.append(event)
         return out
 
-    def whole_event(self, body: bytes) -> bytes | None:
-        """When the parser is between events and `body` is exactly one event of one `data:` line
-        (nearly every chunk of every engine), the data's bytes (the parser's state does not
-        change), else None: `feed` it."""
-        if self._buffer or self._undecoded or self._pending_cr:
-            return None
-        if not body.startswith(b"data:") or not body.endswith(b"\n\n"):
-            return None
-        end = len(body) - 2
-        if body.find(b"\n", 5, end) >= 0 or body.find(b"\r", 5, end) >= 0:
-            return None
-        return body[6:end] if body[5:6] == b" " else body[5:end]
+    @property
+    def idle(self) -> bool:
+        """Between events with nothing buffered: one whole event (`single_data_event`) leaves the parser
+        as it is."""
+        return not (self._buffer or self._undecoded or self._pending_cr)
 
     def feed_eof(self) -> list[str | NamedEvent]:
         """The stream ended: flush a last event only if its lines are complete (a server may omit the
@@ -88,6 +81,17 @@ class SSEParser:
             return []
         event = _parse_block(tail.strip("\n"))
         return [event] if event is not None else []
+
+
+def single_data_event(body: bytes) -> bytes | None:
+    """The data's bytes when `body` is exactly one event of one `data:` line (nearly every chunk of
+    every engine), else None (`SSEParser.feed` reads it)."""
+    if not body.startswith(b"data:") or not body.endswith(b"\n\n"):
+        return None
+    end = len(body) - 2
+    if body.find(b"\n", 5, end) >= 0 or body.find(b"\r", 5, end) >= 0:
+        return None
+    return body[6:end] if body[5:6] == b" " else body[5:end]
 
 
 def _parse_block(block: str) -> str | NamedEvent | None:

@@ -105,12 +105,13 @@ class StreamTimer:
                     if content:
                         self.text_parts.append(content)
                         output = visible = True
-                    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-                    if reasoning:
-                        self.reasoning_parts.append(reasoning)
-                        output = True
-                    if delta.get("tool_calls"):
-                        output = visible = True
+                    if content is None or len(delta) > 1:  # more than text: reasoning, tool calls, a role
+                        reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                        if reasoning:
+                            self.reasoning_parts.append(reasoning)
+                            output = True
+                        if delta.get("tool_calls"):
+                            output = visible = True
                 else:
                     text = choice.get("text")
                     if text:
