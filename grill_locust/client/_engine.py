@@ -34,7 +34,7 @@ from greenlet import GreenletExit
 
 from grill_locust.client import _arrival
 from grill_locust.client._http import Head, ProtocolError, ResponseParser
-from grill_locust.client._poller import DONE, RECV_BYTES, SETTLED, WAITING, phase_of, poller
+from grill_locust.client._poller import DONE, RECV_BYTES, SETTLED, WAITING, phase_of, poller, read_ready
 from grill_locust.client._reader import StreamReader
 from grill_locust.client._timer import StreamTimer
 from grill_locust.record import (
@@ -254,6 +254,7 @@ class EngineClient:
             len(body),
             body,
         )
+        read_ready()  # other streams' bytes that arrived while this user built its request
         t0 = time.perf_counter()
         raw = RawTiming(t0=t0, wall_start=time.time())
         timer = StreamTimer(raw, secrets=self.secrets)

@@ -116,13 +116,20 @@ class Poller:
             self._watcher.stop()
 
     def _on_ready(self) -> None:
-        """In the hub: read each ready socket and feed its reader; schedule the wake-ups."""
+        """The hub's callback when the epoll is readable."""
+        self.wakeups += 1
+        self.read_ready()
+
+    def read_ready(self) -> None:
+        """Read each ready socket and feed its reader; schedule the wake-ups. Never blocks: the hub
+        calls it, and so does each user before it sends (`EngineClient.stream`), so that a burst of
+        users finishing in the same engine step (each building its record and next request in turn,
+        before the hub polls again) does not leave every other stream unread meanwhile."""
         try:
             ready = self._epoll.poll(0)
         except InterruptedError:
             return
         watches = self._watches
-        self.wakeups += 1
         offset = wall_offset()
         for fd, _ in ready:
             watch = watches.get(fd)
@@ -155,6 +162,13 @@ class Poller:
 
 
 _current: tuple[int, Any, Poller] | None = None
+
+
+def read_ready() -> None:
+    """`Poller.read_ready` of this process's poller, if it has one."""
+    current = _current
+    if current is not None and current[0] == os.getpid():
+        current[2].read_ready()
 
 
 def poller() -> Poller:

@@ -198,6 +198,47 @@ def test_events_arriving_while_the_process_is_busy_keep_their_arrival_times(tmp_
     assert -1.0 < float(best_ms) and float(worst_ms) < 10.0  # read-time stamps: up to 35 ms late
 
 
+@pytest.mark.skipif(PATCHED, reason="already the gevent run")
+def test_users_busy_between_requests_do_not_starve_other_streams_of_reads(tmp_path: Path) -> None:
+    # Twelve users finish short requests in the same engine step, then each spends 15 ms of CPU on its
+    # record and next request before sending (as Locust users do, in turn, without yielding). Three
+    # long streams get an event every 40 ms meanwhile. Each user lets the poller read before it sends,
+    # so the long streams are read within ~15 ms: no two of their events share a read (and a stamp).
+    # Without it the hub polls only after the whole burst (12 x 15 ms), and events pile up.
+    script = """
+        import time
+        import gevent
+        from client_servers import backend
+        from grill_locust.client import EngineClient, chat_payload
+        from grill_locust.sim import SimProcess
+
+        args = ["--step-a-ms=40", "--step-b-ms=0", "--step-c-ms=0", "--step-d-ms=0", "--reasoning-tokens=0"]
+        with SimProcess.start("vllm", served_model_name="m", extra_args=args) as sim:
+            def run(tokens, rounds, work_s):
+                client = EngineClient(backend(sim.url, total_s=60))
+                payload = chat_payload("m", [{"role": "user", "content": "hi"}])
+                payload.update(max_tokens=tokens, ignore_eos=True)
+                results = []
+                for _ in range(rounds):
+                    results.append(client.stream("/v1/chat/completions", payload).raw)
+                    end = time.perf_counter() + work_s
+                    while time.perf_counter() < end:  # the record and the next request, no yield
+                        pass
+                return results
+            long = [gevent.spawn(run, 50, 1, 0.0) for _ in range(3)]
+            busy = [gevent.spawn(run, 1, 12, 0.015) for _ in range(12)]
+            gevent.joinall(long + busy, timeout=120)
+        raws = [raw for job in long for raw in job.value]
+        shared = sum(1 for raw in raws for a, b in zip(raw.output_times, raw.output_times[1:]) if a == b)
+        print(",".join(sorted({raw.status for raw in raws})), sum(len(raw.output_times) for raw in raws), shared)
+        """
+    done = _run_patched(script, timeout_s=180)
+    assert done.returncode == 0, done.stderr[-2000:]
+    status, events, shared = done.stdout.split()
+    assert status == "ok" and int(events) == 150
+    assert int(shared) <= 2, shared  # a stall of the whole machine may still merge a pair
+
+
 def test_body_never_ending_after_done_is_complete_and_the_connection_dropped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
