@@ -51,16 +51,30 @@ def wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path) -> None
     raise RuntimeError(f"server not up after {STARTUP_TIMEOUT_S} s: {url}")
 
 
-class VictoriaMetrics:
-    """victoria-metrics on a fixed loopback port and data folder, so it can be stopped and started again."""
-
-    binary = "victoria-metrics"
+class _ServerProcess:
+    """A server binary on a free loopback port with its files in `folder`; `start` is the subclass's."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.process: subprocess.Popen[bytes] | None = None
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=5)
+        self.process = None
+
+
+class VictoriaMetrics(_ServerProcess):
+    """victoria-metrics on a fixed loopback port and data folder, so it can be stopped and started again."""
+
+    binary = "victoria-metrics"
 
     def start(self) -> None:
         log = self.folder / "victoria.log"
@@ -78,16 +92,6 @@ class VictoriaMetrics:
         )
         wait_until_up(f"{self.url}/health", self.process, log)
 
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
-        self.process = None
-
     def export(self, match: str) -> list[dict[str, Any]]:
         """Every stored sample of the matching series: [{metric: {...}, values: [...], timestamps: [...]}]."""
         http_get(f"{self.url}/internal/force_flush")
@@ -96,17 +100,11 @@ class VictoriaMetrics:
         return [json.loads(line) for line in body.splitlines() if line.strip()]
 
 
-class InfluxD:
+class InfluxD(_ServerProcess):
     """Debian's influxd 1.x with its own config, database `grill`; /write and /query."""
 
     binary = "influxd"
     database = "grill"
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         config = self.folder / "influxdb.conf"
@@ -138,16 +136,6 @@ class InfluxD:
         )
         wait_until_up(f"{self.url}/ping", self.process, log)
         self.query(f'CREATE DATABASE "{self.database}"')
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=5)
-        self.process = None
 
     def write_lines(self, lines: list[str]) -> None:
         http_post(f"{self.url}/write?db={self.database}&precision=ms", "\n".join(lines).encode())
