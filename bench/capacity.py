@@ -19,6 +19,8 @@ timing (`match_by_timing`), a matcher checked against the exact ids on the basel
 
     python bench/capacity.py --quick                 # 50, 200, 500 streams, shorter
     python bench/capacity.py --max-streams 1000      # 50, 100, 200, 500, 1000
+    python bench/capacity.py --python-read           # grill twice: as installed, and as grill-py with
+                                                     # its C read left out (GRILL_NO_EXTENSIONS=1)
 Targets: <= 15 µs CPU per output event; TTFT error p99 <= 2 ms up to 20,000 events/s on one worker;
 >= 1.5x the baseline's events per CPU-second.
 """
@@ -45,6 +47,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 LOCUSTFILE = ROOT / "locustfiles" / "coding.py"
+# grill as it installs (the C read where it was built), and with the C read left out
+GRILL_CLIENTS = {"grill": {}, "grill-py": {"GRILL_NO_EXTENSIONS": "1"}}
 BASELINES = {
     "aiohttp": ROOT / "bench" / "aiohttp_baseline.py",
     "locust": ROOT / "bench" / "locust_baseline.py",
@@ -270,29 +274,32 @@ def grill_scenario(level: Level, truth_path: Path) -> dict[str, Any]:
     }
 
 
-def run_grill(level: Level, workdir: Path) -> PathResult:
-    truth_path = workdir / "grill-truth.jsonl"
-    scenario = workdir / "grill-scenario.yaml"
+def run_grill(level: Level, workdir: Path, client: str = "grill") -> PathResult:
+    """`client` "grill-py": the same run with the client's C read left out (GRILL_NO_EXTENSIONS=1)."""
+    truth_path = workdir / f"{client}-truth.jsonl"
+    scenario = workdir / f"{client}-scenario.yaml"
     scenario.write_text(yaml.safe_dump(grill_scenario(level, truth_path), sort_keys=False))
-    results = workdir / "grill-results"
+    results = workdir / f"{client}-results"
     command = [
         sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
         "--scenario", str(scenario), "--results-dir", str(results),
     ]  # fmt: skip
-    _run_sampled(command, workdir / "grill")
-    return analyze_grill(level.streams, workdir)
+    _run_sampled(command, workdir / client, GRILL_CLIENTS[client])
+    return analyze_grill(level.streams, workdir, client)
 
 
-def analyze_grill(streams: int, workdir: Path) -> PathResult:
-    sampler = CpuSampler.load(workdir / "grill.cpu.csv")
-    truth_path = workdir / "grill-truth.jsonl"
-    run_dir = next(p for p in (workdir / "grill-results").iterdir() if p.is_dir())
+def analyze_grill(streams: int, workdir: Path, client: str = "grill") -> PathResult:
+    sampler = CpuSampler.load(workdir / f"{client}.cpu.csv")
+    truth_path = workdir / f"{client}-truth.jsonl"
+    run_dir = next(p for p in (workdir / f"{client}-results").iterdir() if p.is_dir())
     records = pd.read_parquet(run_dir / "records.parquet").sort_values("wall_start").reset_index(drop=True)
     truth = read_truth(truth_path)
     start, end = steady_window(truth, streams)
     failed = int((records["status"] != "ok").sum())
     if len(records) != len(truth):
-        print(f"  grill: {len(records)} records but {len(truth)} requests in the truth log", file=sys.stderr)
+        print(
+            f"  {client}: {len(records)} records but {len(truth)} requests in the truth log", file=sys.stderr
+        )
     records = records[records["status"] == "ok"].reset_index(drop=True)
     truth_ok = truth[truth["outcome"] == "ok"].reset_index(drop=True)
     matched = match_by_id(records, truth_ok)
@@ -308,7 +315,7 @@ def analyze_grill(streams: int, workdir: Path) -> PathResult:
     itl_err = records["itl_p99_s"].to_numpy() - truth_itl
     in_window = (truth_matched["first_token"].to_numpy() >= start) & (truth_matched["end"].to_numpy() <= end)
     return PathResult(
-        client="grill",
+        client=client,
         streams=streams,
         window_s=end - start,
         events=events_between(truth, start, end),
@@ -318,7 +325,7 @@ def analyze_grill(streams: int, workdir: Path) -> PathResult:
         itl_err_ms=itl_err[in_window] * 1e3,
         e2e_err_ms=e2e_err[in_window] * 1e3,
         failed=failed,
-        load_1m=host_load(workdir / "grill.load.txt"),
+        load_1m=host_load(workdir / f"{client}.load.txt"),
         note=f"records matched to the truth {how}",
     )
 
@@ -404,8 +411,8 @@ def analyze_baseline(streams: int, workdir: Path, client: str) -> PathResult:
     )
 
 
-def _run_sampled(command: list[str], log_prefix: Path) -> CpuSampler:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def _run_sampled(command: list[str], log_prefix: Path, extra_env: dict[str, str] | None = None) -> CpuSampler:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     with open(f"{log_prefix}.out", "w") as out, open(f"{log_prefix}.err", "w") as err:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=err)
         sampler = CpuSampler(process.pid).start()
@@ -436,14 +443,14 @@ def pct(values: np.ndarray, q: float) -> float:
 
 
 HEADER = (
-    f"{'streams':>7} {'client':>7} {'events/s':>9} {'CPU %':>6} {'µs/event':>9} {'ev/CPU-s':>9} "
+    f"{'streams':>7} {'client':>8} {'events/s':>9} {'CPU %':>6} {'µs/event':>9} {'ev/CPU-s':>9} "
     f"{'µs/req':>8} {'TTFT err p50/p99 ms':>20} {'ITL99 err p50/p99 ms':>21} {'E2E p99':>8} {'fail':>4} {'load':>5}"
 )
 
 
 def row(result: PathResult) -> str:
     return (
-        f"{result.streams:>7} {result.client:>7} {result.events_per_s:>9.0f} {100 * result.cpu_share:>6.1f} "
+        f"{result.streams:>7} {result.client:>8} {result.events_per_s:>9.0f} {100 * result.cpu_share:>6.1f} "
         f"{result.us_per_event:>9.2f} {result.events_per_cpu_s:>9.0f} {result.us_per_request:>8.0f} "
         f"{pct(result.ttft_err_ms, 50):>9.3f} / {pct(result.ttft_err_ms, 99):>7.3f} "
         f"{pct(result.itl_err_ms, 50):>9.3f} / {pct(result.itl_err_ms, 99):>8.3f} "
@@ -470,7 +477,14 @@ def main() -> None:
     parser.add_argument("--window-s", type=float, default=12.0, help="aim for this much steady load")
     parser.add_argument("--ramp-s", type=float, default=2.0, help="streams start spread over this time")
     parser.add_argument("--quick", action="store_true", help="50, 200, 500 streams, 6 s windows")
-    parser.add_argument("--only", choices=["grill", *BASELINES], default=None, help="run one client only")
+    parser.add_argument(
+        "--only", choices=[*GRILL_CLIENTS, *BASELINES], default=None, help="run one client only"
+    )
+    parser.add_argument(
+        "--python-read",
+        action="store_true",
+        help="also run grill with its C read left out (GRILL_NO_EXTENSIONS=1), as client grill-py",
+    )
     parser.add_argument("--keep", default=None, help="keep the run folders here")
     parser.add_argument(
         "--analyze", default=None, help="no runs: analyse the folders kept by an earlier --keep"
@@ -496,12 +510,17 @@ def main() -> None:
             work.append((level.streams, workdir, level))
     for streams, workdir, level in work:
         results = {}
-        if args.only in (None, "grill"):
-            grill_done = level is None and (workdir / "grill.cpu.csv").exists()
+        for name in GRILL_CLIENTS:
+            wanted = args.only == name or (args.only is None and (name == "grill" or args.python_read))
+            if not wanted:
+                continue
+            grill_done = level is None and (workdir / f"{name}.cpu.csv").exists()
             if level is not None or grill_done:
-                results["grill"] = run_grill(level, workdir) if level else analyze_grill(streams, workdir)
-                print(row(results["grill"]), flush=True)
-                print(f"{'':>16}{results['grill'].note}", flush=True)
+                results[name] = (
+                    run_grill(level, workdir, name) if level else analyze_grill(streams, workdir, name)
+                )
+                print(row(results[name]), flush=True)
+                print(f"{'':>16}{results[name].note}", flush=True)
         for client in BASELINES:
             if args.only not in (None, client):
                 continue
@@ -514,6 +533,9 @@ def main() -> None:
                 )
                 print(row(results[client]), flush=True)
                 print(f"{'':>16}{results[client].note}", flush=True)
+        if "grill" in results and "grill-py" in results:
+            saved = results["grill-py"].us_per_event - results["grill"].us_per_event
+            print(f"{'':>16}the C read saves {saved:.2f} µs/event at {streams} streams", flush=True)
         for client in BASELINES:
             if "grill" in results and client in results:
                 grill, base = results["grill"], results[client]

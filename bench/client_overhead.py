@@ -13,6 +13,7 @@ Target: <= 15 µs per output event.
 
     python bench/client_overhead.py [--events 4000] [--repeats 5]
     python bench/client_overhead.py --live 200 [--window-s 8] [--max-tokens 200]
+    GRILL_NO_EXTENSIONS=1 python bench/client_overhead.py --live 200   # without the C read
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from dataclasses import dataclass, field  # noqa: E402
 import gevent  # noqa: E402
 
 from grill_locust.client import CHAT_PATH, EngineClient, StreamReader, StreamTimer, chat_payload  # noqa: E402
+from grill_locust.client._arrival import read_event  # noqa: E402
+from grill_locust.client._poller import poller  # noqa: E402
 from grill_locust.record import RawTiming, measure  # noqa: E402
 
 TARGET_US_PER_EVENT = 15.0
@@ -193,9 +196,12 @@ def run_live(streams: int, window_s: float, max_tokens: int) -> None:
             greenlets.append(gevent.spawn(user, index))
             gevent.sleep(1.0 / streams)  # spread the starts over one second
         gevent.sleep(WARMUP_S)
+        counters = poller()
         start, cpu_start = time.perf_counter(), _cpu_s()
+        wakeups, reads = counters.wakeups, counters.reads
         gevent.sleep(window_s)
         end, cpu_end = time.perf_counter(), _cpu_s()
+        wakeups, reads = counters.wakeups - wakeups, counters.reads - reads
         stop = True
         gevent.joinall(greenlets, timeout=max_tokens * (LIVE_STEP_A_MS + LIVE_STEP_B_MS * streams) / 250)
         gevent.killall(greenlets, timeout=5)
@@ -212,6 +218,8 @@ def run_live(streams: int, window_s: float, max_tokens: int) -> None:
         f"{cpu_s / max(events, 1) * 1e6:6.2f} µs/event  {events / max(cpu_s, 1e-9):8.0f} events per CPU-s  "
         f"{requests} requests ended  {failed} failed"
     )
+    path = "the C read (_fastread)" if read_event is not None else "the Python read"
+    print(f"  {reads} reads in {wakeups} poller wake-ups ({reads / max(wakeups, 1):.1f} each), {path}")
 
 
 def main() -> None:

@@ -6,10 +6,16 @@ moment, so a load generator that is busy elsewhere when an event arrives (other 
 a full hub, a slow core) still times it right; when one read holds several segments, the stamp is
 the last one's, never later than the read itself. Without kernel stamps (TLS, other systems), the
 moment the read returned.
+
+`read_event` is the poller's read of a stamped socket: the C fast path (`_fastread.c`, built by
+`pip install` where a C compiler is) when it is there and agrees with this module (the same
+stamp constant, `perf_counter` on CLOCK_MONOTONIC), else None and the poller calls `read`.
+`GRILL_NO_EXTENSIONS=1` leaves it out (to compare the two).
 """
 
 from __future__ import annotations
 
+import os
 import platform
 import socket
 import struct
@@ -82,3 +88,22 @@ def read(sock: Any, size: int, stamped: bool, offset: float) -> tuple[bytes, flo
             if arrived < read_at:  # never later than the read (a clock step since `offset`)
                 return data, arrived
     return data, read_at
+
+
+def _fast_read_event() -> Any:
+    if os.environ.get("GRILL_NO_EXTENSIONS") or not _USABLE:
+        return None
+    try:
+        from grill_locust.client import _fastread  # type: ignore[attr-defined]
+    except ImportError:  # installed without a C compiler
+        return None
+    monotonic = time.get_clock_info("perf_counter").implementation == "clock_gettime(CLOCK_MONOTONIC)"
+    if _fastread.SCM_TIMESTAMPNS != _SO_TIMESTAMPNS or not monotonic:
+        return None
+    return _fastread.read_event
+
+
+# read_event(fd, offset, between) -> (data, t, event): `read`, and when `between` (the reader sits
+# between two events) and the read is one whole chunk holding one `data:` event, that event's data
+# in `event` (then `data` is None): `one_whole_chunk` + `single_data_event` in the same call.
+read_event = _fast_read_event()

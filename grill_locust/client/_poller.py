@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any
 
-from grill_locust.client._arrival import read, wall_offset
+from grill_locust.client._arrival import read, read_event, wall_offset
 from grill_locust.client._reader import StreamReader
 
 RECV_BYTES = 65536
@@ -135,17 +135,23 @@ class Poller:
             watch = watches.get(fd)
             if watch is None:
                 continue
+            reader = watch.reader
+            event = None
             try:
-                data, t = read(watch.socket, RECV_BYTES, watch.stamped, offset)
+                if watch.stamped and read_event is not None:
+                    data, t, event = read_event(fd, offset, reader.between_events)
+                else:
+                    data, t = read(watch.socket, RECV_BYTES, watch.stamped, offset)
             except BlockingIOError:
                 continue
             except OSError as error:
                 data, t = b"", time.perf_counter()
                 watch.reason = error.strerror or type(error).__name__
             self.reads += 1
-            reader = watch.reader
             try:
-                if data:
+                if event is not None:
+                    reader.feed_event(t, event)
+                elif data:
                     reader.feed(t, data)
                 elif watch.reused and not reader.got_bytes:
                     watch.closed_early = True

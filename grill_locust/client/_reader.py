@@ -40,7 +40,7 @@ class StreamReader:
         "_sse",
         "_mode",
         "_kept",
-        "_between_events",
+        "between_events",
     )
 
     def __init__(self, timer: StreamTimer) -> None:
@@ -54,20 +54,19 @@ class StreamReader:
         self._sse = SSEParser()
         self._mode = ""
         self._kept = bytearray()
-        self._between_events = False  # an event stream, both parsers at a boundary: `feed`'s fast path
+        # an event stream, both parsers at a boundary: a read of one whole chunk holding one event
+        # can skip them (`feed_event`)
+        self.between_events = False
 
     def feed(self, t: float, data: bytes) -> None:
-        self.got_bytes = True
-        if self._between_events:  # mid-stream, nearly every read: one chunk holding one event
+        if self.between_events:  # mid-stream, nearly every read: one chunk holding one event
             body = one_whole_chunk(data)
             if body is not None:
                 event = single_data_event(body)
                 if event is not None:
-                    timer = self.timer
-                    timer.on_data(t, event)
-                    if timer.done and self.done_at is None:
-                        self.done_at = t
+                    self.feed_event(t, event)
                     return
+        self.got_bytes = True
         try:
             events = self._http.feed(data)
         except ProtocolError as error:
@@ -78,7 +77,16 @@ class StreamReader:
             self._feed_sse(t, events[0])  # body bytes only
         else:
             self._handle(t, events)
-        self._between_events = self._mode == _SSE and self._http.between_chunks and self._sse.idle
+        self.between_events = self._mode == _SSE and self._http.between_chunks and self._sse.idle
+
+    def feed_event(self, t: float, event: bytes) -> None:
+        """A read that was, while `between_events`, exactly one chunk holding one `data:` event:
+        that event's data (the poller's C read finds it; `feed` does for the rest)."""
+        self.got_bytes = True
+        timer = self.timer
+        timer.on_data(t, event)
+        if timer.done and self.done_at is None:
+            self.done_at = t
 
     def feed_eof(self, t: float, reason: str = "") -> None:
         """The connection closed (or broke: `reason`)."""

@@ -5,6 +5,7 @@ the grace after `[DONE]`, a request that cannot be sent, the request id header."
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -26,7 +27,9 @@ PAYLOAD = chat_payload("devstral", [{"role": "user", "content": "hi"}])
 PATCHED = "gevent.monkey" in sys.modules and sys.modules["gevent.monkey"].is_module_patched("socket")
 
 
-def _run_patched(script: str, *args: str, timeout_s: float = 300) -> subprocess.CompletedProcess[str]:
+def _run_patched(
+    script: str, *args: str, timeout_s: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run `script` in a fresh interpreter whose sockets gevent has patched first (as Locust does)."""
     prelude = "from gevent import monkey; monkey.patch_all()\nimport sys\nsys.path[:0] = sys.argv[1:3]\n"
     return subprocess.run(
@@ -35,17 +38,30 @@ def _run_patched(script: str, *args: str, timeout_s: float = 300) -> subprocess.
         text=True,
         timeout=timeout_s,
         cwd=REPO,
+        env=env,
     )
 
 
 @pytest.mark.skipif(PATCHED, reason="already the gevent run")
-def test_live_and_simulator_tests_pass_with_gevent_sockets() -> None:
+@pytest.mark.parametrize("read_path", ["fast", "python"])
+def test_live_and_simulator_tests_pass_with_gevent_sockets(read_path: str) -> None:
+    """Both ways the poller reads a stamped socket: the C fast path (`_fastread`, where it was
+    built) and the Python one it stands for."""
     files = ["test_client_live.py", "test_client_sim.py", "test_client_tls.py", "test_client_gevent.py"]
     script = """
         import pytest
+        from grill_locust.client import _arrival
+        print("read_event:", _arrival.read_event)
         sys.exit(pytest.main([*sys.argv[3:], "-q", "-x", "-p", "no:cacheprovider"]))
         """
-    done = _run_patched(script, *[str(HERE / name) for name in files])
+    env = dict(os.environ)
+    env.pop("GRILL_NO_EXTENSIONS", None)
+    if read_path == "python":
+        env["GRILL_NO_EXTENSIONS"] = "1"
+    elif _arrival.read_event is None:
+        pytest.skip("no C fast path here (not built, or not Linux)")
+    done = _run_patched(script, *[str(HERE / name) for name in files], env=env)
+    assert ("read_event: None" in done.stdout) == (read_path == "python"), done.stdout[:200]
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert " passed" in done.stdout and " skipped" in done.stdout  # this test, inside: skipped
 
