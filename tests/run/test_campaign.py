@@ -83,8 +83,12 @@ def test_shared_prefix_and_unique_prompts_show_their_cache_behaviour(tmp_path: P
     shared = records[records.scenario == "sp"].sort_values("wall_start")
     unique = records[records.scenario == "up"]
     assert len(shared) == 6 and len(unique) == 6
-    # after the first request, every shared-prefix request finds the prefix cached (block granularity)
-    assert (shared["cached_tokens"].iloc[1:] >= 800 - 16).all()
+    # every shared-prefix request sent after the first one's prefill (its first token) finds the prefix
+    # cached (block granularity); one sent while it was still in prefill may not, as on vLLM
+    first = shared.iloc[0]
+    after = shared[shared["wall_start"] > first["wall_start"] + first["ttft_s"]]
+    assert len(after) >= 3  # at least every user's second iteration
+    assert (after["cached_tokens"] >= 800 - 16).all()
     assert (unique["cached_tokens"] <= 16).all()
 
 
