@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,31 +12,31 @@ from grill_locust.client import _arrival
 stamps = pytest.mark.skipif(not _arrival.ANCILLARY_BYTES, reason="no kernel receive stamps on this system")
 
 
-@pytest.fixture
-def connection() -> Iterator[tuple[socket.socket, socket.socket]]:
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen(1)
-    client = socket.create_connection(listener.getsockname())
-    server, _ = listener.accept()
-    listener.close()
-    yield client, server
-    client.close()
-    server.close()
-
-
 def test_wall_offset_matches_the_two_clocks() -> None:
     assert abs(_arrival.wall_offset() - (time.time() - time.perf_counter())) < 0.002
 
 
+def _read_stamped(read_path: str, client: socket.socket) -> tuple[bytes, float]:
+    """One read of a stamped socket, as the poller does it: in Python, or the C read where built."""
+    if read_path == "python":
+        return _arrival.read(client, 65536, True, _arrival.wall_offset())
+    if _arrival.read_event is None:
+        pytest.skip("no C read here (not built, or not Linux)")
+    data, arrived, _ = _arrival.read_event(client.fileno(), _arrival.wall_offset(), False)
+    return data, arrived
+
+
 @stamps
-def test_bytes_read_late_keep_the_time_they_arrived(connection: tuple[socket.socket, socket.socket]) -> None:
+@pytest.mark.parametrize("read_path", ["python", "c"])
+def test_bytes_read_late_keep_the_time_they_arrived(
+    connection: tuple[socket.socket, socket.socket], read_path: str
+) -> None:
     client, server = connection
     assert _arrival.enable(client)
     sent = time.perf_counter()
     server.sendall(b"data: {}\n\n")
     time.sleep(0.05)  # the reader is busy elsewhere
-    data, arrived = _arrival.read(client, 65536, True, _arrival.wall_offset())
+    data, arrived = _read_stamped(read_path, client)
     read_at = time.perf_counter()
     assert data == b"data: {}\n\n"
     assert sent <= arrived + 0.0005 and arrived - sent < 0.005  # not the read 50 ms later
