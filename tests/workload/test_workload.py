@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import random
 import sysconfig
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from grill_locust.config import Conversation
 from grill_locust.workload import ConversationPlan, TokenCounter, build_workload
 from grill_locust.workload.generators import QUESTIONS, _fit
-from grill_locust.workload.tokens import count_tokens, tokenize
+from grill_locust.workload.tokens import count_tokens, seam_change, tokenize
 
 BLOCK_TOKENS = 16  # prefix caches share whole blocks of this many tokens (vLLM's default)
 PLAN_BUDGET_MS = 5.0
@@ -71,6 +72,29 @@ def test_fit_is_exact_across_awkward_seams() -> None:
     ):
         for n_tokens in (1, 2, 7, 30, 200):
             assert count_tokens(_fit(head, body, tail, n_tokens)) == n_tokens
+
+
+def test_seam_change_counts_joined_texts_as_a_whole_reading_does() -> None:
+    """`_fit` counts only its two seams: at every seam, the count from the seam alone must be the
+    count of the whole joined text (random cuts of real code and of awkward runs: spaces, letters,
+    digits, newlines with indentation, punctuation)."""
+    rng = random.Random(3)
+    code = Path(ast.__file__).read_text()
+    awkward = [" ", "  ", "\n", "\n    ", "\t", "a", "Z", "7", "(", "**", "=", ":", "é", "\r", "_"]
+    settled = 0
+    for case in range(4000):
+        if case % 2:
+            start = rng.randrange(len(code) - 400)
+            text = code[start : start + rng.randrange(1, 400)]
+        else:
+            text = "".join(rng.choice(awkward) * rng.randrange(1, 12) for _ in range(rng.randrange(1, 8)))
+        cut = rng.randrange(len(text) + 1)
+        left, right = tokenize(text[:cut]), tokenize(text[cut:])
+        change = seam_change(left, right)
+        if change is not None:
+            settled += 1
+            assert len(left) + len(right) + change == count_tokens(text), (text[:cut], text[cut:])
+    assert settled > 3900  # the seam nearly always settles within its window
 
 
 def test_multi_turn_system_is_distinct_per_conversation_unless_shared() -> None:
