@@ -412,6 +412,15 @@ def _start_telemetry(environment: Environment, campaign: Campaign) -> None:
     campaign.telemetry = scraper  # type: ignore[attr-defined]
 
 
+@events.test_stopping.add_listener
+def on_test_stopping(environment: Environment, **_: Any) -> None:
+    """Locust's `Runner.stop()` holds the hub before it cuts the users (it formats the caller's stack
+    for a debug line: tens of ms): lag from here on is the stop's, not the load's."""
+    worker: WorkerState | None = getattr(environment, "grill_worker", None)
+    if worker is not None:
+        worker.stopping = True
+
+
 @events.test_stop.add_listener
 def on_test_stop(environment: Environment, **_: Any) -> None:
     worker: WorkerState | None = getattr(environment, "grill_worker", None)

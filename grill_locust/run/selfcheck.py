@@ -22,8 +22,10 @@ CPU_SAMPLE_INTERVAL_S = 1.0
 
 
 class SelfCheck:
-    """`busy()` says whether a request is in flight: a stall while no stream is open (Locust handling a
-    spawn message between tiers, say) delays no measurement, so it is not counted as lag."""
+    """`busy()` says whether a request is in flight (and the run is not stopping): a stall while no
+    stream is open (Locust handling a spawn message between tiers, say) delays no measurement, so it
+    is not counted as lag. A probe counts only if `busy()` held both when it went to sleep and when it
+    woke: a stall that ends in Locust's own stop is the stop's."""
 
     def __init__(self, busy: Callable[[], bool] = lambda: True) -> None:
         self._busy = busy
@@ -52,7 +54,7 @@ class SelfCheck:
             measuring = self._busy()
             gevent.sleep(interval)
             now = time.monotonic()
-            if measuring:
+            if measuring and self._busy():
                 self._lags_ms.append(max(0.0, (now - before - interval) * 1000.0))
                 self.lag_p99_ms = percentile(sorted(self._lags_ms), 99)
             if now - last_cpu >= CPU_SAMPLE_INTERVAL_S:

@@ -55,7 +55,8 @@ class WorkerState:
         self._workloads: dict[str, Workload] = {}
         self._workload_lock = gevent.lock.Semaphore()
         self.in_flight = 0  # requests of this process's users now on the wire
-        self.selfcheck = SelfCheck(busy=lambda: self.in_flight > 0)
+        self.stopping = False  # Locust began stopping the users (test_stopping)
+        self.selfcheck = SelfCheck(busy=lambda: self.in_flight > 0 and not self.stopping)
         self._records: list[dict[str, Any]] = []
         self._iterations: Counter[int] = Counter()
         self._record_seq = 0
@@ -121,6 +122,7 @@ class WorkerState:
         # the garbage collector's sight, or each full collection walks it and stalls every stream ~50 ms.
         gc.collect()
         gc.freeze()
+        self.stopping = False
         self.selfcheck.start()
         if self._flusher is None:
             self._flusher = gevent.spawn(self._flush_loop)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from grill_locust.record import SATURATION_LAG_P99_MS
 from tests.run.conftest import LOCUSTFILE, only_run_dir, read_truth, sim_scenario, write_scenario
 from tests.run.test_distributed import finish, start_cluster
 
@@ -91,6 +92,22 @@ def test_signal_to_a_headless_run_keeps_every_request_and_marks_the_tier_incompl
     records = assert_stopped_cleanly(tmp_path, truth)
     assert (records.status == "ok").sum() >= 4
     assert "requests recorded" in (tmp_path / "out.log").read_text()
+
+
+def test_a_stop_is_not_a_saturated_load_generator(tmp_path: Path) -> None:
+    """Locust's `Runner.stop()` holds the hub (tens of ms here) before it cuts the users: that stall is
+    the stop's, and must not flag the tier through the lag its cut records carry."""
+    # four users whose streams all wait on a slow engine (a 0.5 s step) when the signal comes
+    data = sim_scenario(conversation=SHORT, tiers=[4], max_tokens=64, sim_args={"step_a_ms": 500})
+    proc = start_local(tmp_path, write_scenario(tmp_path / "s.yaml", data))
+    time.sleep(6)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(timeout=60)
+    run_dir = only_run_dir(tmp_path / "results")
+    records = pd.read_parquet(run_dir / "records.parquet")
+    assert len(records) == 4 and (records["error"] == "cancelled").all()
+    assert (records["worker_lag_p99_ms"] <= SATURATION_LAG_P99_MS).all(), records["worker_lag_p99_ms"]
+    assert not pd.read_csv(run_dir / "summary.csv")["saturated"].any()
 
 
 def test_sigint_to_the_master_of_a_distributed_run(tmp_path: Path) -> None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import gevent
 import pandas as pd
 import pytest
 
+from grill_locust.run.selfcheck import SelfCheck
 from tests.run.conftest import LOCUSTFILE, only_run_dir, sim_scenario, write_scenario
 
 pytestmark = pytest.mark.slow
@@ -74,3 +77,30 @@ def test_a_saturated_worker_is_flagged_live_and_in_the_summary(tmp_path: Path) -
     assert summary["worker_lag_p99_ms"].iloc[0] > 10
     records = pd.read_parquet(only_run_dir(tmp_path / "r") / "records.parquet")
     assert records["worker_lag_p99_ms"].notna().all() and records["worker_cpu"].notna().any()
+
+
+@pytest.mark.parametrize("stopping", [False, True])
+def test_a_stall_that_ends_in_the_stop_is_not_lag(stopping: bool) -> None:
+    """The probe counts a stall only if requests were in flight when it slept and still are when it
+    wakes: Locust's `Runner.stop()` holds the hub, then (test_stopping) the worker says it is stopping."""
+    state = {"stopping": False}
+    check = SelfCheck(busy=lambda: not state["stopping"])
+    check.start()
+    try:
+        gevent.sleep(0.3)  # a few quiet probes
+        quiet = check.lag_p99_ms
+        assert quiet is not None and quiet < 50
+        # hold the hub 200 ms, as the stop does: longer than any probe interval, so the probe's wake-up
+        # falls inside the stall and comes at least 125 ms late
+        end = time.perf_counter() + 0.2
+        while time.perf_counter() < end:
+            pass
+        state["stopping"] = stopping
+        gevent.sleep(0.2)  # the probe wakes late
+        assert check.lag_p99_ms is not None
+        if stopping:
+            assert check.lag_p99_ms == quiet
+        else:
+            assert check.lag_p99_ms > 100
+    finally:
+        check.stop()
