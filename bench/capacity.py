@@ -7,7 +7,11 @@ with its truth log on:
      writer all run in it), one tier of N users, high max_tokens with ignore_eos, no think time;
   2. the baselines, each with the same N streams, prompts, max_tokens and requests:
      bench/aiohttp_baseline.py (asyncio + aiohttp, as `vllm bench serve`) and bench/locust_baseline.py
-     (bare Locust: HttpSession, `iter_lines()`, `json.loads`).
+     (bare Locust: HttpSession, `iter_lines()`, `json.loads`);
+  3. the floor: bench/io_floor.c (built here with `cc`), a C client that only reads the same streams
+     (one stamped recvmsg per readiness, as grill's poller): what this machine's kernel charges for
+     the I/O itself. It measures no latencies; its row says how far above the machine's floor each
+     client is.
 The CPU time of the client process (user + system, from /proc via psutil) is sampled every
 SAMPLE_INTERVAL_S; figures are taken over the steady window, while at least 95 % of the N streams
 are open (from the truth log), so start-up and ramps are left out. Events are the simulator's own
@@ -53,6 +57,8 @@ BASELINES = {
     "aiohttp": ROOT / "bench" / "aiohttp_baseline.py",
     "locust": ROOT / "bench" / "locust_baseline.py",
 }
+FLOOR = "floor"
+FLOOR_SOURCE = ROOT / "bench" / "io_floor.c"
 MODEL = "grill-sim"
 SAMPLE_INTERVAL_S = 0.2
 STEADY_SHARE = 0.95  # the window where at least this share of the streams is open
@@ -411,6 +417,57 @@ def analyze_baseline(streams: int, workdir: Path, client: str) -> PathResult:
     )
 
 
+# --- the floor ------------------------------------------------------------------------------------
+
+
+def build_floor(workdir: Path) -> Path | None:
+    """bench/io_floor.c compiled into `workdir`; None (said on stderr) where no C compiler is."""
+    binary = workdir / "io_floor"
+    try:
+        subprocess.run(["cc", "-O2", "-o", str(binary), str(FLOOR_SOURCE)], check=True, capture_output=True)
+    except (OSError, subprocess.CalledProcessError) as error:
+        print(f"  floor: not built ({error}); its rows are left out", file=sys.stderr)
+        return None
+    return binary
+
+
+def run_floor(level: Level, workdir: Path, binary: Path | str) -> PathResult:
+    from grill_locust.sim import SimProcess
+
+    args = sim_args(level, workdir / f"{FLOOR}-truth.jsonl")
+    truth_log = args.pop("truth_log")
+    extra = [f"--{key.replace('_', '-')}={value}" for key, value in args.items()]
+    with SimProcess.start("vllm", served_model_name=MODEL, truth_log=truth_log, extra_args=extra) as sim:
+        port = sim.url.rsplit(":", 1)[1]
+        command = [
+            str(binary), port, MODEL, str(level.streams), str(level.requests_per_stream),
+            str(level.max_tokens), str(level.ramp_s),
+        ]  # fmt: skip
+        _run_sampled(command, workdir / FLOOR)
+    return analyze_floor(level.streams, workdir)
+
+
+def analyze_floor(streams: int, workdir: Path) -> PathResult:
+    sampler = CpuSampler.load(workdir / f"{FLOOR}.cpu.csv")
+    truth = read_truth(workdir / f"{FLOOR}-truth.jsonl")
+    start, end = steady_window(truth, streams)
+    none = np.array([])
+    return PathResult(
+        client=FLOOR,
+        streams=streams,
+        window_s=end - start,
+        events=events_between(truth, start, end),
+        requests_done=int(((truth["end"] >= start) & (truth["end"] < end)).sum()),
+        cpu_s=sampler.cpu_between(start, end),
+        ttft_err_ms=none,
+        itl_err_ms=none,
+        e2e_err_ms=none,
+        failed=int((truth["outcome"] != "ok").sum()),
+        load_1m=host_load(workdir / f"{FLOOR}.load.txt"),
+        note=(workdir / f"{FLOOR}.out").read_text().strip() if (workdir / f"{FLOOR}.out").exists() else "",
+    )
+
+
 def _run_sampled(command: list[str], log_prefix: Path, extra_env: dict[str, str] | None = None) -> CpuSampler:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     with open(f"{log_prefix}.out", "w") as out, open(f"{log_prefix}.err", "w") as err:
@@ -452,10 +509,15 @@ def row(result: PathResult) -> str:
     return (
         f"{result.streams:>7} {result.client:>8} {result.events_per_s:>9.0f} {100 * result.cpu_share:>6.1f} "
         f"{result.us_per_event:>9.2f} {result.events_per_cpu_s:>9.0f} {result.us_per_request:>8.0f} "
-        f"{pct(result.ttft_err_ms, 50):>9.3f} / {pct(result.ttft_err_ms, 99):>7.3f} "
-        f"{pct(result.itl_err_ms, 50):>9.3f} / {pct(result.itl_err_ms, 99):>8.3f} "
-        f"{pct(result.e2e_err_ms, 99):>8.3f} {result.failed:>4} {result.load_1m:>5.1f}"
+        f"{_ms(result.ttft_err_ms, 50, 9)} / {_ms(result.ttft_err_ms, 99, 7)} "
+        f"{_ms(result.itl_err_ms, 50, 9)} / {_ms(result.itl_err_ms, 99, 8)} "
+        f"{_ms(result.e2e_err_ms, 99, 8)} {result.failed:>4} {result.load_1m:>5.1f}"
     )
+
+
+def _ms(values: np.ndarray, q: float, width: int) -> str:
+    """A percentile of errors in ms, or "-" for a client that measures none (the floor)."""
+    return f"{pct(values, q):>{width}.3f}" if len(values) else f"{'-':>{width}}"
 
 
 def levels_for(args: argparse.Namespace) -> list[Level]:
@@ -478,7 +540,7 @@ def main() -> None:
     parser.add_argument("--ramp-s", type=float, default=2.0, help="streams start spread over this time")
     parser.add_argument("--quick", action="store_true", help="50, 200, 500 streams, 6 s windows")
     parser.add_argument(
-        "--only", choices=[*GRILL_CLIENTS, *BASELINES], default=None, help="run one client only"
+        "--only", choices=[*GRILL_CLIENTS, *BASELINES, FLOOR], default=None, help="run one client only"
     )
     parser.add_argument(
         "--python-read",
@@ -499,15 +561,16 @@ def main() -> None:
     print(f"host: {os.cpu_count()} CPUs; load = 1-minute load average at the end of each run")
     print(HEADER, flush=True)
     ratios = []
+    work: list[tuple[int, Path, Level | None]] = []  # level None: analyse a kept folder
     if args.analyze:
         runs = sorted(Path(args.analyze).glob("s*"), key=lambda p: int(p.name[1:]))
         work = [(int(p.name[1:]), p, None) for p in runs]
     else:
-        work = []
-        for level in levels_for(args):
-            workdir = Path(args.keep or tempfile.mkdtemp(prefix="grill-capacity-")) / f"s{level.streams}"
+        for planned in levels_for(args):
+            workdir = Path(args.keep or tempfile.mkdtemp(prefix="grill-capacity-")) / f"s{planned.streams}"
             workdir.mkdir(parents=True, exist_ok=True)
-            work.append((level.streams, workdir, level))
+            work.append((planned.streams, workdir, planned))
+    floor_binary: Path | str | None = None
     for streams, workdir, level in work:
         results = {}
         for name in GRILL_CLIENTS:
@@ -533,6 +596,23 @@ def main() -> None:
                 )
                 print(row(results[client]), flush=True)
                 print(f"{'':>16}{results[client].note}", flush=True)
+        if args.only in (None, FLOOR):
+            if level is not None:
+                if floor_binary is None:  # built once, on first use ("" where there is no compiler)
+                    floor_binary = build_floor(workdir.parent) or ""
+                if floor_binary:
+                    results[FLOOR] = run_floor(level, workdir, floor_binary)
+            elif (workdir / f"{FLOOR}.cpu.csv").exists():
+                results[FLOOR] = analyze_floor(streams, workdir)
+            if FLOOR in results:
+                print(row(results[FLOOR]), flush=True)
+                print(f"{'':>16}{results[FLOOR].note}", flush=True)
+        if "grill" in results and FLOOR in results:
+            above = results["grill"].us_per_event - results[FLOOR].us_per_event
+            print(
+                f"{'':>16}grill costs {above:.2f} µs/event above the machine's floor at {streams} streams",
+                flush=True,
+            )
         if "grill" in results and "grill-py" in results:
             saved = results["grill-py"].us_per_event - results["grill"].us_per_event
             print(f"{'':>16}the C read saves {saved:.2f} µs/event at {streams} streams", flush=True)
