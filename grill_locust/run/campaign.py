@@ -8,6 +8,7 @@ cap passes (then it is marked incomplete). Between tiers the shape holds 0 users
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -51,15 +52,21 @@ class PhaseProgress:
     note: str = ""
     lost_by_worker: Counter[str] = field(default_factory=Counter)
     tier_records: list[dict[str, Any]] = field(default_factory=list)  # for the live tier row, while it runs
-    worker_lag_p99_ms_max: float = 0.0
+    # each worker's lag p99 over its probes of this tier so far: on its latest record (wall end, value)
+    worker_lag_p99_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
     worker_cpu_max: float = 0.0
+
+    @property
+    def lag_p99_ms(self) -> float:
+        """The tier's event-loop lag p99 so far: the highest of its workers'."""
+        return max((lag for _, lag in self.worker_lag_p99_ms.values()), default=0.0)
 
     @property
     def saturation(self) -> str:
         """Why the load generator was saturated in this tier, or "" (records carry each worker's state)."""
-        if self.worker_lag_p99_ms_max > SATURATION_LAG_P99_MS or self.worker_cpu_max > SATURATION_CPU_PCT:
+        if self.lag_p99_ms > SATURATION_LAG_P99_MS or self.worker_cpu_max > SATURATION_CPU_PCT:
             return (
-                f"LOAD GENERATOR SATURATED (event-loop lag p99 up to {self.worker_lag_p99_ms_max:.1f} ms, "
+                f"LOAD GENERATOR SATURATED (event-loop lag p99 {self.lag_p99_ms:.1f} ms, "
                 f"CPU up to {self.worker_cpu_max:.0f} %): this tier's latencies are suspect"
             )
         return ""
@@ -109,8 +116,10 @@ class Campaign:
                 if record["status"] != "ok":
                     progress.errors += 1
                 lag, cpu = record.get("worker_lag_p99_ms"), record.get("worker_cpu")
-                if lag is not None and lag > progress.worker_lag_p99_ms_max:
-                    progress.worker_lag_p99_ms_max = lag
+                if lag is not None:
+                    end = record["wall_start"] + (record.get("e2e_s") or 0.0)
+                    if end >= progress.worker_lag_p99_ms.get(record["worker_id"], (-math.inf, 0.0))[0]:
+                        progress.worker_lag_p99_ms[record["worker_id"]] = (end, lag)
                 if cpu is not None and cpu > progress.worker_cpu_max:
                     progress.worker_cpu_max = cpu
         for phase_id, count in iterations.items():

@@ -2,23 +2,63 @@
 
 A worker whose gevent hub is late inflates every TTFT it measures long before Locust's 90 % CPU warning
 fires; each record carries the worker's state when it ended, so the report can flag saturated tiers.
+The lag p99 is taken over every probe of the current tier on this worker (`new_window` at each phase):
+a p99 over the last few dozen probes would be their maximum, and one late wake-up in a minute would
+flag a tier whose lag p99 is a fraction of the threshold.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
-from collections import deque
 from collections.abc import Callable
 
 import gevent
 import psutil
 
-from grill_locust.record import SATURATION_CPU_PCT, SATURATION_LAG_P99_MS, percentile
+from grill_locust.record import SATURATION_CPU_PCT, SATURATION_LAG_P99_MS
 
 PROBE_INTERVAL_S = 0.05  # how often the probe asks the hub to wake it
-LAG_WINDOW = 40  # probes kept: the last ~2 s
 CPU_SAMPLE_INTERVAL_S = 1.0
+LAG_QUANTILE = 0.99
+
+
+class LagHistogram:
+    """Lags of one window in buckets 2 % wide (0.01 ms to ~76 s; later ones in the last bucket): memory
+    and time per sample stay bounded however long the tier. `quantile_ms` is by nearest rank and
+    answers the bucket's upper edge, so at most 2 % above the exact value."""
+
+    FIRST_EDGE_MS = 0.01
+    GROWTH = 1.02
+    BUCKETS = 800
+
+    def __init__(self) -> None:
+        self.counts = [0] * (self.BUCKETS + 1)
+        self.samples = 0
+        self._top = 0  # the highest bucket used
+
+    def add(self, lag_ms: float) -> None:
+        if lag_ms <= self.FIRST_EDGE_MS:
+            index = 0
+        else:
+            index = min(
+                self.BUCKETS, math.ceil(math.log(lag_ms / self.FIRST_EDGE_MS) / math.log(self.GROWTH))
+            )
+        self.counts[index] += 1
+        self.samples += 1
+        self._top = max(self._top, index)
+
+    def quantile_ms(self, q: float) -> float | None:
+        if not self.samples:
+            return None
+        above = self.samples - math.ceil(q * self.samples)  # samples allowed above the answer
+        seen = 0
+        for index in range(self._top, -1, -1):
+            seen += self.counts[index]
+            if seen > above:
+                return self.FIRST_EDGE_MS * self.GROWTH**index
+        return self.FIRST_EDGE_MS  # unreachable: the counts add up to `samples`
 
 
 class SelfCheck:
@@ -29,7 +69,7 @@ class SelfCheck:
 
     def __init__(self, busy: Callable[[], bool] = lambda: True) -> None:
         self._busy = busy
-        self._lags_ms: deque[float] = deque(maxlen=LAG_WINDOW)
+        self._lags = LagHistogram()
         self._process = psutil.Process()
         self.cpu_pct: float | None = None
         self.lag_p99_ms: float | None = None
@@ -39,6 +79,11 @@ class SelfCheck:
         if self._greenlet is None:
             self._process.cpu_percent(None)  # first call primes the counter
             self._greenlet = gevent.spawn(self._probe)
+
+    def new_window(self) -> None:
+        """A new tier begins on this worker: its lag p99 starts from its own probes."""
+        self._lags = LagHistogram()
+        self.lag_p99_ms = None
 
     def stop(self) -> None:
         if self._greenlet is not None:
@@ -55,8 +100,8 @@ class SelfCheck:
             gevent.sleep(interval)
             now = time.monotonic()
             if measuring and self._busy():
-                self._lags_ms.append(max(0.0, (now - before - interval) * 1000.0))
-                self.lag_p99_ms = percentile(sorted(self._lags_ms), 99)
+                self._lags.add(max(0.0, (now - before - interval) * 1000.0))
+                self.lag_p99_ms = self._lags.quantile_ms(LAG_QUANTILE)
             if now - last_cpu >= CPU_SAMPLE_INTERVAL_S:
                 self.cpu_pct = self._process.cpu_percent(None)
                 last_cpu = now

@@ -103,8 +103,10 @@ class WorkerState:
         if data.get("scenario") is not None and self.scenario is None:
             self.set_scenario(Scenario.from_wire(data["scenario"]))
         self.run_id = data.get("run_id") or self.run_id
-        phase = data.get("phase")
-        self.phase = Phase.from_wire(phase) if phase is not None else None
+        phase = Phase.from_wire(data["phase"]) if data.get("phase") is not None else None
+        if phase is not None and (self.phase is None or phase.phase_id != self.phase.phase_id):
+            self.selfcheck.new_window()  # a tier's lag p99 is its own
+        self.phase = phase
 
     def set_scenario(self, scenario: Scenario) -> None:
         self.scenario = scenario
@@ -123,6 +125,7 @@ class WorkerState:
         gc.collect()
         gc.freeze()
         self.stopping = False
+        self.selfcheck.new_window()
         self.selfcheck.start()
         if self._flusher is None:
             self._flusher = gevent.spawn(self._flush_loop)

@@ -175,6 +175,29 @@ def test_incomplete_and_saturated_tiers_are_flagged(tmp_path):
     assert "incomplete" in table and "saturated" in table
 
 
+def test_a_tiers_lag_p99_is_each_workers_last_record_and_the_highest_worker(tmp_path):
+    """The self-check's window is the tier: a worker's last record of a tier carries its lag p99 over
+    the whole tier; an early record's (over a few probes, so nearly their maximum) is superseded."""
+    records = [
+        # worker a: one late wake-up early in the tier, the tier's p99 on its last record
+        make_record(record_id="a1", worker_id="a", wall_start=START_WALL + 1, worker_lag_p99_ms=40.0),
+        make_record(record_id="a2", worker_id="a", wall_start=START_WALL + 8, worker_lag_p99_ms=1.5),
+        make_record(record_id="a3", worker_id="a", wall_start=START_WALL + 4, worker_lag_p99_ms=9.0),
+        # worker b: its last record ends after a's last one starts, with a higher p99
+        make_record(record_id="b1", worker_id="b", wall_start=START_WALL + 2, worker_lag_p99_ms=0.5),
+        make_record(record_id="b2", worker_id="b", wall_start=START_WALL + 7.5, worker_lag_p99_ms=2.5),
+        make_record(record_id="b3", worker_id="b", wall_start=START_WALL + 9, worker_lag_p99_ms=None),
+        # the next tier: a worker saturated throughout
+        make_record(record_id="c1", worker_id="a", tier_index=1, tier_users=5, worker_lag_p99_ms=3.0),
+        make_record(record_id="c2", worker_id="a", tier_index=1, tier_users=5, wall_start=START_WALL + 5,
+                    worker_lag_p99_ms=7.0),
+    ]  # fmt: skip
+    write_results_folder(tmp_path, records, phases=[])
+    summary = summarize(load_run(tmp_path))
+    assert summary["worker_lag_p99_ms"].tolist() == [2.5, 7.0]
+    assert summary["saturated"].tolist() == [False, True]
+
+
 def test_a_tier_in_phases_without_records_still_has_a_row(tmp_path):
     records = [make_record(record_id="a", tier_index=0, tier_users=1)]
     phases = [

@@ -9,10 +9,11 @@ import time
 from pathlib import Path
 
 import gevent
+import numpy as np
 import pandas as pd
 import pytest
 
-from grill_locust.run.selfcheck import SelfCheck
+from grill_locust.run.selfcheck import LagHistogram, SelfCheck
 from tests.run.conftest import LOCUSTFILE, only_run_dir, sim_scenario, write_scenario
 
 pytestmark = pytest.mark.slow
@@ -37,13 +38,45 @@ def start_burning(**kw):
 """
 
 
-def run(tmp_path: Path, locustfile: Path) -> tuple[subprocess.CompletedProcess[str], pd.DataFrame]:
+# The product's locustfile plus one stall of the hub, 150 ms (longer than any probe interval, so a probe
+# wakes inside it), 3 s into an ~8 s tier at light load, once requests have been in flight for 100 ms
+# (the probe counts only a sleep that began and ended with a request in flight): one late probe among
+# ~150. The worker is not saturated; its lag p99 must say so.
+ONE_STALL_LOCUSTFILE = f"""
+import time, gevent
+from locust import events
+exec(open({str(LOCUSTFILE)!r}).read())
+
+def stall_once(worker):
+    gevent.sleep(3.0)
+    busy_since = None
+    while busy_since is None or time.perf_counter() - busy_since < 0.1:
+        gevent.sleep(0.005)
+        if worker.in_flight == 0:
+            busy_since = None
+        elif busy_since is None:
+            busy_since = time.perf_counter()
+    end = time.perf_counter() + 0.15
+    while time.perf_counter() < end:
+        pass
+
+@events.test_start.add_listener
+def start_stalling(environment, **kw):
+    gevent.spawn(stall_once, environment.grill_worker)
+"""
+
+
+def run(
+    tmp_path: Path, locustfile: Path, iterations: int = 4
+) -> tuple[subprocess.CompletedProcess[str], pd.DataFrame]:
     data = sim_scenario(
         conversation={"name": "short", "kind": "short-baseline", "prompt_tokens": 40},
         tiers=[2],
-        iterations=4,
+        iterations=iterations,
         max_tokens=32,
+        sim_args={"step_a_ms": 10.0, "step_b_ms": 0.0},
     )
+    data["load"]["think_time_s"] = 0
     scenario = write_scenario(tmp_path / "s.yaml", data)
     done = subprocess.run(
         [
@@ -72,11 +105,68 @@ def test_a_saturated_worker_is_flagged_live_and_in_the_summary(tmp_path: Path) -
     burning = tmp_path / "burning.py"
     burning.write_text(BURNING_LOCUSTFILE)
     done, summary = run(tmp_path, burning)
-    assert "LOAD GENERATOR SATURATED" in done.stderr
+    assert "tier 1/1: LOAD GENERATOR SATURATED" in done.stderr
     assert bool(summary["saturated"].iloc[0])
     assert summary["worker_lag_p99_ms"].iloc[0] > 10
     records = pd.read_parquet(only_run_dir(tmp_path / "r") / "records.parquet")
     assert records["worker_lag_p99_ms"].notna().all() and records["worker_cpu"].notna().any()
+
+
+def test_one_late_wake_up_in_a_long_tier_is_not_saturation(tmp_path: Path) -> None:
+    """A lag p99 over the last few dozen probes is their maximum: one 150 ms stall flagged the whole tier.
+    Over the tier's ~150 probes the p99 leaves it out, though the records just after it saw it."""
+    stalling = tmp_path / "stalling.py"
+    stalling.write_text(ONE_STALL_LOCUSTFILE)
+    done, summary = run(tmp_path, stalling, iterations=20)
+    records = pd.read_parquet(only_run_dir(tmp_path / "r") / "records.parquet")
+    assert records["worker_lag_p99_ms"].max() > 70  # the stall was probed (early in the tier: the maximum)
+    assert summary["span_s"].iloc[0] > 6  # long enough for > 100 probes
+    assert summary["worker_lag_p99_ms"].iloc[0] < 5
+    assert not bool(summary["saturated"].iloc[0])
+    # the live line may show the stall while the tier's probes are few; the tier's verdict leaves it out
+    assert "tier 1/1: LOAD GENERATOR SATURATED" not in done.stderr
+
+
+def test_the_lag_histogram_answers_the_nearest_rank_quantile_within_two_percent() -> None:
+    rng = np.random.default_rng(7)
+    for lags in (rng.gamma(2.0, 0.5, 1000), rng.exponential(3.0, 57), np.array([0.0, 0.0, 0.3])):
+        histogram = LagHistogram()
+        for lag in lags:
+            histogram.add(float(lag))
+        for q in (0.5, 0.9, 0.99):
+            exact = float(np.sort(lags)[int(np.ceil(q * len(lags))) - 1])
+            answer = histogram.quantile_ms(q)
+            assert answer is not None
+            assert (
+                max(exact, LagHistogram.FIRST_EDGE_MS)
+                <= answer
+                <= max(exact, LagHistogram.FIRST_EDGE_MS) * 1.02
+            )
+    # 1 % may lie above the p99: two stalls among 300 probes are left out, four are not
+    for stalls, expected_high in ((2, False), (4, True)):
+        histogram = LagHistogram()
+        for lag in [1.0] * (300 - stalls) + [60.0] * stalls:
+            histogram.add(lag)
+        assert (histogram.quantile_ms(0.99) > 5) is expected_high
+    assert LagHistogram().quantile_ms(0.99) is None
+
+
+def test_a_new_window_forgets_the_last_tiers_lag() -> None:
+    check = SelfCheck()
+    check.start()
+    try:
+        gevent.sleep(0.1)  # the probe runs, and sleeps
+        end = time.perf_counter() + 0.15
+        while time.perf_counter() < end:
+            pass
+        gevent.sleep(0.1)
+        assert check.lag_p99_ms is not None and check.lag_p99_ms > 50
+        check.new_window()
+        assert check.lag_p99_ms is None
+        gevent.sleep(0.3)
+        assert check.lag_p99_ms is not None and check.lag_p99_ms < 50
+    finally:
+        check.stop()
 
 
 @pytest.mark.parametrize("stopping", [False, True])
