@@ -203,6 +203,17 @@ def events_between(truth: pd.DataFrame, start: float, end: float) -> int:
     return int(((times >= start) & (times < end)).sum())
 
 
+def window_cost(truth: pd.DataFrame, sampler: CpuSampler, start: float, end: float) -> dict[str, Any]:
+    """What every client's result counts over the steady window: its length, the events the simulator
+    wrote and the requests it ended in it, and the client's CPU seconds."""
+    return {
+        "window_s": end - start,
+        "events": events_between(truth, start, end),
+        "requests_done": int(((truth["end"] >= start) & (truth["end"] < end)).sum()),
+        "cpu_s": sampler.cpu_between(start, end),
+    }
+
+
 def truth_itl_p99_s(event_times: list[float]) -> float:
     gaps = np.diff(np.asarray(event_times))
     return float(np.percentile(gaps, 99)) if len(gaps) else math.nan
@@ -323,10 +334,7 @@ def analyze_grill(streams: int, workdir: Path, client: str = "grill") -> PathRes
     return PathResult(
         client=client,
         streams=streams,
-        window_s=end - start,
-        events=events_between(truth, start, end),
-        requests_done=int(((truth["end"] >= start) & (truth["end"] < end)).sum()),
-        cpu_s=sampler.cpu_between(start, end),
+        **window_cost(truth, sampler, start, end),
         ttft_err_ms=ttft_err[in_window] * 1e3,
         itl_err_ms=itl_err[in_window] * 1e3,
         e2e_err_ms=e2e_err[in_window] * 1e3,
@@ -404,10 +412,7 @@ def analyze_baseline(streams: int, workdir: Path, client: str) -> PathResult:
     return PathResult(
         client=client,
         streams=streams,
-        window_s=end - start,
-        events=events_between(truth, start, end),
-        requests_done=int(((truth["end"] >= start) & (truth["end"] < end)).sum()),
-        cpu_s=sampler.cpu_between(start, end),
+        **window_cost(truth, sampler, start, end),
         ttft_err_ms=ttft_err.to_numpy()[in_window] * 1e3,
         itl_err_ms=(measured_itl - truth_itl)[in_window] * 1e3,
         e2e_err_ms=e2e_err.to_numpy()[in_window] * 1e3,
@@ -455,10 +460,7 @@ def analyze_floor(streams: int, workdir: Path) -> PathResult:
     return PathResult(
         client=FLOOR,
         streams=streams,
-        window_s=end - start,
-        events=events_between(truth, start, end),
-        requests_done=int(((truth["end"] >= start) & (truth["end"] < end)).sum()),
-        cpu_s=sampler.cpu_between(start, end),
+        **window_cost(truth, sampler, start, end),
         ttft_err_ms=none,
         itl_err_ms=none,
         e2e_err_ms=none,
