@@ -53,12 +53,12 @@ class LagHistogram:
         if not self.samples:
             return None
         above = self.samples - math.ceil(q * self.samples)  # samples allowed above the answer
-        seen = 0
-        for index in range(self._top, -1, -1):
+        index = self._top
+        seen = self.counts[index]
+        while seen <= above:  # ends: the counts add up to `samples`, more than `above`
+            index -= 1
             seen += self.counts[index]
-            if seen > above:
-                return self.FIRST_EDGE_MS * self.GROWTH**index
-        return self.FIRST_EDGE_MS  # unreachable: the counts add up to `samples`
+        return self.FIRST_EDGE_MS * self.GROWTH**index
 
 
 class SelfCheck:
