@@ -4,8 +4,9 @@ The metric contract times each event by the arrival of its bytes. Where the kern
 data (Linux: `SO_TIMESTAMPNS`, stamped as each segment enters the host), a read reports that
 moment, so a load generator that is busy elsewhere when an event arrives (other users' records,
 a full hub, a slow core) still times it right; when one read holds several segments, the stamp is
-the last one's, never later than the read itself. Without kernel stamps (TLS, other systems), the
-moment the read returned.
+the last one's, never later than the read itself (the kernel merges segments waiting in a socket and
+keeps the last stamp: reading fewer bytes would not recover an earlier one). Without kernel stamps
+(TLS, other systems), the moment the read returned.
 
 `read_event` is the poller's read of a stamped socket: the C fast path (`_fastread.c`, built by
 `pip install` where a C compiler is) when it is there and agrees with this module (the same
