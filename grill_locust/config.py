@@ -32,6 +32,7 @@ from pydantic import (
 )
 
 from grill_locust.errors import GrillError
+from grill_locust.redact import redact_secret_keys, secret_key_values
 
 ENGINES = ("vllm", "sglang", "llamacpp", "tgi", "ollama", "litellm", "openai", "sim")
 SIM_PROFILES = ("vllm", "vllm-no-prefix-cache", "sglang", "llamacpp")
@@ -374,7 +375,7 @@ class Scenario(_Frozen):
         """The scenario as plain data with every secret shown as "***" (for files and logs): SecretStr
         fields, and any value whose key names a secret (headers like x-api-key or Authorization,
         `api_key` inside sim_args or extra_body)."""
-        return _redact_secret_keys(_walk_secrets(self.model_dump(), lambda secret: REDACTED))
+        return redact_secret_keys(_walk_secrets(self.model_dump(), lambda secret: REDACTED), REDACTED)
 
     def to_wire(self) -> dict[str, Any]:
         """Plain data including secrets: only for the master -> worker message, never for logs."""
@@ -943,38 +944,6 @@ def _walk_secrets(value: Any, replace: Any) -> Any:
     return value
 
 
-_SECRET_KEY_WORDS = ("auth", "key", "token", "secret", "password", "cookie")
-
-
-def _is_secret_key(key: Any) -> bool:
-    return isinstance(key, str) and any(word in key.lower() for word in _SECRET_KEY_WORDS)
-
-
-def _redact_secret_keys(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {
-            key: REDACTED
-            if _is_secret_key(key) and isinstance(item, str) and item
-            else _redact_secret_keys(item)
-            for key, item in value.items()
-        }
-    if isinstance(value, list):
-        return [_redact_secret_keys(item) for item in value]
-    return value
-
-
-def _secret_key_values(value: Any) -> Iterator[str]:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if _is_secret_key(key) and isinstance(item, str) and item:
-                yield item
-            else:
-                yield from _secret_key_values(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _secret_key_values(item)
-
-
 def _reveal(value: Any) -> Any:
     return _walk_secrets(value, lambda secret: secret.get_secret_value())
 
@@ -995,7 +964,7 @@ def iter_secrets(scenario: Scenario) -> Iterator[str]:
         if backend.api_key is not None and backend.api_key.get_secret_value():
             yield backend.api_key.get_secret_value()
         for extra in (backend.headers, backend.sim_args, backend.extra_body):
-            yield from _secret_key_values(extra)
+            yield from secret_key_values(extra)
     influx = scenario.sinks.influx
     if influx is not None and influx.token is not None and influx.token.get_secret_value():
         yield influx.token.get_secret_value()

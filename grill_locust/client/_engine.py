@@ -44,11 +44,11 @@ from grill_locust.record import (
     STATUS_TIMEOUT,
     RawTiming,
 )
+from grill_locust.redact import is_secret_key, secret_key_values
 
 AFTER_DONE_GRACE_S = 2.0  # after `[DONE]`, how long to wait for the body's end before dropping the connection
 TOKENIZE_TIMEOUT_S = 10.0
 USER_AGENT = "grill-locust"
-_SECRET_HEADER_WORDS = ("auth", "key", "token", "secret", "cookie")
 
 
 @dataclass(slots=True)
@@ -218,13 +218,16 @@ class EngineClient:
             headers["Authorization"] = f"Bearer {api_key}"
         for name, value in (getattr(backend, "headers", None) or {}).items():
             headers[str(name)] = str(value)
-        self.auth_headers = {
-            name: value
-            for name, value in headers.items()
-            if any(w in name.lower() for w in _SECRET_HEADER_WORDS)
+        self.auth_headers = {name: value for name, value in headers.items() if is_secret_key(name)}
+        configured = (getattr(backend, name, None) for name in ("extra_body", "sim_args"))
+        found = {
+            api_key or "",
+            *self.auth_headers.values(),
+            *(v for c in configured for v in secret_key_values(c)),
         }
+        # longest first: a secret that holds another is replaced whole
         self.secrets: tuple[str, ...] = tuple(
-            s for s in {api_key or "", *self.auth_headers.values()} if s and len(s) >= 4
+            sorted((s for s in found if len(s) >= 4), key=len, reverse=True)
         )
         self._header_bytes = "".join(f"{name}: {value}\r\n" for name, value in headers.items()).encode(
             "latin-1"
@@ -272,7 +275,12 @@ class EngineClient:
             self.close()
             raise
         result = StreamResult(raw, timer.text, timer.reasoning, _retry_after_s(head[0]) if head else None)
-        if raw.completion_tokens is None and raw.status == STATUS_OK and self.tokenize_url:
+        if (
+            raw.completion_tokens is None
+            and raw.status == STATUS_OK
+            and self.tokenize_url
+            and not timer.tool_calls
+        ):
             raw.tokenizer_tokens = self.count_tokens(result.reasoning + result.text, payload.get("model"))
         self.last_result = result
         return result

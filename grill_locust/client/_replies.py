@@ -7,6 +7,8 @@ import re
 from typing import Any
 
 MAX_ERROR_CHARS = 200
+# what `scrub` reads of a text: a secret cut at this bound could only show past what it keeps
+_SCRUBBED_CHARS = 16 * 1024
 _SECRET_PATTERNS = (
     re.compile(r"(?i)(bearer\s+)[^\s\"',;]+"),
     re.compile(r"\b(sk|pk|rk|hf|gsk|xai)[-_][A-Za-z0-9_\-]{8,}"),
@@ -17,8 +19,10 @@ _HTML_TAG = re.compile(r"(?s)<[^>]+>")
 _SPACES = re.compile(r"\s+")
 
 
-def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
-    """Remove known secrets and anything shaped like a key or bearer token; one line, bounded."""
+def scrub(text: str, secrets: tuple[str, ...] = (), limit: int = MAX_ERROR_CHARS) -> str:
+    """Remove known secrets and anything shaped like a key or bearer token; one line of at most
+    `limit` characters. Callers pass the whole text: cut first, a secret's first half would stay."""
+    text = text[:_SCRUBBED_CHARS]
     for secret in secrets:
         if secret:
             text = text.replace(secret, "***")
@@ -26,8 +30,8 @@ def scrub(text: str, secrets: tuple[str, ...] = ()) -> str:
     text = _SECRET_PATTERNS[1].sub("***", text)
     text = _SECRET_PATTERNS[2].sub(r"\1***", text)
     text = _SPACES.sub(" ", text).strip()
-    if len(text) > MAX_ERROR_CHARS:
-        text = text[: MAX_ERROR_CHARS - 1] + "…"
+    if len(text) > limit:
+        text = text[: limit - 1] + "…"
     return text
 
 
@@ -39,7 +43,7 @@ def error_message(payload: Any) -> str | None:
         return None
     error = payload.get("error")
     if isinstance(error, dict):
-        return error_message(error) or json.dumps(error)[:MAX_ERROR_CHARS]
+        return error_message(error) or json.dumps(error)
     if isinstance(error, str) and error:
         return error
     for key in ("message", "detail", "msg"):
@@ -47,7 +51,7 @@ def error_message(payload: Any) -> str | None:
         if isinstance(value, str) and value:
             return value
         if value:  # FastAPI validation errors: a list of dicts
-            return json.dumps(value)[:MAX_ERROR_CHARS]
+            return json.dumps(value)
     return None
 
 

@@ -38,13 +38,12 @@ class SSEParser:
             data = self._undecoded + data
         text, used = utf_8_decode(data, "replace", False)
         self._undecoded = data[used:] if used != len(data) else b""
-        if self._pending_cr:
-            text = "\r" + text
+        if self._pending_cr and text:  # the last read ended in CR: an LF now is the rest of its CRLF
             self._pending_cr = False
+            if text[0] == "\n":
+                text = text[1:]
         if "\r" in text:
-            if text.endswith("\r"):  # its "\n" may come with the next bytes
-                text = text[:-1]
-                self._pending_cr = True
+            self._pending_cr = text.endswith("\r")  # a line end now, whatever follows
             text = text.replace("\r\n", "\n").replace("\r", "\n")
         buffer = self._buffer + text if self._buffer else text
         if "\n\n" not in buffer:
@@ -73,7 +72,7 @@ class SSEParser:
     def feed_eof(self) -> list[str | NamedEvent]:
         """The stream ended: flush a last event only if its lines are complete (a server may omit the
         final blank line); a half-received line is a cut stream, not an event."""
-        tail = self._buffer + ("\n" if self._pending_cr else "")
+        tail = self._buffer
         self._undecoded = b""  # a cut UTF-8 sequence: the line it was in is incomplete anyway
         self._buffer = ""
         self._pending_cr = False

@@ -49,6 +49,7 @@ class StreamTimer:
         "text_parts",
         "reasoning_parts",
         "done",
+        "tool_calls",
         "_output_times",
         "_timings",
         "secrets",
@@ -59,6 +60,7 @@ class StreamTimer:
         self.text_parts: list[str] = []
         self.reasoning_parts: list[str] = []
         self.done = False  # `[DONE]` arrived
+        self.tool_calls = False  # output came as tool calls: not in `text`, so not for the tokenizer
         self._output_times = raw.output_times
         self._timings: dict[str, Any] | None = None  # llama.cpp's `timings`, the last one sent
         self.secrets = secrets
@@ -85,13 +87,19 @@ class StreamTimer:
             if text.strip() == DONE_MARKER:
                 self.on_done(t)
             else:
-                self.fail(t, STATUS_BAD_EVENT, "unparseable event: " + scrub(text[:80], self.secrets))
+                self.fail(t, STATUS_BAD_EVENT, "unparseable event: " + scrub(text, self.secrets, limit=80))
             return
         if type(chunk) is not dict:
             text = _text(data)
-            self.fail(t, STATUS_BAD_EVENT, "event is not a JSON object: " + scrub(text[:80], self.secrets))
+            self.fail(
+                t, STATUS_BAD_EVENT, "event is not a JSON object: " + scrub(text, self.secrets, limit=80)
+            )
             return
-        self.on_chunk(t, chunk)
+        try:
+            self.on_chunk(t, chunk)
+        except (AttributeError, TypeError):  # a field of the wrong type: `choices` not a list of objects...
+            text = _text(data)
+            self.fail(t, STATUS_BAD_EVENT, "malformed chunk: " + scrub(text, self.secrets, limit=80))
 
     def on_chunk(self, t: float, chunk: dict[str, Any]) -> None:
         """One parsed chunk (chat.completion.chunk or text_completion)."""
@@ -103,22 +111,31 @@ class StreamTimer:
                 if delta is not None:
                     content = delta.get("content")
                     if content:
+                        if type(content) is not str:
+                            raise TypeError("content")
                         self.text_parts.append(content)
                         output = visible = True
                     if content is None or len(delta) > 1:  # more than text: reasoning, tool calls, a role
                         reasoning = delta.get("reasoning_content") or delta.get("reasoning")
                         if reasoning:
+                            if type(reasoning) is not str:
+                                raise TypeError("reasoning")
                             self.reasoning_parts.append(reasoning)
                             output = True
                         if delta.get("tool_calls"):
                             output = visible = True
+                            self.tool_calls = True
                 else:
                     text = choice.get("text")
                     if text:
+                        if type(text) is not str:
+                            raise TypeError("text")
                         self.text_parts.append(text)
                         output = visible = True
                 finish_reason = choice.get("finish_reason")
                 if finish_reason:
+                    if type(finish_reason) is not str:
+                        raise TypeError("finish_reason")
                     self.raw.finish_reason = finish_reason
             if output:
                 self._output_times.append(t)

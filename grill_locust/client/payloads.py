@@ -39,6 +39,9 @@ def _streaming(body: dict[str, Any], extra_body: dict[str, Any] | None) -> dict[
     body["stream_options"] = {"include_usage": True}
     if extra_body:
         body.update(extra_body)
+        options = extra_body.get("stream_options")
+        if isinstance(options, dict):  # adds to ours (vLLM's continuous_usage_stats...); may turn usage off
+            body["stream_options"] = {"include_usage": True, **options}
     return body
 
 

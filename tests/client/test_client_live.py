@@ -204,6 +204,65 @@ def test_key_goes_only_to_its_backend_and_tokenizer_counts_missing_usage() -> No
         tokenizer.close()
 
 
+def test_tool_call_output_is_counted_by_events_not_by_tokenizing_empty_text() -> None:
+    events = [
+        '{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"f"}}]}}]}',
+        '{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\\"a\\""}}]}}]}',
+        '{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":":1}"}}]}}]}',
+        '{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}',
+        "[DONE]",
+    ]
+    body = "".join(f"data: {e}\n\n" for e in events).encode()
+
+    def engine(conn: socket.socket, request: Request, server: Server) -> bool:
+        if request.path.endswith("/tokenize"):
+            reply = b'{"count": 99}'
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(reply), reply))
+            return True
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + body
+        )
+        return False
+
+    server = Server(engine)
+    client = EngineClient(backend(server.url, tokenize_url=server.url + "/tokenize"))
+    m = measure(client.stream(PATH, PAYLOAD).raw)
+    assert (m.status, m.output_tokens, m.tokens_source) == ("ok", 3, "events")
+    assert not any(r.path.endswith("/tokenize") for r in server.requests)
+    server.close()
+
+
+def test_secrets_in_extra_body_and_password_headers_are_scrubbed_from_echoed_errors() -> None:
+    body_secret, header_secret = "Qm9vZ2llV29vZ2llMTIz", "hdr-pass-77aa99"
+
+    def engine(conn: socket.socket, request: Request, server: Server) -> bool:
+        sent = json.loads(request.body)
+        detail = [{"type": "extra_forbidden", "input": sent["guard"]["guard_password"]}]
+        detail.append({"type": "header", "input": request.headers["x-password"]})
+        reply = json.dumps({"detail": detail}).encode()
+        conn.sendall(
+            b"HTTP/1.1 422 Unprocessable Entity\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\n\r\n%s" % (len(reply), reply)
+        )
+        return True
+
+    server = Server(engine)
+    client = EngineClient(
+        backend(
+            server.url,
+            headers={"X-Password": header_secret},
+            extra_body={"guard": {"guard_password": body_secret}},
+        )
+    )
+    payload = chat_payload(
+        "m", [{"role": "user", "content": "hi"}], {"guard": {"guard_password": body_secret}}
+    )
+    m = measure(client.stream(PATH, payload).raw)
+    assert m.status == "http_422" and "extra_forbidden" in m.error
+    assert body_secret not in m.error and header_secret not in m.error
+    server.close()
+
+
 def test_greenlet_kill_mid_stream_is_stream_cut_cancelled_and_reraised() -> None:
     # gevent must patch the socket module before anything uses it: a fresh interpreter
     script = textwrap.dedent(

@@ -115,6 +115,16 @@ def test_sse_line_endings_and_spacing(newline: bytes, split: str) -> None:
     assert sse_all(SSEParser(), pieces) == ['{"a":1}', '{"b":2}', " two spaces"]
 
 
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n", b"\r"])
+def test_sse_event_comes_out_of_the_read_that_completes_it(newline: bytes) -> None:
+    parser = SSEParser()
+    assert parser.feed(b"data: a" + newline + newline) == ["a"]  # not held for a possible LF
+    assert parser.feed(b"data: b" + newline + newline) == ["b"]
+    assert parser.feed(b"data: c" + newline) == []
+    assert parser.feed(newline) == ["c"]
+    assert parser.feed_eof() == []
+
+
 def test_sse_multiline_data_named_events_and_ignored_fields() -> None:
     stream = (
         b"id: 7\nretry: 100\ndata: line one\ndata: line two\n\n"

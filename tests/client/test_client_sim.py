@@ -96,3 +96,15 @@ def test_simulator_faults_become_their_status(sim: tuple[str, Path], fault: str,
         assert m.error and m.http_status == int(status[5:])
     if fault == "429":
         assert result.retry_after_s is not None and result.retry_after_s >= 0
+
+
+def test_stream_options_in_extra_body_add_to_include_usage(sim: tuple[str, Path]) -> None:
+    url, _ = sim
+    payload = chat_payload(
+        MODEL, messages("hi"), {"max_tokens": 3, "stream_options": {"continuous_usage_stats": True}}
+    )
+    assert payload["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
+    m = measure(EngineClient(backend(url)).stream("/v1/chat/completions", payload).raw)
+    assert (m.status, m.output_tokens, m.tokens_source) == ("ok", 3, "usage")
+    off = chat_payload(MODEL, messages("hi"), {"stream_options": {"include_usage": False}})
+    assert off["stream_options"] == {"include_usage": False}  # a deliberate choice stands

@@ -144,6 +144,36 @@ def test_broken_json_event_is_bad_event_and_keeps_earlier_timings() -> None:
     assert timer.raw.output_times == [piece_time(1), piece_time(3)]  # later events still timed
 
 
+@pytest.mark.parametrize(
+    "event",
+    [
+        '{"choices":[null]}',
+        '{"choices":"x"}',
+        '{"choices":5}',
+        '{"choices":[{"delta":"oops"}]}',
+        '{"choices":[{"delta":{"content":5}}]}',
+        '{"choices":[{"delta":{"reasoning_content":["r"]}}]}',
+        '{"choices":[{"text":{"t":1}}]}',
+        '{"choices":[{"delta":{},"finish_reason":7}]}',
+    ],
+)
+def test_a_chunk_of_the_wrong_shape_is_bad_event_not_an_exception(event: str) -> None:
+    pieces = [
+        CHUNKED_SSE_HEAD,
+        chunk(delta("x")),
+        chunk(f"data: {event}\n\n"),
+        chunk(delta("z")),
+        chunk("data: [DONE]\n\n"),
+        b"0\r\n\r\n",
+    ]
+    timer, reader = replay(pieces)
+    m = measure(timer.raw)
+    assert reader.finished
+    assert m.status == "bad_event" and m.error.startswith("malformed chunk: ") and event[:20] in m.error
+    assert m.ttft_s == pytest.approx(piece_time(1)) and m.e2e_s == pytest.approx(piece_time(2))
+    assert timer.text.startswith("x")  # the text stays a str
+
+
 def test_connection_closed_mid_stream_is_stream_cut_with_timings() -> None:
     pieces = split_pieces(load("vllm_chat"))[:5]  # head, role, 3 content events, then the peer closes
     timer, reader = replay(pieces)
@@ -227,6 +257,19 @@ def test_secrets_never_reach_the_error_text() -> None:
     for secret in ("sk-live-abcdef123456", "tok_ABCDEF9876", "hunter22"):
         assert secret not in error
     assert "Invalid key" in error and len(error) <= 200
+
+
+def test_a_secret_cut_by_the_length_limit_is_still_scrubbed() -> None:
+    key = "Zq7LmP2xVb9KcT4wRy6N"  # not key-shaped: only the configured value finds it
+    padding = "p" * 190
+    body = json.dumps({"detail": [{"msg": padding, "received": key}]}).encode()
+    timer, _ = replay([reply(b"HTTP/1.1 401 Unauthorized", b"application/json", body)], secrets=(key,))
+    assert timer.raw.status == "http_401" and key[:4] not in timer.raw.error
+    event = "x" * 70 + " key " + key
+    pieces = [CHUNKED_SSE_HEAD, chunk(f"data: {event}\n\n"), b"0\r\n\r\n"]
+    timer, _ = replay(pieces, secrets=(key,))
+    assert timer.raw.status == "bad_event" and "unparseable event" in timer.raw.error
+    assert key[:4] not in timer.raw.error
 
 
 def test_itl_mean_p50_p99_max_over_uneven_gaps() -> None:
