@@ -17,6 +17,7 @@ STATUS_OK = "ok"
 STATUS_TIMEOUT = "timeout"
 STATUS_CONNECT = "connect"
 STATUS_STREAM_CUT = "stream_cut"
+CANCELLED = "cancelled"  # the error of a `stream_cut` request that our own stop cut short
 STATUS_BAD_EVENT = "bad_event"
 STATUS_EMPTY = "empty"
 

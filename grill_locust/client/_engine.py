@@ -38,6 +38,7 @@ from grill_locust.client._poller import DONE, RECV_BYTES, SETTLED, WAITING, phas
 from grill_locust.client._reader import StreamReader
 from grill_locust.client._timer import StreamTimer
 from grill_locust.record import (
+    CANCELLED,
     STATUS_CONNECT,
     STATUS_OK,
     STATUS_STREAM_CUT,
@@ -267,7 +268,7 @@ class EngineClient:
         except _Failed:
             self.close()
         except GreenletExit:
-            timer.fail(time.perf_counter(), STATUS_STREAM_CUT, "cancelled")
+            timer.fail(time.perf_counter(), STATUS_STREAM_CUT, CANCELLED)
             self.close()
             self.last_result = StreamResult(raw, timer.text, timer.reasoning)
             raise

@@ -1,6 +1,8 @@
 """Tier statistics: one row per target x tier from a run's records, vectorised with pandas groupby.
 
 Latency statistics use successful requests only (status "ok"), with the success rate beside them;
+a request cut by the run's own stop (`stream_cut`, error "cancelled") counts in neither: it is the
+tester's doing, not the engine's, and shows as `cancelled`;
 percentiles are numpy's linear interpolation, as `grill_locust.record.percentile`. Throughput is
 Σ output tokens of successful requests / tier span (phases.csv start..end, or first request start to
 last request end when phases are missing).
@@ -15,7 +17,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from grill_locust.record import SATURATION_CPU_PCT, SATURATION_LAG_P99_MS, STATUS_OK
+from grill_locust.record import (
+    CANCELLED,
+    SATURATION_CPU_PCT,
+    SATURATION_LAG_P99_MS,
+    STATUS_OK,
+    STATUS_STREAM_CUT,
+)
 from grill_locust.report.load import RunData, load_run
 
 TIER_KEYS: list[str] = ["target", "tier_index"]
@@ -61,6 +69,7 @@ SUMMARY_COLUMNS: list[str] = [
     "tier_users",
     "requests",
     "ok_requests",
+    "cancelled",
     "success_rate",
     *summary_metric_columns(),
     "ttfo_p50_s",
@@ -119,7 +128,9 @@ STAT_COLUMNS: list[str] = [
 class _Stats:
     """The numeric columns of the records, target as an integer code: fast to filter and group."""
 
-    frame: pd.DataFrame  # "target": codes into `targets`; "ok": status == "ok"; "row": position in records
+    # "target": codes into `targets`; "ok": status == "ok"; "cancelled": cut by our own stop;
+    # "row": position in records
+    frame: pd.DataFrame
     targets: pd.Index
 
     @classmethod
@@ -128,6 +139,9 @@ class _Stats:
         columns = {
             "target": codes,
             "ok": (records["status"] == STATUS_OK).to_numpy(),
+            "cancelled": (
+                (records["status"] == STATUS_STREAM_CUT) & (records["error"] == CANCELLED)
+            ).to_numpy(),
             "row": np.arange(len(records)),
             "worker": pd.factorize(records["worker_id"])[0],
         }
@@ -177,8 +191,10 @@ def _summarize(run: RunData, stats: _Stats) -> pd.DataFrame:
     by_tier = frame.groupby(TIER_KEYS, sort=False)
     ok_by_tier = ok_frame.groupby(TIER_KEYS, sort=False)
 
-    per_tier = pd.DataFrame({"requests": by_tier.size()})
-    per_tier["first_row"] = by_tier["row"].first()
+    # a tier's users: constant in a campaign; in a plain run each record has the count of its moment
+    per_tier = pd.DataFrame({"first_row": by_tier["row"].first(), "users": by_tier["tier_users"].max()})
+    per_tier["requests"] = frame[~frame["cancelled"]].groupby(TIER_KEYS).size()
+    per_tier["cancelled"] = frame[frame["cancelled"]].groupby(TIER_KEYS).size()
     per_tier["ok_requests"] = ok_by_tier.size()
     per_tier = per_tier.join(_percentiles(ok_by_tier))
     per_tier["ttfo_p50_s"] = ok_by_tier["ttfo_s"].median()
@@ -203,12 +219,13 @@ def _summarize(run: RunData, stats: _Stats) -> pd.DataFrame:
 
     labels = records[[*LABEL_COLUMNS]].iloc[per_tier["first_row"].to_numpy()].astype(object)
     labels.index = per_tier.index
-    labels["tier_users"] = frame["tier_users"].to_numpy()[per_tier["first_row"].to_numpy()]
+    labels["tier_users"] = per_tier["users"].to_numpy()
     phase_labels = phases[[*LABEL_COLUMNS, "tier_users"]].astype({c: object for c in LABEL_COLUMNS})
     summary = phase_labels.replace("", np.nan).combine_first(labels)
     summary[LABEL_COLUMNS] = summary[LABEL_COLUMNS].fillna("")
-    summary = summary.join(per_tier.drop(columns="first_row"))
-    summary[["requests", "ok_requests"]] = summary[["requests", "ok_requests"]].fillna(0).astype("int64")
+    summary = summary.join(per_tier.drop(columns=["first_row", "users"]))
+    counts = ["requests", "ok_requests", "cancelled"]
+    summary[counts] = summary[counts].fillna(0).astype("int64")
     summary["success_rate"] = summary["ok_requests"] / summary["requests"].where(summary["requests"] > 0)
 
     from_phases = (phases["end_wall"] - phases["start_wall"]).reindex(summary.index)

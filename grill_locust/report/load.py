@@ -1,7 +1,9 @@
 """Read one results folder (records, phases, telemetry, run.json) into a `RunData` for the report.
 
-A run that crashed leaves `records.jsonl` without `records.parquet`, perhaps with a half-written last
-line, and perhaps no `phases.csv`: the report still reads what is there.
+A run that crashed (or is still running) leaves `records.jsonl` and `telemetry.jsonl` without their
+parquet copies, perhaps with a half-written last line, and perhaps no (or an empty) `phases.csv`: the
+report still reads what is there. The parquet files are written at a clean close and removed by
+`--resume`, so where one is there it holds every record; one that does not open is passed over.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from grill_locust.sinks.results import (
     RECORDS_JSONL,
     RECORDS_PARQUET,
     RUN_JSON,
+    TELEMETRY_JSONL,
     TELEMETRY_PARQUET,
 )
 
@@ -35,7 +38,7 @@ class RunData:
 
     records: pd.DataFrame  # RECORD_COLUMNS, one row per request
     phases: pd.DataFrame  # PHASE_COLUMNS, one row per target x tier
-    telemetry: pd.DataFrame | None  # telemetry.parquet when present
+    telemetry: pd.DataFrame | None  # telemetry.parquet (or .jsonl) when present
     meta: dict[str, Any] = field(default_factory=dict)  # run.json, plus "slo" from config.yaml if needed
     run_dir: Path | None = None
 
@@ -55,21 +58,29 @@ def load_run(run_dir: str | Path) -> RunData:
         ids = records["run_id"].dropna().unique() if len(records) else []
         meta["run_id"] = str(ids[0]) if len(ids) else folder.name
     phases = _read_phases(folder, records)
-    telemetry_path = folder / TELEMETRY_PARQUET
-    telemetry = pd.read_parquet(telemetry_path) if telemetry_path.is_file() else None
+    telemetry = _read_table(folder / TELEMETRY_PARQUET, folder / TELEMETRY_JSONL)
+    if telemetry is not None and not len(telemetry):
+        telemetry = None
     return RunData(records=records, phases=phases, telemetry=telemetry, meta=meta, run_dir=folder)
 
 
 def _read_records(folder: Path) -> pd.DataFrame:
-    parquet_path = folder / RECORDS_PARQUET
-    jsonl_path = folder / RECORDS_JSONL
-    if parquet_path.is_file():
-        frame = pd.read_parquet(parquet_path)
-    elif jsonl_path.is_file():
-        frame = _read_jsonl(jsonl_path)
-    else:
+    frame = _read_table(folder / RECORDS_PARQUET, folder / RECORDS_JSONL)
+    if frame is None:
         raise GrillError(f"{folder}: no {RECORDS_PARQUET} or {RECORDS_JSONL} (is this a results folder?)")
     return normalize_records(frame)
+
+
+def _read_table(parquet_path: Path, jsonl_path: Path) -> pd.DataFrame | None:
+    """The parquet copy when it opens, else the jsonl file it was made from; None when neither is there."""
+    if parquet_path.is_file():
+        try:
+            return pd.read_parquet(parquet_path)
+        except (OSError, ValueError):  # cut short by a kill while it was written (pyarrow: ArrowInvalid)
+            pass
+    if jsonl_path.is_file():
+        return _read_jsonl(jsonl_path) if jsonl_path.stat().st_size else pd.DataFrame()
+    return None
 
 
 def _read_jsonl(path: Path) -> pd.DataFrame:
@@ -104,7 +115,7 @@ def normalize_records(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _read_phases(folder: Path, records: pd.DataFrame) -> pd.DataFrame:
     path = folder / PHASES_CSV
-    if path.is_file():
+    if path.is_file() and path.stat().st_size:
         phases = pd.read_csv(path)
         if len(phases):
             return _normalize_phases(phases)
@@ -152,7 +163,7 @@ def phases_from_records(records: pd.DataFrame) -> pd.DataFrame:
         engine=("engine", "first"),
         model=("model", "first"),
         scenario=("scenario", "first"),
-        tier_users=("tier_users", "first"),
+        tier_users=("tier_users", "max"),  # a plain run: the count grows while users spawn
         start_wall=("wall_start", "min"),
         end_wall=("_end", "max"),
         iterations_done=("iteration", "nunique"),

@@ -87,6 +87,7 @@ OPTIONAL_TIER_COLUMNS: list[tuple[str, str, Formatter]] = [
 TERMINAL_TIER_COLUMNS = {
     "users",
     "requests",
+    "cancelled",
     "ok %",
     "TTFT p50 s",
     "TTFT p90 s",
@@ -133,7 +134,10 @@ def _display(frame: pd.DataFrame, spec: list[tuple[str, str, Formatter]], leadin
 def display_tiers(summary: pd.DataFrame, terminal: bool = False) -> pd.DataFrame:
     """The tier table as strings; `terminal` keeps the columns that fit a wide terminal."""
     optional = [(c, h, f) for c, h, f in OPTIONAL_TIER_COLUMNS if c in summary and summary[c].notna().any()]
-    table = _display(summary, TIER_TABLE + optional, ["series", "scenario"])
+    spec = list(TIER_TABLE)
+    if "cancelled" in summary and (summary["cancelled"] > 0).any():  # requests our own stop cut short
+        spec.insert(2, ("cancelled", "cancelled", _integer))
+    table = _display(summary, spec + optional, ["series", "scenario"])
     table["flags"] = summary["flags"].astype(str) if "flags" in summary else ""
     if terminal:
         keep = ["series", "scenario", *[c for c in table.columns if c in TERMINAL_TIER_COLUMNS], "flags"]

@@ -15,14 +15,13 @@ from locust import User, constant, task
 
 from grill_locust.client import CHAT_PATH, COMPLETIONS_PATH, EngineClient, chat_payload, completions_payload
 from grill_locust.config import Scenario, Target
-from grill_locust.record import STATUS_OK, build_record, measure
+from grill_locust.record import CANCELLED, STATUS_OK, build_record, measure
 from grill_locust.run.phase import Phase
 from grill_locust.run.worker import WorkerState
 
 IDLE_POLL_S = 0.1  # how often an idle user looks for new work
 STATUS_RATE_LIMITED = "http_429"
 MAX_RETRY_AFTER_S = 30.0
-CANCELLED = "cancelled"  # the error of a request cut short because its user was stopped
 
 
 class GrillUser(User):

@@ -69,6 +69,11 @@ class ResultsWriter:
         self._seen: set[str] = set()
         if resume:
             self._set_aside_incomplete_tiers()
+            for stale in (
+                RECORDS_PARQUET,
+                TELEMETRY_PARQUET,
+            ):  # copies of the jsonl files: made again at close
+                (run_dir / stale).unlink(missing_ok=True)
         else:
             with open(run_dir / CONFIG_YAML, "w") as f:
                 yaml.safe_dump(redacted_config, f, sort_keys=False)
@@ -122,10 +127,12 @@ class ResultsWriter:
         """Add or update the row of one target x tier in phases.csv."""
         key = (row["target"], row["tier_index"])
         self.phases = [p for p in self.phases if (p["target"], int(p["tier_index"])) != key] + [row]
-        with open(self.run_dir / PHASES_CSV, "w", newline="") as f:
+        partial = self.run_dir / (PHASES_CSV + ".partial")
+        with open(partial, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=PHASE_COLUMNS)
             writer.writeheader()
             writer.writerows(self.phases)
+        partial.replace(self.run_dir / PHASES_CSV)  # whole or not at all, if the run is killed meanwhile
 
     def close(self) -> None:
         """Finish the folder: records.parquet and telemetry.parquet from the jsonl files."""

@@ -48,9 +48,14 @@ VLLM = Dialect(
         "kv_cache_usage": FieldSource(("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"), MEAN),
         "prompt_tokens_total": FieldSource(("vllm:prompt_tokens_total",)),
         "generation_tokens_total": FieldSource(("vllm:generation_tokens_total",)),
-        # prefix-cache counters count tokens: hits / queries is the token hit rate
-        "cached_tokens_total": FieldSource(("vllm:prefix_cache_hits_total",)),
-        "prefix_queries_total": FieldSource(("vllm:prefix_cache_queries_total",)),
+        # prefix-cache counters count tokens: hits / queries is the token hit rate (V1 named them
+        # gpu_prefix_cache_* until 0.9)
+        "cached_tokens_total": FieldSource(
+            ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+        ),
+        "prefix_queries_total": FieldSource(
+            ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+        ),
         "preemptions_total": FieldSource(("vllm:num_preemptions_total",)),
     },
     hit_rate_gauge="vllm:gpu_prefix_cache_hit_rate",  # V0 engine, cumulative block hit rate

@@ -279,3 +279,63 @@ def test_telemetry_columns_join_their_tier_and_get_a_gpu_figure(tmp_path):
     assert tmp_path / "report" / "gpu-short-baseline.png" in written
     page = (tmp_path / "report" / "report.html").read_text()
     assert "GPU util %" in page and "VRAM peak GiB" in page
+
+
+def test_requests_our_stop_cut_short_count_as_neither_failures_nor_requests(tmp_path):
+    records = ten_ok_and_one_failure()
+    records += [
+        make_record(record_id=f"c{i}", status="stream_cut", error="cancelled", ttft_s=None, e2e_s=0.5)
+        for i in range(3)
+    ]
+    records.append(make_record(record_id="cut", status="stream_cut", error="connection reset"))
+    write_results_folder(tmp_path, records)
+    row = summarize(load_run(tmp_path)).iloc[0]
+    assert (row["requests"], row["ok_requests"], row["cancelled"]) == (12, 10, 3)
+    assert row["success_rate"] == pytest.approx(10 / 12)
+    assert "cancelled" in format_table(summarize(load_run(tmp_path)))
+
+
+def test_a_plain_runs_tier_is_labelled_with_its_most_users_not_its_first_records(tmp_path):
+    # without a campaign each record carries Locust's user count at its moment, growing while users spawn
+    users = [1, 2, 3, 4, 4, 6, 6, 6]
+    records = [
+        make_record(record_id=f"r{i}", tier_users=n, wall_start=START_WALL + i) for i, n in enumerate(users)
+    ]
+    write_results_folder(tmp_path, records, phases=[])
+    assert summarize(load_run(tmp_path))["tier_users"].tolist() == [6]
+
+
+def test_a_stale_or_broken_parquet_gives_way_to_the_jsonl(tmp_path):
+    from grill_locust.sinks.results import ResultsWriter
+
+    records = ten_ok_and_one_failure()
+    writer = ResultsWriter(tmp_path, {"run_id": "run"}, {})
+    writer.write_records(records[:5])
+    writer.set_phase(phase(0, 1, START_WALL, START_WALL + 20, complete=True))
+    writer.close()  # a clean close: records.parquet holds the five
+    writer = ResultsWriter(tmp_path, {"run_id": "run"}, {}, resume=True)
+    assert not (tmp_path / "records.parquet").exists()
+    writer.write_records(records[5:])  # the resumed run, not closed yet (or crashed)
+    assert len(load_run(tmp_path).records) == 11
+    writer.close()
+    (tmp_path / "records.parquet").write_bytes(b"PAR1 cut short by a kill")
+    (tmp_path / "phases.csv").write_text("")  # killed while it was written
+    run = load_run(tmp_path)
+    assert len(run.records) == 11 and len(run.phases) == 1  # phases derived from the records
+
+
+def test_a_crashed_runs_telemetry_is_read_from_its_jsonl(tmp_path):
+    from grill_locust.sinks.results import ResultsWriter
+    from grill_locust.telemetry.samples import KIND_GPU, empty_sample
+
+    writer = ResultsWriter(tmp_path, {"run_id": "run"}, {})
+    writer.write_records(ten_ok_and_one_failure())
+    sample = empty_sample(KIND_GPU, START_WALL + 5, "gpu0:9835", "", "gpu0")
+    sample.update(gpu_index=0, gpu_util_pct=90.0)
+    writer.write_telemetry([sample, {**sample, "wall_time": START_WALL + 6}])
+    # no close: the process died; telemetry.jsonl is all there is, with a cut last line
+    with (tmp_path / "telemetry.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write('{"kind": "gpu", "wall_time": 1')
+    run = load_run(tmp_path)
+    assert run.telemetry is not None and run.telemetry["gpu_util_pct"].tolist() == [90.0, 90.0]
+    assert summarize(run)["gpu_util_mean"].iloc[0] == pytest.approx(90.0)

@@ -138,3 +138,13 @@ def test_capacity_from_hand_made_records_is_exact(tmp_path):
     assert row["series"] == "sim" and row["scenario"] == "short-baseline"
     assert row["max_users_meeting_slo"] == 10
     assert row["estimated_users"] == pytest.approx(10 + (2.0 - 1.8) / (2.6 - 1.8) * 10)
+
+
+def test_a_tier_where_every_request_failed_binds_on_the_success_rate():
+    # no successful request: its latencies are NaN, not a measured miss
+    summary = tiers("vllm", "short-baseline", [(1, 0.5, 3, 1.0), (5, math.nan, math.nan, 0.0)])
+    row = capacity_at_slo(summary, DEFAULT_SLO).iloc[0]
+    assert row["binding_metric"] == "success_rate"
+    assert row["estimated_users"] == pytest.approx(1 + (1.0 - 0.99) / 1.0 * 4)
+    first = tiers("vllm", "short-baseline", [(1, math.nan, math.nan, 0.0)])
+    assert capacity_at_slo(first, DEFAULT_SLO).iloc[0]["binding_metric"] == "success_rate"

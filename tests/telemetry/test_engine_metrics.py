@@ -54,6 +54,18 @@ def test_idle_engine_has_no_hit_rate() -> None:
     assert engine.sample(fixture_text("vllm_v1.txt"), wall_time=102.0)["prefix_cache_hit_rate"] is None
 
 
+def test_vllm_v1_before_the_rename_reads_the_gpu_prefix_cache_counters() -> None:
+    # vLLM V1 until 0.9 named the prefix-cache counters gpu_prefix_cache_*, with no hit-rate gauge
+    def old_names(text: str) -> str:
+        return text.replace("vllm:prefix_cache_", "vllm:gpu_prefix_cache_")
+
+    engine = sampler("vllm")
+    first = engine.sample(old_names(fixture_text("vllm_v1.txt")), wall_time=100.0)
+    assert first["cached_tokens_total"] == 121500.0 and first["prefix_queries_total"] == 180000.0
+    later = engine.sample(old_names(fixture_text("vllm_v1_later.txt")), wall_time=102.0)
+    assert later["prefix_cache_hit_rate"] == pytest.approx(0.8)
+
+
 def test_vllm_before_0_9_uses_gpu_cache_usage_and_hit_rate_gauge() -> None:
     sample = sampler("vllm").sample(fixture_text("vllm_v0.txt"), wall_time=100.0)
     assert sample["kv_cache_usage"] == 0.62
