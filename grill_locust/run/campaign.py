@@ -36,6 +36,10 @@ TICK_WAIT_S = 1.0  # the shape polls at most this long for a change before answe
 # Without a scenario spawn_rate a tier's users start within about a second (Locust warns above 100/s).
 MAX_DEFAULT_SPAWN_RATE = 100.0
 PAUSE_SPAWN_RATE = 100.0
+# after the last tier a master holds at 0 users until the workers' users are gone (they have
+# --stop-timeout to end their requests, plus this margin), then FINAL_RECORDS_WAIT_S for their last batch
+DRAIN_MARGIN_S = 5.0
+FINAL_RECORDS_WAIT_S = 1.0
 
 
 @dataclass
@@ -95,6 +99,8 @@ class Campaign:
         self.current: PhaseProgress | None = None
         self._next_index = 0
         self._pause_until: float | None = None
+        self._drain_until: float | None = None  # set when the last tier has ended
+        self._final_wait_until: float | None = None
         self._changed = gevent.event.Event()
         self.finished = False
         self.influx: Any = None  # an InfluxSink on the master when the live sink is on
@@ -173,6 +179,8 @@ class Campaign:
         if self._pause_until is not None and now < self._pause_until:
             return 0, PAUSE_SPAWN_RATE
         if self._next_index >= len(self.phases):
+            if self._draining(now):
+                return 0, PAUSE_SPAWN_RATE
             self.finished = True
             return None
         if (
@@ -185,6 +193,21 @@ class Campaign:
         self._next_index += 1
         assert self.current is not None
         return self.current.phase.tier_users, self._spawn_rate(self.current.phase)
+
+    def _draining(self, now: float) -> bool:
+        """After the last tier: whether to hold at 0 users while the workers stop theirs, so that the
+        records of requests still in flight reach the results folder before the master quits."""
+        runner = self.environment.runner
+        if not isinstance(runner, MasterRunner):
+            return False  # a local runner's records arrive in this process as its users stop
+        if self._drain_until is None:
+            stop_timeout = float(getattr(self.environment.parsed_options, "stop_timeout", 0) or 0)
+            self._drain_until = now + stop_timeout + DRAIN_MARGIN_S
+        if runner.user_count > 0 and now < self._drain_until:
+            return True
+        if self._final_wait_until is None:
+            self._final_wait_until = now + FINAL_RECORDS_WAIT_S
+        return now < self._final_wait_until
 
     def _watch_workers(self, current: PhaseProgress) -> None:
         """A worker that went missing or quit mid-tier: log it, count what it lost, respread its users."""

@@ -22,7 +22,7 @@ from locust import LoadTestShape, User, events
 from locust.runners import STATE_INIT, STATE_STOPPED, LocalRunner, MasterRunner, WorkerRunner
 
 from grill_locust.errors import GrillError
-from grill_locust.run.campaign import Campaign, progress_printer, run_dir_for
+from grill_locust.run.campaign import FINAL_RECORDS_WAIT_S, Campaign, progress_printer, run_dir_for
 from grill_locust.run.user import CampaignUser, standalone_scenario
 from grill_locust.run.worker import MSG_HELLO, MSG_PHASE, MSG_RECORDS, WorkerState, options_of, runner_of
 
@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("grill")
 
-FINAL_RECORDS_WAIT_S = 1.0
 DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "demo.yaml"
 
 

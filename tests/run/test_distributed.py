@@ -162,3 +162,28 @@ def test_worker_killed_mid_tier_is_reported_and_the_tier_still_completes(tmp_pat
     phases = pd.read_csv(run_dir / "phases.csv")
     assert bool(phases["complete"].iloc[0]), phases.to_dict("records")
     assert "iterations lost on worker" in phases["note"].iloc[0]
+
+
+def test_requests_in_flight_when_the_last_tier_hits_its_time_cap_reach_the_results(tmp_path: Path) -> None:
+    # the workers give their users --stop-timeout to finish; the master must wait for those records
+    truth = tmp_path / "truth.jsonl"
+    config = sim_scenario(
+        conversation=SHORT, tiers=[2], max_tokens=32, sim_args={"step_a_ms": 200, "truth_log": str(truth)}
+    )
+    config["load"].update(pause_s=0, think_time_s=0, tier_timeout_s=3)
+    scenario = write_scenario(tmp_path / "s.yaml", config)
+    args = [
+        "--processes",
+        "2",
+        "--stop-timeout",
+        "5",
+        "--scenario",
+        str(scenario),
+        "--results-dir",
+        str(tmp_path / "r"),
+    ]
+    done = run_locust(args, tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = pd.read_parquet(only_run_dir(tmp_path / "r") / "records.parquet")
+    seen = {row["request_id"] for row in read_truth(truth)}
+    assert len(seen) == 2 and set(records["record_id"]) == seen
