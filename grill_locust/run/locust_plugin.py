@@ -198,8 +198,7 @@ def _init(environment: Environment, options: Any) -> None:
 
         def on_phase(environment: Environment, msg: Any, **_: Any) -> None:
             worker.on_phase_message(msg.data)
-            if worker.influx is None and worker.scenario is not None:
-                worker.influx = _influx_sink(options, worker.scenario, worker.worker_id)
+            _open_worker_influx(environment)
 
         runner.register_message(MSG_PHASE, on_phase)
     if isinstance(runner, WorkerRunner):
@@ -311,6 +310,22 @@ def _redacted_argv(argv: list[str]) -> list[str]:
     return out
 
 
+def _open_worker_influx(environment: Environment) -> None:
+    """The worker's sink for its records, once it knows the scenario and the options. A worker started
+    on its own gets the master's --influx-* options with the first spawn (just before test_start), after
+    the first phase message: both call this."""
+    worker: WorkerState | None = getattr(environment, "grill_worker", None)
+    if worker is not None and worker.influx is None and worker.scenario is not None:
+        worker.influx = _influx_sink(options_of(environment), worker.scenario, worker.worker_id)
+
+
+def _close_worker_influx(environment: Environment) -> None:
+    worker: WorkerState | None = getattr(environment, "grill_worker", None)
+    if worker is not None and worker.influx is not None:
+        worker.influx.close()
+        worker.influx = None
+
+
 def _influx_sink(options: Any, scenario: Scenario | None, worker_name: str, run_id: str | None = None) -> Any:
     settings = scenario.sinks.influx if scenario is not None else None
     url = options.influx_url or (settings.url if settings else None)
@@ -382,6 +397,7 @@ def on_test_start(environment: Environment, **_: Any) -> None:
     worker: WorkerState | None = getattr(environment, "grill_worker", None)
     if worker is not None:
         worker.start()
+        _open_worker_influx(environment)
     campaign: Campaign | None = getattr(environment, "grill_campaign", None)
     if campaign is not None and not isinstance(environment.runner, WorkerRunner):
         if campaign.finished:  # a new run from the web UI after the last one ended
@@ -424,7 +440,8 @@ def on_test_stopping(environment: Environment, **_: Any) -> None:
 def on_test_stop(environment: Environment, **_: Any) -> None:
     worker: WorkerState | None = getattr(environment, "grill_worker", None)
     if worker is not None:
-        worker.stop()
+        worker.stop()  # the last records: to the master and to InfluxDB, then the sink closes
+        _close_worker_influx(environment)
     campaign: Campaign | None = getattr(environment, "grill_campaign", None)
     if campaign is not None:
         campaign.end()
@@ -432,9 +449,11 @@ def on_test_stop(environment: Environment, **_: Any) -> None:
 
 @events.quitting.add_listener
 def on_quitting(environment: Environment, **_: Any) -> None:
-    worker: WorkerState | None = getattr(environment, "grill_worker", None)
-    if worker is not None and worker.influx is not None:
-        worker.influx.close()
+    if isinstance(environment.runner, WorkerRunner):
+        # SIGTERM: Locust fires quitting before it stops the users; stop them first, so that their last
+        # records are flushed (test_stop) while the sink is open
+        _stop_runner(environment)
+    _close_worker_influx(environment)
     if not isinstance(environment.runner, WorkerRunner):
         _finish(environment)
     _stop_simulated_backends()

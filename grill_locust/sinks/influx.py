@@ -349,7 +349,12 @@ class InfluxSink:
         self._report_problems(force=True)
 
     def _offer(self, to_point: Callable[[Any], PointSpec | None], rows: list[Any]) -> None:
-        if self._closed or not rows:
+        if not rows:
+            return
+        if self._closed:  # too late to send: counted and said, never silent
+            self._dropped_by_writer += len(rows)
+            self._last_error = "offered after the sink closed"
+            self._report_problems(force=True)
             return
         with self._lock:
             room = self.max_buffered_points - self._buffered

@@ -70,6 +70,18 @@ def test_campaign_points_read_back_equal_the_records(victoria: VictoriaMetrics) 
     assert stored_samples(victoria, "run-a") == expected
 
 
+def test_records_offered_after_close_are_counted_as_dropped_and_said(
+    victoria: VictoriaMetrics, caplog
+) -> None:
+    sink = InfluxSink(victoria.url, "org", "bucket", "test-token", "w1", flush_interval_s=0.1)
+    sink.write_records([make_record(run_id="late", output_tokens=1)])
+    sink.close()
+    assert (sink.written, sink.dropped) == (1, 0)
+    sink.write_records([make_record(run_id="late", output_tokens=i) for i in range(3)])
+    assert (sink.written, sink.dropped) == (1, 3)
+    assert "3 points dropped" in caplog.text and "after the sink closed" in caplog.text
+
+
 def test_requests_sharing_a_millisecond_all_survive(victoria: VictoriaMetrics) -> None:
     start_s = round(time.time() - 60, 3)
     records = [make_record(run_id="same-ms", wall_start=start_s, output_tokens=i) for i in range(50)]

@@ -38,7 +38,7 @@ def locust(args: list[str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
 
 
 def start_cluster(
-    tmp_path: Path, scenario: Path, workers: int
+    tmp_path: Path, scenario: Path, workers: int, master_args: tuple[str, ...] = ()
 ) -> tuple[subprocess.Popen[bytes], list[subprocess.Popen[bytes]]]:
     port = free_port()
     master = locust(
@@ -55,6 +55,7 @@ def start_cluster(
             str(scenario),
             "--results-dir",
             str(tmp_path / "results"),
+            *master_args,
         ],
         tmp_path,
         tmp_path / "master.log",
