@@ -7,7 +7,9 @@ the YAML path and what was expected, e.g. `x.yaml: targets[2].backend: unknown b
 llm-grill files load unchanged: `servers` for `backends`, a server's `type`/`backend` for `engine` and
 `timeout` for `timeouts.total_s`, `conversations` with `turns`, targets with `server`, and a `load`
 section with `concurrent_users`, `ramp_levels`, `iterations`, `ramp_up_seconds`,
-`think_time_seconds`, `ramp_pause_seconds`.
+`think_time_seconds`, `ramp_pause_seconds`. Where such a file leaves a value out, llm-grill's default
+applies (engine `openai`, 512 max_tokens, 1 user, 1 iteration, no think time, 10 s between levels), and
+its SSH GPU-monitoring keys and `run_id` are accepted and left aside.
 """
 
 from __future__ import annotations
@@ -215,7 +217,7 @@ class Model(_Frozen):
     max_tokens: int = Field(default=256, gt=0)
     min_tokens: int | None = Field(default=None, ge=0)
     temperature: float = Field(default=0.0, ge=0)
-    top_p: float | None = Field(default=None, gt=0, le=1)
+    top_p: float | None = Field(default=None, ge=0, le=1)
     top_k: int | None = None
     ignore_eos: bool = False
 
@@ -487,6 +489,8 @@ def parse_scenario(
         what = "an empty file" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{source}: expected a mapping with backends, models, targets (got {what})")
     data = _expand_env(data, (), source, lines)
+    if _is_llm_grill_file(data):
+        data = _with_llm_grill_defaults(data)
     try:
         file = _FileScenario.model_validate(data)
     except ValidationError as error:
@@ -647,6 +651,66 @@ def _expand_env(
     if isinstance(value, list):
         return [_expand_env(item, (*path, index), source, lines) for index, item in enumerate(value)]
     return value
+
+
+# ---- llm-grill files: its defaults where they differ from ours -------------------------------
+
+_LLM_GRILL_ENGINE_KEYS = ("type", "backend")
+_LLM_GRILL_BACKEND_ONLY = ("gpu_monitoring", "ssh_host", "ssh_user", "timeout")
+# llm-grill monitored GPUs over SSH; grill-locust reads them from gpu_exporters: these keys are dropped
+_LLM_GRILL_SSH_KEYS = ("gpu_monitoring", "ssh_host", "ssh_user")
+
+
+def _is_llm_grill_file(data: dict[str, Any]) -> bool:
+    """A file written for llm-grill: one of the keys only llm-grill uses, or conversations of turns alone."""
+    if "servers" in data or "run_id" in data:
+        return True
+    load = data.get("load")
+    if isinstance(load, dict) and _LLM_GRILL_LOAD_KEYS & set(load):
+        return True
+    backends = data.get("backends")
+    for backend in backends if isinstance(backends, list) else ():
+        if isinstance(backend, dict) and any(
+            k in backend for k in _LLM_GRILL_ENGINE_KEYS + _LLM_GRILL_BACKEND_ONLY
+        ):
+            return True
+    conversations = data.get("conversations")
+    return any(
+        isinstance(c, dict) and "turns" in c and "kind" not in c
+        for c in (conversations if isinstance(conversations, list) else ())
+    )
+
+
+def _with_llm_grill_defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """What llm-grill did with what such a file leaves out: engine `openai`, 512 max_tokens, one user,
+    one iteration, no think time, 10 s between ramp levels; its run_id and SSH keys are not ours."""
+    data = {key: value for key, value in data.items() if key != "run_id"}
+    key = _backends_key(data)
+    if isinstance(data.get(key), list):
+        backends = []
+        for backend in data[key]:
+            if isinstance(backend, dict):
+                backend = {k: v for k, v in backend.items() if k not in _LLM_GRILL_SSH_KEYS}
+                if not any(k in backend for k in ("engine", *_LLM_GRILL_ENGINE_KEYS)):
+                    backend["engine"] = "openai"
+            backends.append(backend)
+        data[key] = backends
+    if isinstance(data.get("models"), list):
+        data["models"] = [
+            {"max_tokens": 512, **model} if isinstance(model, dict) else model for model in data["models"]
+        ]
+    load = data.get("load") or {}
+    if isinstance(load, dict):  # anything else gets its error from the schema
+        load = dict(load)
+        if not {"tiers", "concurrent_users", "ramp_levels"} & set(load):
+            load["concurrent_users"] = 1
+        load.setdefault("iterations", 1)
+        if "think_time_s" not in load:
+            load.setdefault("think_time_seconds", 0.0)
+        if "pause_s" not in load:
+            load.setdefault("ramp_pause_seconds", 10.0)
+        data["load"] = load
+    return data
 
 
 # ---- load section: native keys or llm-grill's --------------------------------------------------
@@ -952,6 +1016,11 @@ def _check_http_url(value: str, strip_v1: bool) -> str:
     url = value.strip().rstrip("/")
     match = re.fullmatch(r"https?://[^\s/:]+(:\d{1,5})?(/\S*)?", url)
     if not match:
+        if re.match(r"[a-z][a-z0-9+.-]*://[^/\s]*@", url, re.I):  # user:password@host: never echo it
+            shown = re.sub(r"(://)[^/\s]*@", r"\1***@", url, count=1)
+            raise ValueError(
+                f"credentials in a URL ({shown!r}) are not sent: give them as api_key or headers"
+            )
         raise ValueError(f"expected an http(s)://host[:port] URL, got {value!r}")
     if strip_v1 and url.endswith("/v1"):
         url = url[: -len("/v1")]  # llm-grill and OpenAI clients write the /v1 base; we add it per request

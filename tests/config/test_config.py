@@ -259,6 +259,57 @@ def test_llm_grill_server_keys_backend_and_type_are_synonyms(tmp_path: Path) -> 
     assert scenario.backends[2].metrics_url is None and scenario.backends[2].tokenize_url is None
 
 
+def test_an_llm_grill_file_gets_llm_grills_defaults_where_it_is_silent(tmp_path: Path) -> None:
+    # llm-grill's own minimal file: no type (openai), no max_tokens (512), no load (1 user, 1 iteration,
+    # no think time), its SSH GPU monitoring and run_id (not ours: accepted, left aside), top_p 0
+    text = """
+    name: m
+    run_id: abc123
+    backends:
+      - {name: s, url: "http://127.0.0.1:8000", gpu_monitoring: true, ssh_host: gpu1, ssh_user: ubuntu}
+    models: [{name: m, top_p: 0.0}]
+    conversations:
+      - name: c
+        turns: [{role: user, content: hi}]
+    targets: [{backend: s, model: m, conversation: c}]
+    """
+    scenario = load_scenario(write(tmp_path, text))
+    (backend,) = scenario.backends
+    assert (backend.engine, backend.gpu_exporters) == ("openai", [])
+    assert (scenario.models[0].max_tokens, scenario.models[0].top_p) == (512, 0.0)
+    load = scenario.load
+    assert (load.tiers, load.iterations, load.think_time_s) == ([1], 1, 0.0)
+    ramp = load_scenario(write(tmp_path, text + "load: {ramp_levels: [1, 4], concurrent_users: 4}\n")).load
+    assert (ramp.tiers, ramp.iterations, ramp.think_time_s, ramp.pause_s) == ([1, 4], 1, 0.0, 10.0)
+
+
+def test_a_native_file_keeps_the_native_defaults_and_needs_its_engine(tmp_path: Path) -> None:
+    native = load_scenario(write(tmp_path, MINIMAL)).load
+    assert (native.iterations, native.think_time_s, native.pause_s) == (5, 0.5, 30.0)
+    text = """
+    backends: [{name: s, url: "http://127.0.0.1:8000"}]
+    models: [{name: m}]
+    targets: [{backend: s, model: m, conversation: short-baseline}]
+    """
+    with pytest.raises(ConfigError, match=r"backends\[0\]\.engine: required"):
+        load_scenario(write(tmp_path, text))
+
+
+def test_credentials_in_a_url_are_refused_without_being_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GRILL_T_GW", "https://bob:hunter2secret@gw.example:4000/v1")
+    text = """
+    backends: [{name: s, engine: litellm, url: "${GRILL_T_GW}"}]
+    models: [{name: m}]
+    targets: [{backend: s, model: m, conversation: short-baseline}]
+    """
+    with pytest.raises(ConfigError) as error:
+        load_scenario(write(tmp_path, text))
+    assert "backends[0].url" in str(error.value) and "***@gw.example" in str(error.value)
+    assert "hunter2secret" not in str(error.value) and "bob" not in str(error.value)
+
+
 def test_env_expansion_in_any_string(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GRILL_T_URL", "http://10.1.2.3:8000")
     monkeypatch.setenv("GRILL_T_MODEL", "devstral")
