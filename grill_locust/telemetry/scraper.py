@@ -67,7 +67,7 @@ class ScrapeTarget:
 def build_targets(backends: Iterable[Any], gpu_exporter_urls: Iterable[str]) -> list[ScrapeTarget]:
     """Engine targets for backends with a metrics URL; one GPU target per distinct exporter URL."""
     targets: list[ScrapeTarget] = []
-    exporters: dict[str, str] = {}  # url -> backend that lists it ("" for none)
+    exporters: dict[str, str] = {}  # url -> the backend that lists it ("": none, or several: tiers tell)
     for backend in backends:
         url = default_metrics_url(backend)
         if url is not None:
@@ -75,7 +75,10 @@ def build_targets(backends: Iterable[Any], gpu_exporter_urls: Iterable[str]) -> 
             sampler = EngineSampler(str(backend.engine), backend.name, backend.name, host)
             targets.append(ScrapeTarget(KIND_ENGINE, url, backend.name, backend.name, host, sampler))
         for exporter in getattr(backend, "gpu_exporters", None) or []:
-            exporters.setdefault(exporter_metrics_url(exporter), backend.name)
+            url = exporter_metrics_url(exporter)
+            # one GPU host serving two backends (vLLM with and without prefix caching, say): its
+            # samples belong to whichever tier runs at the time
+            exporters[url] = backend.name if exporters.get(url, backend.name) == backend.name else ""
     for exporter in gpu_exporter_urls:
         exporters.setdefault(exporter_metrics_url(exporter), "")
     for url, backend_name in exporters.items():

@@ -1,15 +1,17 @@
 """Telemetry per tier: what the GPUs and the engine did while each (target, tier) ran.
 
 Samples are matched to a tier by time (start_wall <= wall_time <= end_wall) and by backend; GPU
-samples from an exporter no backend lists count for every backend. Counters (energy, cached and
-queried prefix tokens) are summed over their positive deltas between consecutive samples inside the
-tier, so an engine restart (counter reset) loses one interval, not the tier.
+samples from an exporter that no backend lists, or that several do, count for every backend. Counters
+(energy, cached and queried prefix tokens) count their rise over the tier: each interval between two
+consecutive samples by its overlap with the tier, so a tier with fewer than two scrapes inside still
+gets its own figure, and an engine restart (counter reset) loses one interval, not the tier.
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pandas as pd
 
 from grill_locust.telemetry.samples import KIND_ENGINE, KIND_GPU
@@ -29,27 +31,38 @@ TIER_TELEMETRY_COLUMNS: tuple[str, ...] = (
 MILLIJOULES_PER_JOULE = 1000.0
 
 
-def _positive_delta_sum(values: pd.Series) -> float | None:
-    values = values.dropna()
-    if len(values) < 2:
+def _rise(samples: pd.DataFrame, column: str, start: float, end: float) -> float | None:
+    """How much a counter rose over [start, end]: each interval between consecutive samples adds its
+    rise times the share of it inside the window (a rise spread evenly over its interval); a drop (a
+    restart) adds nothing. None when no interval overlaps the window."""
+    one = samples[["wall_time", column]].dropna().sort_values("wall_time")
+    times, values = one["wall_time"].to_numpy(float), one[column].to_numpy(float)
+    if len(times) < 2:
         return None
-    deltas = values.diff().dropna()
-    return float(deltas[deltas > 0].sum())
+    span = times[1:] - times[:-1]
+    inside = np.clip(np.minimum(times[1:], end) - np.maximum(times[:-1], start), 0.0, None)
+    counted = (span > 0) & (inside > 0)
+    if not counted.any():
+        return None
+    rise = np.clip(values[1:] - values[:-1], 0.0, None)
+    return float((rise[counted] * inside[counted] / span[counted]).sum())
 
 
-def _energy_j(gpu_samples: pd.DataFrame) -> float | None:
-    """Energy of all GPUs over the samples: counter deltas, or power integrated over time without it."""
+def _energy_j(gpu_samples: pd.DataFrame, start: float, end: float) -> float | None:
+    """Energy of all GPUs over the tier: the energy counter's rise, or power integrated over the
+    samples inside the tier without it."""
     total_j = 0.0
     found = False
     for _gpu, one_gpu in gpu_samples.sort_values("wall_time").groupby(
         ["source", "host", "gpu_uuid"], dropna=False
     ):
-        energy_mj = _positive_delta_sum(one_gpu["energy_mj"])
+        energy_mj = _rise(one_gpu, "energy_mj", start, end)
         if energy_mj is not None:
             total_j += energy_mj / MILLIJOULES_PER_JOULE
             found = True
             continue
-        power = one_gpu[["wall_time", "power_w"]].dropna()
+        tier = one_gpu[(one_gpu["wall_time"] >= start) & (one_gpu["wall_time"] <= end)]
+        power = tier[["wall_time", "power_w"]].dropna()
         if len(power) >= 2:
             times, watts = power["wall_time"].to_numpy(float), power["power_w"].to_numpy(float)
             total_j += float(((watts[1:] + watts[:-1]) / 2.0 * (times[1:] - times[:-1])).sum())
@@ -75,22 +88,24 @@ def _gpu_figures(gpu: pd.DataFrame) -> dict[str, float | None]:
     }
 
 
-def _engine_figures(engine: pd.DataFrame) -> dict[str, float | None]:
-    if engine.empty:
+def _engine_figures(samples: pd.DataFrame, start: float, end: float) -> dict[str, float | None]:
+    """Gauges from the backend's samples inside the tier; the prefix hit rate from its counters' rise."""
+    engine = samples[(samples["wall_time"] >= start) & (samples["wall_time"] <= end)]
+    if engine.empty and samples.empty:
         return {"kv_cache_mean": None, "kv_cache_peak": None, "prefix_hit_rate": None, "waiting_mean": None}
-    engine = engine.sort_values("wall_time")
     kv = engine["kv_cache_usage"].dropna()
     hit_rate: float | None = None
     hits, queries = [], []
-    for _source, one in engine.groupby("source"):
-        cached = _positive_delta_sum(one["cached_tokens_total"])
-        queried = _positive_delta_sum(one["prefix_queries_total"])
+    counters = samples["prefix_queries_total"].notna().any()
+    for _source, one in samples.groupby("source"):
+        cached = _rise(one, "cached_tokens_total", start, end)
+        queried = _rise(one, "prefix_queries_total", start, end)
         if cached is not None and queried is not None:
             hits.append(cached)
             queries.append(queried)
     if queries and sum(queries) > 0:
         hit_rate = min(1.0, sum(hits) / sum(queries))
-    elif not queries:  # no counters (e.g. vLLM V0): mean of the per-scrape rates
+    elif not counters:  # an engine without the counters (vLLM V0): mean of its per-scrape rates
         hit_rate = _mean(engine["prefix_cache_hit_rate"])
     return {
         "kv_cache_mean": float(kv.mean()) if len(kv) else None,
@@ -120,15 +135,14 @@ def tier_telemetry(
         start, end = float(phase.start_wall), float(phase.end_wall)
         if math.isnan(start) or math.isnan(end):
             continue
-        in_tier = telemetry[(telemetry["wall_time"] >= start) & (telemetry["wall_time"] <= end)]
         backend = str(getattr(phase, "backend", ""))
-        engine = in_tier[(in_tier["kind"] == KIND_ENGINE) & (in_tier["backend"] == backend)]
-        gpu = in_tier[(in_tier["kind"] == KIND_GPU) & in_tier["backend"].isin([backend, ""])]
+        engine = telemetry[(telemetry["kind"] == KIND_ENGINE) & (telemetry["backend"] == backend)]
+        gpu = telemetry[(telemetry["kind"] == KIND_GPU) & telemetry["backend"].isin([backend, ""])]
         row: dict[str, object] = {"target": phase.target, "tier_index": int(phase.tier_index)}
-        row.update(_gpu_figures(gpu))
-        energy_j = _energy_j(gpu) if not gpu.empty else None
+        row.update(_gpu_figures(gpu[(gpu["wall_time"] >= start) & (gpu["wall_time"] <= end)]))
+        energy_j = _energy_j(gpu, start, end) if not gpu.empty else None
         tokens = _output_tokens(records_df, str(phase.target), int(phase.tier_index))
         row["energy_per_token_j"] = energy_j / tokens if energy_j is not None and tokens > 0 else None
-        row.update(_engine_figures(engine))
+        row.update(_engine_figures(engine, start, end))
         rows.append(row)
     return pd.DataFrame(rows, columns=list(TIER_TELEMETRY_COLUMNS))

@@ -156,3 +156,62 @@ def test_hit_rate_falls_back_to_per_scrape_rates_without_counters() -> None:
 def test_no_telemetry_gives_an_empty_frame_with_the_columns() -> None:
     assert list(tier_telemetry(None, phases(), records()).columns) == list(TIER_TELEMETRY_COLUMNS)
     assert tier_telemetry(pd.DataFrame(columns=list(TELEMETRY_COLUMNS)), phases(), records()).empty
+
+
+def test_a_tier_with_one_scrape_inside_gets_its_own_hit_rate_not_the_previous_tiers() -> None:
+    # tier A [0, 10] hits 90 % of its prefix tokens, tier B [20, 30] 10 %; scrapes at 0, 8, 21 and 40:
+    # the only scrape inside B mostly covers A's last seconds
+    samples = [
+        engine(0, cached_tokens_total=0, prefix_queries_total=0),
+        engine(8, cached_tokens_total=720, prefix_queries_total=800, prefix_cache_hit_rate=0.9),
+        engine(21, cached_tokens_total=910, prefix_queries_total=1100, prefix_cache_hit_rate=190 / 300),
+        engine(40, cached_tokens_total=1000, prefix_queries_total=2000, prefix_cache_hit_rate=0.1),
+    ]
+    frame = pd.DataFrame(samples, columns=list(TELEMETRY_COLUMNS))
+    tiers = pd.DataFrame(
+        [
+            {
+                "target": TARGET,
+                "backend": "vllm-a",
+                "tier_index": i,
+                "tier_users": 1,
+                "start_wall": s,
+                "end_wall": e,
+            }
+            for i, (s, e) in enumerate([(0.0, 10.0), (20.0, 30.0)])
+        ]
+    )
+    a, b = tier_telemetry(frame, tiers, None).to_dict("records")
+    assert a["prefix_hit_rate"] == pytest.approx(0.9, abs=0.02)  # an interval spanning both counts pro rata
+    assert b["prefix_hit_rate"] == pytest.approx(0.1, abs=0.05)  # was 0.63, the one in-tier scrape's rate
+
+
+def test_an_exporter_two_backends_list_counts_for_the_tiers_of_both() -> None:
+    from grill_locust.config import Backend
+    from grill_locust.telemetry.scraper import build_targets
+
+    shared = "http://10.0.0.5:9835"
+    backends = [
+        Backend(name=name, url="http://10.0.0.5:8000", engine="vllm", gpu_exporters=[shared])
+        for name in ("vllm", "vllm-nocache")
+    ]
+    gpu_targets = [t for t in build_targets(backends, []) if t.kind == KIND_GPU]
+    assert [(t.url, t.backend) for t in gpu_targets] == [("http://10.0.0.5:9835/metrics", "")]
+    samples = [gpu(t, "", "GPU-0", gpu_util_pct=90.0, mem_used_bytes=7e10) for t in (1, 5, 21, 25)]
+    tiers = pd.DataFrame(
+        [
+            {
+                "target": f"{name}/m/c",
+                "backend": name,
+                "tier_index": 0,
+                "tier_users": 1,
+                "start_wall": s,
+                "end_wall": s + 8,
+            }
+            for name, s in (("vllm", 0.0), ("vllm-nocache", 20.0))
+        ]
+    )
+    rows = tier_telemetry(pd.DataFrame(samples, columns=list(TELEMETRY_COLUMNS)), tiers, None).to_dict(
+        "records"
+    )
+    assert [row["gpu_util_mean"] for row in rows] == [90.0, 90.0]
