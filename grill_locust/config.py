@@ -751,6 +751,14 @@ def _translate_llm_grill_load(
     out: dict[str, Any] = {}
     users = grill.concurrent_users
     levels = grill.ramp_levels
+    for key, value in (("concurrent_users", users), ("ramp_levels", levels)):
+        counts = value if isinstance(value, list) else [value] if key == "concurrent_users" else []
+        for index, count in enumerate(counts):
+            if count is not None and count < 1:
+                where = ("load", key, index) if isinstance(value, list) else ("load", key)
+                raise ConfigError(
+                    _at(source, where, lines, f"expected a positive number of users, got {count}")
+                )
     if isinstance(levels, list):
         out["tiers"] = levels
     elif isinstance(levels, int):
@@ -865,10 +873,15 @@ def _describe_validation_error(
     lines: dict[tuple[str | int, ...], int] | None,
     root: type[BaseModel] | None = None,
 ) -> str:
-    """The first pydantic error as `yaml.path: what was expected (line N)` (no file name)."""
-    first = error.errors(include_url=False)[0]
-    loc = tuple(part for part in first["loc"] if isinstance(part, (str, int)))
-    loc = _clean_loc(loc)
+    """The most specific pydantic error as `yaml.path: what was expected (line N)` (no file name): the
+    first of those whose path goes deepest (of a value that may be a number or a list, the bad item)."""
+    errors = error.errors(include_url=False)
+
+    def location(item: Any) -> tuple[str | int, ...]:
+        return _clean_loc(tuple(part for part in item["loc"] if isinstance(part, (str, int))))
+
+    first = max(errors, key=lambda item: len(location(item)))  # max keeps the first of equals
+    loc = location(first)
     path = (*prefix, *loc)
     if root is None and not prefix:
         root = _FileScenario

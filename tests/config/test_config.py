@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -240,6 +241,25 @@ def test_llm_grill_example_parses_unchanged() -> None:
 def test_llm_grill_load_becomes_tiers(tmp_path: Path, load_yaml: str, tiers: list[int]) -> None:
     scenario = load_scenario(write(tmp_path, MINIMAL + f"load: {load_yaml}\n"))
     assert scenario.load.tiers == tiers
+
+
+@pytest.mark.parametrize(
+    ("load_yaml", "expected"),
+    [
+        ("{ramp_levels: [1, 0]}", "load.ramp_levels[1]: expected a positive number of users, got 0"),
+        ("{concurrent_users: 0}", "load.concurrent_users: expected a positive number of users, got 0"),
+        (
+            "{concurrent_users: [2, -1]}",
+            "load.concurrent_users[1]: expected a positive number of users, got -1",
+        ),
+        ("{ramp_levels: [1, x]}", "load.ramp_levels[1]: expected a whole number, got 'x'"),
+    ],
+)
+def test_llm_grill_load_errors_name_the_key_in_the_file(
+    tmp_path: Path, load_yaml: str, expected: str
+) -> None:
+    with pytest.raises(ConfigError, match=re.escape(expected)):
+        load_scenario(write(tmp_path, MINIMAL + f"load: {load_yaml}\n"))
 
 
 def test_llm_grill_server_keys_backend_and_type_are_synonyms(tmp_path: Path) -> None:
