@@ -215,7 +215,7 @@ STANDALONE_CONVERSATIONS = ("multi-turn-session", "shared-prefix", "short-baseli
 
 def standalone_scenario(host: str, model: str | None, engine: str, think_time_s: float | None) -> Scenario:
     """The scenario of a plain run on --host: one target per built-in workload."""
-    from grill_locust.config import parse_scenario
+    from grill_locust.config import ConfigError, parse_scenario
 
     url = host.rstrip("/")
     model = model or first_listed_model(url)
@@ -227,7 +227,22 @@ def standalone_scenario(host: str, model: str | None, engine: str, think_time_s:
     }
     if think_time_s is not None:
         data["load"] = {"think_time_s": think_time_s}
-    return parse_scenario(data, source="--host")
+    try:
+        return parse_scenario(data, source="command line")
+    except ConfigError as error:  # say which flag, not the scenario path built from it
+        message = str(error).removeprefix("command line: ")
+        for path, flag in _FLAG_OF_PATH:
+            if message.startswith(path):
+                raise ConfigError(flag + message[len(path) :]) from None
+        raise
+
+
+_FLAG_OF_PATH = (
+    ("backends[0].engine", "--engine"),
+    ("backends[0].url", "--host"),
+    ("models[0]", "--model"),
+    ("load.think_time_s", "--think-time"),
+)
 
 
 def first_listed_model(url: str) -> str:

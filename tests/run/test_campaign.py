@@ -103,6 +103,26 @@ def test_bad_scenario_exits_2_with_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr
 
 
+def test_a_bad_flag_of_a_plain_run_is_named_as_the_flag(tmp_path: Path) -> None:
+    args = [
+        "--host",
+        "http://127.0.0.1:9",
+        "--model",
+        "m",
+        "--engine",
+        "vlm",
+        "ShortBaselineUser",
+        "-t",
+        "1s",
+    ]
+    done = run_locust(args, tmp_path, timeout_s=60)
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if line.startswith("grill:")]
+    assert len(errors) == 1 and errors[0].startswith("grill: --engine: unknown engine 'vlm'"), done.stderr[
+        -2000:
+    ]
+
+
 def test_plain_user_runs_without_a_scenario(tmp_path: Path) -> None:
     from grill_locust.sim import SimProcess
 
