@@ -177,9 +177,12 @@ class Engine:
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
-    def cancel(self, seq: Sequence) -> None:
-        """The client went away: the sequence leaves at the next step."""
+    def cancel(self, seq: Sequence, now: float) -> None:
+        """The client went away: a waiting sequence leaves now, a running one at the next step."""
         seq.cancelled = True
+        if seq.state == WAITING and seq in self.waiting:
+            self.waiting.remove(seq)
+            self._finish(seq, now, None)
 
     @property
     def idle(self) -> bool:

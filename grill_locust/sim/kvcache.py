@@ -28,7 +28,22 @@ def chain_hashes(ids: list[int], block_size: int) -> list[int]:
     return hashes
 
 
-class BlockCache:
+class _PrefixHits:
+    """The prefix-cache counters (tokens looked up, tokens found) and a request's `num_cached`: set at
+    its first admission only, as vLLM's `num_cached_tokens` (a preempted request that comes back finds
+    its own blocks, which is no hit)."""
+
+    query_tokens = 0
+    hit_tokens = 0
+
+    def _count_hit(self, seq: Sequence, cached_tokens: int) -> None:
+        if seq.preemptions == 0:
+            seq.num_cached = cached_tokens
+            self.query_tokens += seq.prompt_len
+            self.hit_tokens += cached_tokens
+
+
+class BlockCache(_PrefixHits):
     """Paged KV cache: fixed number of blocks; full prompt blocks are cached by chained hash, LRU eviction.
 
     Invariant: free_blocks + len(evictable) + blocks referenced by running requests == total_blocks.
@@ -41,8 +56,6 @@ class BlockCache:
         self.free_blocks = total_blocks
         self.ref_counts: dict[int, int] = {}  # cached block hash -> running requests using it
         self.evictable: OrderedDict[int, None] = OrderedDict()  # cached, unreferenced, oldest first
-        self.query_tokens = 0
-        self.hit_tokens = 0
 
     # -- what the scheduler asks
     def blocks_for(self, tokens: int) -> int:
@@ -88,10 +101,8 @@ class BlockCache:
         seq.shared_blocks = list(hashes)
         seq.own_blocks = 0
         seq.num_computed = cached_tokens
-        seq.num_cached = cached_tokens
         seq.registered_blocks = matched_blocks
-        self.query_tokens += seq.prompt_len
-        self.hit_tokens += cached_tokens
+        self._count_hit(seq, cached_tokens)
         return True
 
     def grow(self, seq: Sequence, new_computed: int) -> bool:
@@ -162,7 +173,7 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
     return low
 
 
-class SlotCache:
+class SlotCache(_PrefixHits):
     """llama.cpp's server: N slots, each with its own context; a slot keeps only its last prompt + reply.
 
     A new request takes the idle slot whose kept tokens share the longest prefix with its prompt
@@ -179,8 +190,6 @@ class SlotCache:
         self.held_tokens = 0
         self.total_blocks = slots * slot_tokens  # reported in tokens
         self.block_size = 1
-        self.query_tokens = 0
-        self.hit_tokens = 0
 
     def usage(self) -> float:
         return self.held_tokens / self.total_blocks
@@ -209,11 +218,9 @@ class SlotCache:
         self.last_used[best_slot] = self.use_counter
         seq.slot = best_slot
         seq.num_computed = cached_tokens
-        seq.num_cached = cached_tokens
         seq.own_blocks = cached_tokens
         self.held_tokens += cached_tokens
-        self.query_tokens += seq.prompt_len
-        self.hit_tokens += cached_tokens
+        self._count_hit(seq, cached_tokens)
         return True
 
     def grow(self, seq: Sequence, new_computed: int) -> bool:
@@ -228,7 +235,9 @@ class SlotCache:
 
         if seq.slot >= 0:
             self.busy[seq.slot] = False
-            self.kept[seq.slot] = seq.prompt_ids + output_ids(seq.output_start, seq.output_count)
+            # what the slot computed: a request cancelled or preempted mid-prefill left the rest out
+            kept = seq.prompt_ids + output_ids(seq.output_start, seq.output_count)
+            self.kept[seq.slot] = kept[: seq.num_computed]
         self.held_tokens -= seq.own_blocks
         seq.own_blocks = 0
         seq.slot = -1

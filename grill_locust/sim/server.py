@@ -451,7 +451,7 @@ class Reply:
             if self.fault == "cut" and index == self.fault_at:
                 self.outcome = "cut"
                 self.conn.abort()
-                self.server.engine.cancel(seq)
+                self.server.engine.cancel(seq, now)
             elif self.event_times is not None:
                 self.event_times.append(now)
             return
@@ -459,7 +459,7 @@ class Reply:
             if self.fault == "cut":
                 self.outcome = "cut"
                 self.conn.abort()
-                self.server.engine.cancel(seq)
+                self.server.engine.cancel(seq, now)
                 return
             if self.fault == "bad_json":
                 self.conn.write_chunk(self.templates.broken_event())
@@ -510,7 +510,7 @@ class Reply:
             self._record_truth(seq, self.server.clock())
             self._release(seq)
             return
-        self.server.engine.cancel(seq)
+        self.server.engine.cancel(seq, self.server.clock())
 
     def _respond_whole(self, seq: Sequence) -> None:
         count = seq.output_count
@@ -546,7 +546,7 @@ class Reply:
             admitted=None if seq.admitted_at is None else round(seq.admitted_at + offset, 6),
             first_token=round(times[0] + offset, 6) if times else None,
             cached_tokens=seq.num_cached,
-            output_tokens=seq.output_count,
+            output_tokens=len(times),  # written (or, not streamed, generated) before any cut or close
             finish_reason=seq.finish_reason,
             preemptions=seq.preemptions,
             event_times=[round(t + offset, 6) for t in times],

@@ -14,6 +14,9 @@ from typing import IO, Any
 TRUTH_BUFFER_BYTES = 1 << 20
 
 
+MAX_PENDING = 1000  # records queued past this are written even late (a step may slip)
+
+
 class TruthLog:
     def __init__(self, path: str) -> None:
         self.path = path
@@ -25,12 +28,16 @@ class TruthLog:
         self.pending.append(record)
 
     def drain(self, until: float | None = None, clock: Any = time.monotonic) -> None:
-        """Write queued records; stop when `clock()` passes `until` (the next step's deadline margin)."""
+        """Write queued records; stop when `clock()` passes `until` (the next step's deadline margin),
+        but after one record at least, and not while more than MAX_PENDING wait: steps shorter than the
+        margin would otherwise never write, and the queue would grow for as long as the engine is busy."""
         pending = self.pending
         write = self.file.write
+        wrote = False
         while pending:
-            if until is not None and clock() > until:
+            if until is not None and wrote and len(pending) <= MAX_PENDING and clock() > until:
                 return
+            wrote = True
             write(json.dumps(pending.popleft(), separators=(",", ":")) + "\n")
             self.written += 1
 

@@ -188,12 +188,69 @@ def test_cancelled_request_frees_its_blocks():
         step = engine.schedule(now)
         now += step.duration_s
         engine.commit(step, now)
-    engine.cancel(seq)
+    engine.cancel(seq, now)
     run_until_idle(engine, now)
     assert seq.state == FINISHED and seq.finish_reason is None
     assert engine.cache.used_blocks() == 0
 
 
+def test_a_request_cancelled_while_waiting_leaves_the_queue_at_once():
+    engine = Engine(dataclasses.replace(PROFILES["llamacpp"], max_num_seqs=1))
+    running, queued = make_seq("running", list(range(50)), max_tokens=50), make_seq("queued", list(range(60)))
+    engine.add(running)
+    engine.add(queued)
+    step = engine.schedule(0.0)
+    engine.commit(step, step.duration_s)
+    assert list(engine.waiting) == [queued]
+    finished_at = []
+    queued.on_finish = lambda seq, now: finished_at.append(now)
+    engine.cancel(queued, 0.5)
+    assert not engine.waiting and queued.state == FINISHED and finished_at == [0.5]
+
+
+def test_a_preempted_request_reports_the_cache_hits_of_its_first_admission_only():
+    # no prompt shared: after a preemption the request finds its own blocks, which is no hit
+    engine = Engine(dataclasses.replace(PROFILES["vllm"], kv_blocks=24))
+    seqs = [make_seq(f"s{i}", [1000 * i + t for t in range(115)], max_tokens=200) for i in range(4)]
+    for seq in seqs:
+        engine.add(seq)
+    run_until_idle(engine)
+    assert engine.counters.preemptions > 0
+    assert [seq.num_cached for seq in seqs] == [0, 0, 0, 0]
+    assert engine.cache.hit_tokens == 0 and engine.cache.query_tokens == 4 * 115
+
+
+def test_a_llamacpp_slot_keeps_what_it_computed_not_what_it_was_sent():
+    engine = Engine(PROFILES["llamacpp"])
+    prompt = list(range(5000))
+    first = make_seq("a", prompt)
+    engine.add(first)
+    step = engine.schedule(0.0)  # one chunk of the prefill, then the client goes
+    engine.commit(step, step.duration_s)
+    computed = first.num_computed
+    assert 0 < computed < len(prompt)
+    engine.cancel(first, step.duration_s)
+    run_until_idle(engine, step.duration_s)
+    again = make_seq("b", prompt)
+    engine.add(again)
+    run_until_idle(engine)
+    assert again.num_cached == computed
+
+
 def test_step_time_formula():
     params = EngineParams(step_a_ms=10, step_b_ms=1, step_c_ms=0.5, step_d_ms=0.001)
     assert abs(params.step_time_s(4, 100, 1000) - (10 + 4 + 50 + 1) / 1000) < 1e-12
+
+
+def test_the_truth_log_writes_even_when_every_step_is_shorter_than_its_margin(tmp_path):
+    from grill_locust.sim.truth import MAX_PENDING, TruthLog
+
+    log = TruthLog(str(tmp_path / "truth.jsonl"))
+    for i in range(MAX_PENDING + 50):
+        log.add({"request_id": str(i)})
+    log.drain(until=-1.0)  # the deadline passed before the drain began
+    assert len(log.pending) == MAX_PENDING  # down to the bound: memory stays bounded
+    log.drain(until=-1.0)
+    assert len(log.pending) == MAX_PENDING - 1  # and one a step at least
+    log.close()
+    assert len((tmp_path / "truth.jsonl").read_text().splitlines()) == MAX_PENDING + 50

@@ -49,6 +49,17 @@ def test_stall_accepts_then_sends_nothing(sim):
     assert time.monotonic() - started >= 0.5
 
 
+def truth_of(sim: SimProcess, request_id: str, timeout_s: float = 5.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in sim.truth_path.read_text().splitlines():
+            record = json.loads(line)
+            if record["request_id"] == request_id:
+                return record
+        time.sleep(0.1)
+    raise AssertionError(f"{request_id} not in the truth log")
+
+
 def test_cut_stream_has_no_finish_and_no_done(sim):
     result = faulty(sim, "cut", max_tokens=8)
     assert result.status == 200 and not result.ended_cleanly
@@ -56,6 +67,8 @@ def test_cut_stream_has_no_finish_and_no_done(sim):
     chunks = result.chunks()
     assert all(c["choices"][0]["finish_reason"] is None for c in chunks if c["choices"])
     assert 1 <= len(result.output_times()) < 8
+    truth = truth_of(sim, result.headers["x-request-id"])  # the truth counts what was written
+    assert truth["output_tokens"] == len(truth["event_times"]) == len(result.output_times())
 
 
 def test_bad_json_event_then_the_stream_goes_on(sim):
