@@ -92,6 +92,9 @@ class Campaign:
         self.scenario = scenario
         self.writer = writer
         self.run_id = run_id
+        # this run, or this resumption of it: in every user's prompt keys, so that no run sends the
+        # prompts of an earlier one, which the engine's prefix cache may still hold
+        self.session = f"{run_id}.{len(writer.meta.get('resumed_wall') or [])}"
         planned = plan_phases(scenario, run_id) if walk_tiers else []
         self.phases = [p for p in planned if (p.target, p.tier_index) not in (skip or set())]
         self.progress: dict[int, PhaseProgress] = {p.phase_id: PhaseProgress(p) for p in self.phases}
@@ -329,6 +332,7 @@ class Campaign:
         current = self.current
         return {
             "run_id": self.run_id,
+            "session": self.session,
             "scenario": self.scenario.to_wire() if with_scenario else None,
             "phase": current.phase.to_wire() if current is not None else None,
         }

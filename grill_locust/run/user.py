@@ -49,7 +49,7 @@ class GrillUser(User):
     def run_conversation(self, target: Target, phase: Phase, iteration: int) -> None:
         """Send one conversation turn by turn, carrying the real replies forward."""
         workload = self.grill.workload_for(target)
-        user_key = f"p{phase.phase_id}-{self.grill.worker_id}-u{self.user_index}"
+        user_key = f"{self.grill.session}-p{phase.phase_id}-{self.grill.worker_id}-u{self.user_index}"
         plan = workload.plan(user_key, iteration)
         messages: list[dict[str, str]] = []
         if plan.system:

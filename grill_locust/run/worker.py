@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import os
 import socket
 import uuid
 from collections import Counter
@@ -49,6 +50,7 @@ class WorkerState:
         else:
             self.worker_id = f"{socket.gethostname()}-local"
         self.run_id = ""
+        self.session = os.urandom(4).hex()  # the campaign's, once its first phase message arrives
         self.scenario: Scenario | None = None
         self.phase: Phase | None = None
         self._targets: dict[str, Target] = {}
@@ -103,6 +105,7 @@ class WorkerState:
         if data.get("scenario") is not None and self.scenario is None:
             self.set_scenario(Scenario.from_wire(data["scenario"]))
         self.run_id = data.get("run_id") or self.run_id
+        self.session = data.get("session") or self.session
         phase = Phase.from_wire(data["phase"]) if data.get("phase") is not None else None
         if phase is not None and (self.phase is None or phase.phase_id != self.phase.phase_id):
             self.selfcheck.new_window()  # a tier's lag p99 is its own

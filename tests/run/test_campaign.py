@@ -186,3 +186,28 @@ def test_users_rate_and_run_time_flags_are_ignored_with_one_warning_when_a_scena
     assert len(warnings) == 1 and "-u/-r/-t" in warnings[0]
     records = pd.read_parquet(only_run_dir(tmp_path / "r") / "records.parquet")
     assert len(records) == 2  # the tier's 2 users, not 50; and the run was not cut at 1 s
+
+
+def test_a_second_run_sends_none_of_the_first_runs_prompts(tmp_path: Path) -> None:
+    # the engine's prefix cache outlives a run: a rerun that resent the same "unique" prompts would be
+    # served from it
+    from grill_locust.sim import SimProcess
+
+    with SimProcess.start(profile="vllm", served_model_name="m") as sim:
+        data = {
+            "name": "rerun",
+            "backends": [{"name": "engine", "engine": "vllm", "url": sim.url}],
+            "models": [{"name": "m", "max_tokens": 4, "ignore_eos": True}],
+            "conversations": [{"name": "u", "kind": "unique-prompts", "prompt_tokens": 600}],
+            "targets": [{"backend": "engine", "model": "m", "conversation": "u"}],
+            "load": {"tiers": [2], "iterations": 2, "pause_s": 0, "think_time_s": 0},
+        }
+        scenario = write_scenario(tmp_path / "s.yaml", data)
+        cached = []
+        for run in ("a", "b"):
+            done = run_locust(["--scenario", str(scenario), "--results-dir", str(tmp_path / run)], tmp_path)
+            assert done.returncode == 0, done.stderr[-3000:]
+            records = pd.read_parquet(only_run_dir(tmp_path / run) / "records.parquet")
+            assert len(records) == 4 and (records["status"] == "ok").all()
+            cached.append(records["cached_tokens"].max())
+    assert cached[0] < 32 and cached[1] < 32  # a block or two of chat template at most, not the prompt
