@@ -17,6 +17,9 @@ DATASOURCE = {"type": "influxdb", "uid": "grill-influxdb"}
 SCHEMA_VERSION = 39
 
 RUN_FILTER = '"run_id" =~ /^$run_id$/'
+# one comparison series per run, backend and model (a gateway may serve two models)
+SERIES_TAGS = ("run_id", "backend", "model")
+SERIES_GROUP = ", ".join(f'"{tag}"' for tag in SERIES_TAGS)
 REQUEST_FILTER = f'{RUN_FILTER} AND "backend" =~ /^$backend$/ AND "scenario" =~ /^$scenario$/ AND $timeFilter'
 OK_REQUEST_FILTER = f"\"status\" = 'ok' AND {REQUEST_FILTER}"
 TIER_FILTER = REQUEST_FILTER
@@ -113,10 +116,11 @@ def timeseries(
 def versus_users(
     panel_id: int, title: str, query: str, position: dict[str, int], unit: str, description: str
 ) -> dict[str, Any]:
-    """A metric against tier users, one series per backend (the query groups by backend and tier_users).
+    """A metric against tier users, one series per run, backend and model (the query groups by those
+    and tier_users): runs and models are never pooled, whatever the variables select.
 
-    The table result (Time, backend, tier_users, value) is turned into one frame per backend with
-    tier_users as a number, sorted, so the XY chart draws the seed's "metric vs concurrent users" lines.
+    The table result (Time, run_id, backend, model, tier_users, value) is turned into one frame per
+    series with tier_users as a number, sorted, so the XY chart draws the seed's "metric vs concurrent users" lines.
     """
     return {
         "id": panel_id,
@@ -132,7 +136,7 @@ def versus_users(
                 "id": "convertFieldType",
                 "options": {"conversions": [{"targetField": "tier_users", "destinationType": "number"}]},
             },
-            {"id": "partitionByValues", "options": {"fields": ["backend"], "keepFields": False}},
+            {"id": "partitionByValues", "options": {"fields": list(SERIES_TAGS), "keepFields": False}},
             {"id": "sortBy", "options": {"sort": [{"field": "tier_users", "desc": False}]}},
         ],
         "fieldConfig": {
@@ -246,23 +250,21 @@ def engine_comparison() -> dict[str, Any]:
     ]
     panel_id = 2
     for index, (title, select, unit, description) in enumerate(COMPARISON_METRICS):
-        query = (
-            f'SELECT {select} FROM "grill_request" WHERE {OK_REQUEST_FILTER} GROUP BY "backend", "tier_users"'
-        )
+        query = f'SELECT {select} FROM "grill_request" WHERE {OK_REQUEST_FILTER} GROUP BY {SERIES_GROUP}, "tier_users"'
         position = grid((index % 3) * 8, 1 + (index // 3) * 8, 8, 8)
         panels.append(
             versus_users(panel_id, f"{title} vs users — $scenario", query, position, unit, description)
         )
         panel_id += 1
     for offset, (title, select, unit, description) in enumerate(TIER_METRICS, start=len(COMPARISON_METRICS)):
-        query = f'SELECT {select} FROM "grill_tier" WHERE {TIER_FILTER} GROUP BY "backend", "tier_users"'
+        query = f'SELECT {select} FROM "grill_tier" WHERE {TIER_FILTER} GROUP BY {SERIES_GROUP}, "tier_users"'
         position = grid((offset % 3) * 8, 1 + (offset // 3) * 8, 8, 8)
         panels.append(versus_users(panel_id, f"{title} — $scenario", query, position, unit, description))
         panel_id += 1
     return dashboard(
         "grill-engine-comparison",
         "grill-locust — Engine comparison",
-        "Per scenario: TTFT, TPOT, tokens/s and E2E p50 against concurrent users, one line per backend.",
+        "Per scenario: TTFT, TPOT, tokens/s and E2E p50 against concurrent users, one line per run, backend and model.",
         [run_variable(), backend_variable(), scenario_variable()],
         panels,
         "now-24h",

@@ -219,8 +219,8 @@ def test_engine_comparison_p50_per_backend_and_tier(
     for scenario in SCENARIOS:  # the row repeats per scenario: one scenario per panel
         series = loaded.query(expand(query, campaign, {**ALL, "scenario": [scenario]}))
         got = {key: values[0][1] for key, values in by_tags(series, column).items()}
-        expected = {
-            (backend, str(users)): statistics.median(
+        expected = {  # one series per run, backend and model (tags in key order), never pooled
+            (backend, "m", "run-a", str(users)): statistics.median(
                 r[field] for r in ok_records(campaign, scenario=scenario, backend=backend, tier_users=users)
             )
             for backend in BACKENDS
@@ -237,7 +237,7 @@ def test_engine_comparison_tier_panels_read_the_master_summary(loaded: InfluxD, 
     series = loaded.query(expand(query, campaign, {**ALL, "scenario": ["shared-prefix"]}))
     got = {key: values[0][1] for key, values in by_tags(series, "success_rate").items()}
     expected = {
-        (row["backend"], str(row["tier_users"])): row["success_rate"]
+        (row["backend"], row["model"], row["run_id"], str(row["tier_users"])): row["success_rate"]
         for row in campaign.tiers
         if row["scenario"] == "shared-prefix"
     }
