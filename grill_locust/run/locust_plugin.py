@@ -33,7 +33,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("grill")
 
-DEFAULT_SCENARIO = Path(__file__).resolve().parents[2] / "scenarios" / "demo.yaml"
+# the demo beside the source tree (an editable install), else in the folder locust runs from (the
+# Docker image installs the package into site-packages and keeps scenarios/ in /app)
+DEFAULT_SCENARIOS = (
+    Path(__file__).resolve().parents[2] / "scenarios" / "demo.yaml",
+    Path("scenarios") / "demo.yaml",
+)
 
 
 @events.init_command_line_parser.add_listener
@@ -168,7 +173,7 @@ def _load_scenario(options: Any) -> tuple[Scenario, str]:
                 f"--resume {options.resume}: no run.json there (is it a results/<run_id> folder?)"
             )
         path = json.loads(meta_path.read_text()).get("scenario_path")
-    path = path or str(DEFAULT_SCENARIO)
+    path = path or str(next((p for p in DEFAULT_SCENARIOS if p.is_file()), DEFAULT_SCENARIOS[0]))
     scenario = load_scenario(path)
     scenario = scenario.with_overrides(
         tiers=parse_tiers(options.tiers) if options.tiers is not None else None,

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -211,3 +214,31 @@ def test_a_second_run_sends_none_of_the_first_runs_prompts(tmp_path: Path) -> No
             assert len(records) == 4 and (records["status"] == "ok").all()
             cached.append(records["cached_tokens"].max())
     assert cached[0] < 32 and cached[1] < 32  # a block or two of chat template at most, not the prompt
+
+
+def test_the_demo_runs_from_an_installed_package_beside_the_projects_folders(tmp_path: Path) -> None:
+    # the Docker image installs the package into site-packages and keeps locustfiles/ and scenarios/ in
+    # /app: the default scenario is the one in the folder locust runs from
+    import shutil
+
+    repo = Path(__file__).resolve().parents[2]
+    site = tmp_path / "site"
+    shutil.copytree(
+        repo / "grill_locust", site / "grill_locust", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    for folder in ("locustfiles", "scenarios"):
+        shutil.copytree(repo / folder, tmp_path / "app" / folder)
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    done = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", "locustfiles/coding.py", "--headless", "--only-summary"]
+        + ["--tiers", "1", "--iterations", "1", "--pause", "0", "--results-dir", str(tmp_path / "r")],
+        cwd=tmp_path / "app",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = only_run_dir(tmp_path / "r")
+    assert (run / "records.parquet").is_file()
+    assert "demo" in (run / "config.yaml").read_text()
