@@ -18,6 +18,7 @@ from grill_locust.config import Scenario, Target
 from grill_locust.record import CANCELLED, STATUS_OK, build_record, measure
 from grill_locust.run.phase import Phase
 from grill_locust.run.worker import WorkerState
+from grill_locust.workload.generators import completion_prompt
 
 IDLE_POLL_S = 0.1  # how often an idle user looks for new work
 STATUS_RATE_LIMITED = "http_429"
@@ -75,7 +76,7 @@ class GrillUser(User):
     ) -> str | None:
         backend, model = target.backend, target.model
         if backend.api == "completions":
-            prompt = "\n\n".join(m["content"] for m in messages)
+            prompt = completion_prompt(messages)
             path, payload = COMPLETIONS_PATH, completions_payload(model, prompt, backend.extra_body)
         else:
             path, payload = CHAT_PATH, chat_payload(model, messages, backend.extra_body)

@@ -110,11 +110,15 @@ class ConversationPlan:
 
     def prompt(self, turn: int, replies: Sequence[str]) -> str:
         """The same conversation as one plain-text prompt, for the completions API."""
-        parts = []
-        for message in self.messages(turn, replies):
-            parts.append(f"{message['role'].capitalize()}: {message['content']}")
-        parts.append("Assistant:")
-        return "\n\n".join(parts)
+        return completion_prompt(self.messages(turn, replies))
+
+
+def completion_prompt(messages: Sequence[dict[str, str]]) -> str:
+    """Chat messages as one plain-text prompt (completions API): each labelled with its role, then the
+    cue for the answer, so that a base model answers instead of carrying on the last message."""
+    parts = [f"{message['role'].capitalize()}: {message['content']}" for message in messages]
+    parts.append("Assistant:")
+    return "\n\n".join(parts)
 
 
 @dataclass(frozen=True)

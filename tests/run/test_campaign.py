@@ -242,3 +242,23 @@ def test_the_demo_runs_from_an_installed_package_beside_the_projects_folders(tmp
     run = only_run_dir(tmp_path / "r")
     assert (run / "records.parquet").is_file()
     assert "demo" in (run / "config.yaml").read_text()
+
+
+def test_a_multi_turn_conversation_runs_over_the_completions_api(tmp_path: Path) -> None:
+    conversation = {
+        "name": "mt",
+        "kind": "multi-turn",
+        "system_tokens": 200,
+        "user_turns": 2,
+        "turn_tokens": 40,
+    }
+    data = sim_scenario(conversation=conversation, tiers=[1], max_tokens=8)
+    data["backends"][0]["api"] = "completions"
+    scenario = write_scenario(tmp_path / "s.yaml", data)
+    done = run_locust(["--scenario", str(scenario), "--results-dir", str(tmp_path / "r")], tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = pd.read_parquet(only_run_dir(tmp_path / "r") / "records.parquet").sort_values("turn")
+    assert (records["status"] == "ok").all() and records["turn"].tolist() == [0, 1]
+    # turn 1 carries the system prompt, turn 0, its reply and a role label per message
+    first, second = records["prompt_tokens"].tolist()
+    assert second > first + 8 + 40
