@@ -67,7 +67,8 @@ PREFIX_HEAD = (
     "sources follow, starting with the module `{module}` and going on with others. Answer questions "
     "about them precisely and cite function names.\n```python\n"
 )
-FIRST_TURN_HEADS = tuple(question + "\nThe part I mean:" + CODE_OPEN for question in QUESTIONS)
+# a session's first message starts with its own id: with a shared system prompt, users part there
+FIRST_TURN_HEADS = tuple("{id}: " + question + "\nThe part I mean:" + CODE_OPEN for question in QUESTIONS)
 FOLLOW_UP_HEADS = tuple(follow_up + CODE_OPEN for follow_up in FOLLOW_UPS)
 QUESTION_HEADS = tuple("{id}: " + question + CODE_OPEN for question in QUESTIONS)
 UNIQUE_HEADS = tuple(
@@ -184,7 +185,8 @@ class Workload:
         for turn in range(conversation.user_turns or 1):
             if turn == 0:
                 head = rng.choice(FIRST_TURN_HEADS)
-                turns.append(self._render(head, {"name": code.name}, code, turn_tokens, _CODE_END))
+                values = {"id": self._request_id(rng), "name": code.name}
+                turns.append(self._render(head, values, code, turn_tokens, _CODE_END))
                 continue
             # follow-ups stay in the module under discussion, as a developer's session does
             follow_up = self._pick(rng, turn_tokens, same_module_as=code)

@@ -103,6 +103,10 @@ def test_multi_turn_system_is_distinct_per_conversation_unless_shared() -> None:
     shared = plans(conversation(name="chat", kind="multi-turn", shared_system=True), users=5, iterations=2)
     assert len({plan.system for plan in shared}) == 1
     assert len({tuple(plan.user_turns) for plan in shared}) == len(shared)  # the questions still differ
+    # and so does every first turn, from its first token: the sessions share the system prompt only
+    many = plans(conversation(name="chat", kind="multi-turn", shared_system=True), users=100, iterations=2)
+    first_turns = [plan.user_turns[0] for plan in many]
+    assert len({turn.split(None, 1)[0] for turn in first_turns}) == len(first_turns)
 
 
 def test_shared_prefix_is_identical_for_every_user_and_iteration() -> None:
@@ -158,7 +162,8 @@ def test_content_is_standard_library_code_with_questions_about_it() -> None:
     code = plan.system.split("```python\n", 1)[1]
     first_line = code.splitlines()[0].strip()
     assert first_line.startswith(("def ", "class ", "async def ")), first_line
-    assert plan.user_turns[0].startswith(question_starts)
+    session_id, first_turn = plan.user_turns[0].split(": ", 1)
+    assert session_id.isalpha() and first_turn.startswith(question_starts)
     # every prompt names a definition between backticks and carries code
     for any_plan in plans(conversation(name="unique-prompts", prompt_tokens=300), users=5):
         text = any_plan.user_turns[0]
