@@ -164,8 +164,7 @@ class Engine:
         self.params = params
         self.cache: BlockCache | SlotCache
         if params.cache_kind == CACHE_SLOTS:
-            slot_tokens = params.kv_capacity_tokens // params.max_num_seqs
-            self.cache = SlotCache(params.max_num_seqs, slot_tokens, params.prefix_caching)
+            self.cache = SlotCache(params.max_num_seqs, params.slot_tokens, params.prefix_caching)
         else:
             self.cache = BlockCache(params.kv_blocks, params.block_size, params.prefix_caching)
         self.waiting: deque[Sequence] = deque()

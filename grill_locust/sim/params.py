@@ -50,6 +50,18 @@ class EngineParams:
     def kv_capacity_tokens(self) -> int:
         return self.kv_blocks * self.block_size
 
+    @property
+    def slot_tokens(self) -> int:
+        """The context of one llama.cpp slot: the KV capacity split evenly (its `-c` over `-np`)."""
+        return self.kv_capacity_tokens // self.max_num_seqs
+
+    @property
+    def context_limit(self) -> int:
+        """The most tokens (prompt + output) one request may ask for: a slot's context bounds it too."""
+        if self.cache_kind == CACHE_SLOTS:
+            return min(self.max_model_len, self.slot_tokens)
+        return self.max_model_len
+
     def with_overrides(self, overrides: dict[str, Any], source: str) -> EngineParams:
         """A copy with `overrides` applied (keys may use dashes); bad keys or values raise GrillError."""
         known = {f.name: f for f in dataclasses.fields(self)}

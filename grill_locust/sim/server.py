@@ -270,7 +270,7 @@ class SimServer:
         model = body.get("model")
         if model is not None and model != self.model:
             raise BadRequest(f"The model `{model}` does not exist.", "model", status=404)
-        max_model_len = self.params.max_model_len
+        max_model_len = self.params.context_limit  # a request that fits no slot is refused, as llama.cpp does
         prompt_len = len(ids)
         default_max = 16 if kind == wire.COMPLETIONS else max_model_len - prompt_len
         max_tokens = _int_field(body, "max_completion_tokens", None)
