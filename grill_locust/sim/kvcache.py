@@ -115,8 +115,8 @@ class BlockCache(_PrefixHits):
                 return False
             self._take(need)
             seq.own_blocks += need
-        if self.prefix_caching:
-            full_blocks = (new_computed if new_computed < seq.prompt_len else seq.prompt_len) // block_size
+        if self.prefix_caching:  # generated tokens too: the next turn's prompt carries the reply
+            full_blocks = new_computed // block_size
             if full_blocks > seq.registered_blocks:
                 self._register(seq, full_blocks)
         return True
@@ -147,9 +147,12 @@ class BlockCache(_PrefixHits):
             del self.ref_counts[block_hash]
 
     def _register(self, seq: Sequence, full_blocks: int) -> None:
-        """Newly full prompt blocks become cached blocks (unless an equal block is cached already)."""
+        """Newly full blocks become cached blocks (unless an equal block is cached already): the
+        prompt's, then those of prompt and output together, as vLLM caches a request's generated tokens."""
         if seq.block_hashes is None:
             seq.block_hashes = chain_hashes(seq.prompt_ids, self.block_size)
+        if full_blocks > len(seq.block_hashes):
+            _extend_hashes(seq, full_blocks, self.block_size)
         ref_counts = self.ref_counts
         for index in range(seq.registered_blocks, full_blocks):
             block_hash = seq.block_hashes[index]
@@ -159,6 +162,25 @@ class BlockCache(_PrefixHits):
             seq.own_blocks -= 1
             seq.shared_blocks.append(block_hash)
         seq.registered_blocks = full_blocks
+
+
+def _extend_hashes(seq: Sequence, full_blocks: int, block_size: int) -> None:
+    """Chain the hashes of `seq` on through its output up to `full_blocks` blocks (as `chain_hashes`
+    would hash the prompt and output together)."""
+    from grill_locust.sim.text import output_ids
+
+    hashes = seq.block_hashes
+    assert hashes is not None
+    start, end, prompt_len = len(hashes) * block_size, full_blocks * block_size, seq.prompt_len
+    from_output = max(start, prompt_len)
+    tokens = seq.prompt_ids[start:end] + output_ids(
+        seq.output_start + from_output - prompt_len, end - from_output
+    )
+    parent = hashes[-1] if hashes else 0
+    for offset in range(0, end - start, block_size):
+        block = tokens[offset] if block_size == 1 else tuple(tokens[offset : offset + block_size])
+        parent = hash((parent, block))
+        hashes.append(parent)
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:

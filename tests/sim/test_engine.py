@@ -254,3 +254,21 @@ def test_the_truth_log_writes_even_when_every_step_is_shorter_than_its_margin(tm
     assert len(log.pending) == MAX_PENDING - 1  # and one a step at least
     log.close()
     assert len((tmp_path / "truth.jsonl").read_text().splitlines()) == MAX_PENDING + 50
+
+
+def test_the_next_turn_finds_the_previous_reply_in_the_prefix_cache():
+    # vLLM caches a request's generated tokens too (SGLang's radix tree as well): the next turn's
+    # prompt, history + reply + a new question, hits all of it but the partial last block
+    from grill_locust.sim.text import output_ids
+
+    # the last generated token was never fed back: its KV does not exist
+    for profile, expected in (("vllm", (130 + 49) // 16 * 16), ("sglang", 130 + 49)):
+        engine = Engine(PROFILES[profile])
+        turn = make_seq("t0", list(range(130)), max_tokens=50)
+        engine.add(turn)
+        run_until_idle(engine)
+        history = turn.prompt_ids + output_ids(turn.output_start, turn.output_count)
+        follow = make_seq("t1", history + list(range(5000, 5020)))
+        engine.add(follow)
+        run_until_idle(engine)
+        assert follow.num_cached == expected, profile
