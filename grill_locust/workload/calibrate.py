@@ -451,7 +451,14 @@ def _calibrate(name: str, url: str, engine: str, model: str | None, headers: dic
             raise TokenizeError(f"{url}: no token pieces for the spans")
         return found
 
-    return counter(ratio, measure_corpus(send, measured_heads(), HEAD_REFERENCE))
+    try:
+        measured = measure_corpus(send, measured_heads(), HEAD_REFERENCE)
+    except TokenizeError as error:  # the stream was measured: its ratio still sizes the prompts
+        log.warning(
+            "backend %s: measuring the corpus failed (%s); prompt sizes use the measured ratio", name, error
+        )
+        return counter(ratio)
+    return counter(ratio, measured)
 
 
 def _same_server(url: str, other: str | None) -> bool:

@@ -263,3 +263,45 @@ def test_the_key_goes_to_a_tokenizer_on_the_backends_own_server_only() -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class _TokenizerFailingAfterOneCall(http.server.BaseHTTPRequestHandler):
+    """llama.cpp's /tokenize with pieces for the first call (the calibration stream), then HTTP 503."""
+
+    calls = 0
+
+    def do_POST(self) -> None:  # noqa: N802 (the handler's API)
+        length = int(self.headers.get("Content-Length", "0"))
+        text = json.loads(self.rfile.read(length)).get("content", "")
+        type(self).calls += 1
+        if type(self).calls > 1:
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        pieces = [text[i : i + 3] for i in range(0, len(text), 3)]  # 3 characters a token
+        body = json.dumps({"tokens": [{"id": i, "piece": p} for i, p in enumerate(pieces)]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def test_a_failure_after_the_stream_was_measured_keeps_its_ratio(caplog: pytest.LogCaptureFixture) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TokenizerFailingAfterOneCall)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        clear_cache()
+        with caplog.at_level(logging.WARNING):
+            counter = backend_token_counter(backend(engine="llamacpp", url=url))
+        assert counter is not None and counter.measured is None and _TokenizerFailingAfterOneCall.calls == 2
+        assert counter.backend_tokens_per_approx_token > 1.0  # 3-character tokens: more than the estimate's
+        assert "measured ratio" in caplog.text and "approximate tokenizer" not in caplog.text
+    finally:
+        server.shutdown()
+        clear_cache()
