@@ -47,7 +47,6 @@ CALIBRATION_TIMEOUT_S = 30.0
 CALIBRATION_SEED = 20260101
 STREAM_CHARS = 320_000  # measured corpus: ~90k tokens of code, one /tokenize call (~1-2 s)
 STREAM_FILE_CHARS = 12_000  # at most this much of each file, so the stream spans many modules
-STREAM_FILE_STEP = 7  # every 7th file of the sorted corpus: modules from all over the library
 ID_POOL_SIZE = 2048  # request ids measured once; a plan draws one
 ID_LETTERS = 8
 SPAN_LEFT = "w"  # a variable span is measured between a word end and a space-led word, as it is used
@@ -260,7 +259,7 @@ def measured_stream(corpus: Corpus) -> tuple[str, list[tuple[str, int, int]]]:
     parts: list[str] = []
     where: list[tuple[str, int, int]] = []
     length = 0
-    for index in range(0, len(corpus), STREAM_FILE_STEP):
+    for index in _spread(len(corpus)):  # however soon the stream is full, from all over the library
         source = corpus.file(index)
         if not source.text.isascii() or not source.definitions:
             continue
@@ -276,6 +275,12 @@ def measured_stream(corpus: Corpus) -> tuple[str, list[tuple[str, int, int]]]:
         if length >= STREAM_CHARS:
             break
     return "".join(parts), where
+
+
+def _spread(count: int) -> list[int]:
+    """0 .. count-1 in bit-reversed order: every prefix of it is spread evenly over the range."""
+    bits = max(1, (count - 1).bit_length())
+    return sorted(range(count), key=lambda index: int(format(index, f"0{bits}b")[::-1], 2))
 
 
 def measured_ids() -> list[str]:

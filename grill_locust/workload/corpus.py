@@ -22,6 +22,7 @@ from grill_locust.workload.tokens import tokenize
 # folders of the standard library that are tests, demos or vendored code rather than library code
 _SKIPPED_DIRS = frozenset(
     {"test", "tests", "idle_test", "idlelib", "lib2to3", "ensurepip", "turtledemo", "site-packages"}
+    | {"encodings"}  # generated codec tables: a fifth of the library's files, not code one asks about
     | {"dist-packages", "lib-dynload", "__pycache__", "tkinter", "pydoc_data", "venv"}
 )
 MIN_FILE_BYTES = 4_000  # shorter files are mostly imports and constants

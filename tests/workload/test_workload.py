@@ -246,3 +246,17 @@ def test_plan_generation_is_fast() -> None:
                 workload.plan(f"timed-{attempt}-{user}", 1)
             best_ms = min(best_ms, (time.process_time() - start) * 1000 / 30)
         assert best_ms < PLAN_BUDGET_MS, f"{name}: {best_ms:.2f} ms per plan"
+
+
+def test_the_corpus_leaves_out_codec_tables_and_the_measured_stream_spans_it() -> None:
+    from grill_locust.workload.calibrate import measured_stream
+    from grill_locust.workload.corpus import stdlib_corpus
+
+    corpus = stdlib_corpus()
+    modules = [corpus.file(index).module for index in range(len(corpus))]
+    assert not any(module.split(".")[0] == "encodings" for module in modules)
+    _, where = measured_stream(corpus)
+    positions = sorted(modules.index(module) for module, _, _ in where)
+    # the stream is full long before the list ends: it still takes modules from all over it
+    assert positions[0] < len(modules) // 10 and positions[-1] > len(modules) * 9 // 10
+    assert len({module.split(".")[0] for module, _, _ in where}) >= 20
