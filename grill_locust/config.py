@@ -656,9 +656,9 @@ def _expand_env(
 # ---- llm-grill files: its defaults where they differ from ours -------------------------------
 
 _LLM_GRILL_ENGINE_KEYS = ("type", "backend")
-_LLM_GRILL_BACKEND_ONLY = ("gpu_monitoring", "ssh_host", "ssh_user", "timeout")
 # llm-grill monitored GPUs over SSH; grill-locust reads them from gpu_exporters: these keys are dropped
 _LLM_GRILL_SSH_KEYS = ("gpu_monitoring", "ssh_host", "ssh_user")
+_LLM_GRILL_BACKEND_ONLY = (*_LLM_GRILL_SSH_KEYS, "timeout")
 
 
 def _is_llm_grill_file(data: dict[str, Any]) -> bool:
