@@ -44,7 +44,8 @@ class _PrefixHits:
 
 
 class BlockCache(_PrefixHits):
-    """Paged KV cache: fixed number of blocks; full blocks (prompt, then output) are cached by chained hash, LRU eviction.
+    """Paged KV cache: fixed number of blocks; full blocks (prompt, then output) are cached by chained
+    hash, LRU eviction.
 
     Invariant: free_blocks + len(evictable) + blocks referenced by running requests == total_blocks.
     """

@@ -221,24 +221,35 @@ def test_sizes_within_two_percent_on_a_real_llama_server(llama_server: str) -> N
     assert not errors, f"outside ±2 % of {len(found)} messages: {errors}"
 
 
-class _RecordingTokenizer(http.server.BaseHTTPRequestHandler):
-    """A tokenize endpoint on another server: answers counts and remembers the headers it got."""
+class _Tokenizer(http.server.BaseHTTPRequestHandler):
+    """A loopback /tokenize endpoint: the text it was sent, and a JSON answer (or a bare status)."""
 
-    seen: list[dict[str, str]] = []
-
-    def do_POST(self) -> None:  # noqa: N802 (the handler's API)
+    def _text(self, key: str) -> str:
         length = int(self.headers.get("Content-Length", "0"))
-        text = json.loads(self.rfile.read(length)).get("prompt", "")
-        type(self).seen.append(dict(self.headers.items()))
-        body = json.dumps({"count": count_tokens(text), "tokens": [], "token_strs": None}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
+        return str(json.loads(self.rfile.read(length)).get(key, ""))
+
+    def _answer(self, status: int, payload: Any = None) -> None:
+        body = b"" if payload is None else json.dumps(payload).encode()
+        self.send_response(status)
+        if payload is not None:
+            self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
 
     def log_message(self, *args: Any) -> None:
         pass
+
+
+class _RecordingTokenizer(_Tokenizer):
+    """A tokenize endpoint on another server: answers counts and remembers the headers it got."""
+
+    seen: list[dict[str, str]] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (the handler's API)
+        text = self._text("prompt")
+        type(self).seen.append(dict(self.headers.items()))
+        self._answer(200, {"count": count_tokens(text), "tokens": [], "token_strs": None})
 
 
 def test_the_key_goes_to_a_tokenizer_on_the_backends_own_server_only() -> None:
@@ -265,30 +276,19 @@ def test_the_key_goes_to_a_tokenizer_on_the_backends_own_server_only() -> None:
         server.server_close()
 
 
-class _TokenizerFailingAfterOneCall(http.server.BaseHTTPRequestHandler):
+class _TokenizerFailingAfterOneCall(_Tokenizer):
     """llama.cpp's /tokenize with pieces for the first call (the calibration stream), then HTTP 503."""
 
     calls = 0
 
     def do_POST(self) -> None:  # noqa: N802 (the handler's API)
-        length = int(self.headers.get("Content-Length", "0"))
-        text = json.loads(self.rfile.read(length)).get("content", "")
+        text = self._text("content")
         type(self).calls += 1
         if type(self).calls > 1:
-            self.send_response(503)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+            self._answer(503)
             return
         pieces = [text[i : i + 3] for i in range(0, len(text), 3)]  # 3 characters a token
-        body = json.dumps({"tokens": [{"id": i, "piece": p} for i, p in enumerate(pieces)]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+        self._answer(200, {"tokens": [{"id": i, "piece": p} for i, p in enumerate(pieces)]})
 
 
 def test_a_failure_after_the_stream_was_measured_keeps_its_ratio(caplog: pytest.LogCaptureFixture) -> None:
