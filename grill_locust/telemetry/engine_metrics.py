@@ -1,7 +1,7 @@
 """Engine /metrics text -> canonical engine samples (sans-IO: text in, dicts out).
 
-Each engine family names the same facts differently; `DIALECTS` maps every canonical field to the
-sample names that carry it, newest name first (vLLM renamed its KV gauge in 0.9). Text is parsed
+Each engine family names the same facts differently; grill_locust.engines maps every canonical field
+to the sample names that carry it, newest name first (vLLM renamed its KV gauge in 0.9). Text is parsed
 only with prometheus_client's parser. Several series of one name (data-parallel ranks, vLLM
 `engine` label, SGLang `cache_source`) are summed, except fractions, which are averaged.
 """
@@ -14,102 +14,8 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from grill_locust.engines import ENGINES, MEAN, METRIC_FAMILIES, MetricNames
 from grill_locust.telemetry.samples import KIND_ENGINE, empty_sample
-
-SUM = "sum"
-MEAN = "mean"
-
-
-@dataclass(frozen=True)
-class FieldSource:
-    """Where one canonical field comes from: sample names tried in order, and how series combine."""
-
-    names: tuple[str, ...]
-    combine: str = SUM
-
-
-@dataclass(frozen=True)
-class Dialect:
-    """One engine family's metric names. `hit_rate_gauge` is the fallback when no counters exist."""
-
-    name: str
-    prefix: str
-    fields: Mapping[str, FieldSource]
-    hit_rate_gauge: str | None = None
-
-
-VLLM = Dialect(
-    name="vllm",
-    prefix="vllm:",
-    fields={
-        "requests_running": FieldSource(("vllm:num_requests_running",)),
-        "requests_waiting": FieldSource(("vllm:num_requests_waiting",)),
-        # vLLM >= 0.9 (V1); the pre-0.9 name stays as a fallback
-        "kv_cache_usage": FieldSource(("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"), MEAN),
-        "prompt_tokens_total": FieldSource(("vllm:prompt_tokens_total",)),
-        "generation_tokens_total": FieldSource(("vllm:generation_tokens_total",)),
-        # prefix-cache counters count tokens: hits / queries is the token hit rate (V1 named them
-        # gpu_prefix_cache_* until 0.9)
-        "cached_tokens_total": FieldSource(
-            ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
-        ),
-        "prefix_queries_total": FieldSource(
-            ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
-        ),
-        "preemptions_total": FieldSource(("vllm:num_preemptions_total",)),
-    },
-    hit_rate_gauge="vllm:gpu_prefix_cache_hit_rate",  # V0 engine, cumulative block hit rate
-)
-
-SGLANG = Dialect(
-    name="sglang",
-    prefix="sglang:",
-    fields={
-        "requests_running": FieldSource(("sglang:num_running_reqs",)),
-        "requests_waiting": FieldSource(("sglang:num_queue_reqs",)),
-        "kv_cache_usage": FieldSource(("sglang:token_usage",), MEAN),
-        "prompt_tokens_total": FieldSource(("sglang:prompt_tokens_total",)),
-        "generation_tokens_total": FieldSource(("sglang:generation_tokens_total",)),
-        "cached_tokens_total": FieldSource(("sglang:cached_tokens_total",)),
-        "prefix_queries_total": FieldSource(("sglang:prompt_tokens_total",)),
-        "preemptions_total": FieldSource(("sglang:num_retracted_requests_total",)),
-    },
-    hit_rate_gauge="sglang:cache_hit_rate",  # instantaneous gauge: only when the counters are missing
-)
-
-LLAMACPP = Dialect(
-    name="llamacpp",
-    prefix="llamacpp:",
-    fields={
-        "requests_running": FieldSource(("llamacpp:requests_processing",)),
-        "requests_waiting": FieldSource(("llamacpp:requests_deferred",)),
-        # older llama-server builds only; newer ones have no KV gauge on /metrics
-        "kv_cache_usage": FieldSource(("llamacpp:kv_cache_usage_ratio",), MEAN),
-        "prompt_tokens_total": FieldSource(("llamacpp:prompt_tokens_total",)),
-        "generation_tokens_total": FieldSource(("llamacpp:tokens_predicted_total",)),
-        "cached_tokens_total": FieldSource(("llamacpp:prompt_tokens_cached_total",)),
-        "prefix_queries_total": FieldSource(("llamacpp:prompt_tokens_total",)),
-    },
-)
-
-TGI = Dialect(
-    name="tgi",
-    prefix="tgi_",
-    fields={
-        "requests_running": FieldSource(("tgi_batch_current_size",)),
-        "requests_waiting": FieldSource(("tgi_queue_size",)),
-    },
-)
-
-DIALECTS: dict[str, Dialect] = {d.name: d for d in (VLLM, SGLANG, LLAMACPP, TGI)}
-# engine named in the scenario -> dialect; the simulated engine speaks vLLM's names
-ENGINE_DIALECT: dict[str, str] = {
-    "vllm": "vllm",
-    "sim": "vllm",
-    "sglang": "sglang",
-    "llamacpp": "llamacpp",
-    "tgi": "tgi",
-}
 
 
 def parse_samples(text: str) -> dict[str, list[float]]:
@@ -121,15 +27,16 @@ def parse_samples(text: str) -> dict[str, list[float]]:
     return values
 
 
-def detect_dialect(values: Mapping[str, list[float]]) -> Dialect | None:
-    """The dialect whose prefix the most sample names carry (for engines named e.g. `openai`)."""
-    counts = {d.name: sum(1 for name in values if name.startswith(d.prefix)) for d in DIALECTS.values()}
-    best = max(counts, key=lambda name: counts[name])
-    return DIALECTS[best] if counts[best] else None
+def detect_dialect(values: Mapping[str, list[float]]) -> MetricNames | None:
+    """The family whose prefix the most sample names carry (for engines named e.g. `openai`)."""
+    counts = [(sum(1 for name in values if name.startswith(f.prefix)), f) for f in METRIC_FAMILIES]
+    best_count, best = max(counts, key=lambda pair: pair[0])
+    return best if best_count else None
 
 
-def dialect_for(engine: str, values: Mapping[str, list[float]]) -> Dialect | None:
-    named = DIALECTS.get(ENGINE_DIALECT.get(engine, ""))
+def dialect_for(engine: str, values: Mapping[str, list[float]]) -> MetricNames | None:
+    facts = ENGINES.get(engine)
+    named = facts.metrics if facts is not None else None
     if named is not None and any(name.startswith(named.prefix) for name in values):
         return named
     return detect_dialect(values)
@@ -142,7 +49,7 @@ def _combine(series: list[float], how: str) -> float | None:
     return sum(finite) / len(finite) if how == MEAN else sum(finite)
 
 
-def read_fields(values: Mapping[str, list[float]], dialect: Dialect) -> dict[str, float | None]:
+def read_fields(values: Mapping[str, list[float]], dialect: MetricNames) -> dict[str, float | None]:
     """The canonical fields present in one scrape (first name found wins), None for the others."""
     fields: dict[str, float | None] = {}
     for field_name, source in dialect.fields.items():
@@ -176,7 +83,7 @@ class EngineSampler:
         return sample
 
     def _hit_rate(
-        self, fields: Mapping[str, float | None], values: Mapping[str, list[float]], dialect: Dialect
+        self, fields: Mapping[str, float | None], values: Mapping[str, list[float]], dialect: MetricNames
     ) -> float | None:
         cached, queried = fields.get("cached_tokens_total"), fields.get("prefix_queries_total")
         if cached is None or queried is None:

@@ -1,0 +1,212 @@
+"""What grill-locust knows of each engine, in one table: routes, wire quirks, metric names.
+
+Every module that decides something by engine reads `engine_facts(name)`; none compares engine
+names itself. Adding an engine is one `EngineFacts` entry here plus a recorded transcript test
+(tests/client/transcripts/). Facts were seen on real servers or read in their sources (2026).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+Api = Literal["chat", "completions", "messages", "infill"]
+TokenizeBody = Literal["content", "prompt"]
+SUM = "sum"
+MEAN = "mean"
+
+
+@dataclass(frozen=True)
+class MetricSource:
+    """Where one canonical telemetry field comes from: sample names tried in order (newest first),
+    and how several series of that name combine (summed, or averaged for fractions)."""
+
+    names: tuple[str, ...]
+    combine: str = SUM
+
+
+@dataclass(frozen=True)
+class MetricNames:
+    """One engine family's Prometheus names. `hit_rate_gauge` is the fallback when no counters exist."""
+
+    family: str
+    prefix: str
+    fields: Mapping[str, MetricSource]
+    hit_rate_gauge: str | None = None
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What the code decides by engine.
+
+    `metrics_path` / `tokenize_path`: routes scraped or called without being configured (None: the
+    engine has none by default). Every engine here ends a stream with `data: [DONE]` and sends usage
+    in the stream when `stream_options.include_usage` is asked; `cached_tokens_flag` is the server
+    flag without which usage carries no `cached_tokens`. `closes_after_stream`: the server closes the
+    connection after each streamed reply despite keep-alive, so a client reconnects rather than
+    reusing it.
+    """
+
+    name: str
+    apis: frozenset[Api]
+    metrics_path: str | None = None
+    metrics: MetricNames | None = None
+    tokenize_path: str | None = None
+    tokenize_body: TokenizeBody = "prompt"
+    models_path: str | None = "/v1/models"
+    health_path: str | None = None
+    model_in_tokenize: bool = True  # vLLM's /tokenize wants the served model's name
+    cached_tokens_flag: str | None = None
+    ignore_eos_param: str | None = None
+    closes_after_stream: bool = False
+    synonyms: tuple[str, ...] = field(default=())
+
+
+VLLM_METRICS = MetricNames(
+    family="vllm",
+    prefix="vllm:",
+    fields={
+        "requests_running": MetricSource(("vllm:num_requests_running",)),
+        "requests_waiting": MetricSource(("vllm:num_requests_waiting",)),
+        # vLLM >= 0.9 (V1); the pre-0.9 name stays as a fallback
+        "kv_cache_usage": MetricSource(("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"), MEAN),
+        "prompt_tokens_total": MetricSource(("vllm:prompt_tokens_total",)),
+        "generation_tokens_total": MetricSource(("vllm:generation_tokens_total",)),
+        # prefix-cache counters count tokens: hits / queries is the token hit rate (V1 named them
+        # gpu_prefix_cache_* until 0.9)
+        "cached_tokens_total": MetricSource(("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")),
+        "prefix_queries_total": MetricSource(
+            ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+        ),
+        "preemptions_total": MetricSource(("vllm:num_preemptions_total",)),
+    },
+    hit_rate_gauge="vllm:gpu_prefix_cache_hit_rate",  # V0 engine, cumulative block hit rate
+)
+
+SGLANG_METRICS = MetricNames(
+    family="sglang",
+    prefix="sglang:",
+    fields={
+        "requests_running": MetricSource(("sglang:num_running_reqs",)),
+        "requests_waiting": MetricSource(("sglang:num_queue_reqs",)),
+        "kv_cache_usage": MetricSource(("sglang:token_usage",), MEAN),
+        "prompt_tokens_total": MetricSource(("sglang:prompt_tokens_total",)),
+        "generation_tokens_total": MetricSource(("sglang:generation_tokens_total",)),
+        "cached_tokens_total": MetricSource(("sglang:cached_tokens_total",)),
+        "prefix_queries_total": MetricSource(("sglang:prompt_tokens_total",)),
+        "preemptions_total": MetricSource(("sglang:num_retracted_requests_total",)),
+    },
+    hit_rate_gauge="sglang:cache_hit_rate",  # instantaneous gauge: only when the counters are missing
+)
+
+LLAMACPP_METRICS = MetricNames(
+    family="llamacpp",
+    prefix="llamacpp:",
+    fields={
+        "requests_running": MetricSource(("llamacpp:requests_processing",)),
+        "requests_waiting": MetricSource(("llamacpp:requests_deferred",)),
+        # older llama-server builds only; newer ones have no KV gauge on /metrics
+        "kv_cache_usage": MetricSource(("llamacpp:kv_cache_usage_ratio",), MEAN),
+        "prompt_tokens_total": MetricSource(("llamacpp:prompt_tokens_total",)),
+        "generation_tokens_total": MetricSource(("llamacpp:tokens_predicted_total",)),
+        "cached_tokens_total": MetricSource(("llamacpp:prompt_tokens_cached_total",)),
+        "prefix_queries_total": MetricSource(("llamacpp:prompt_tokens_total",)),
+    },
+)
+
+TGI_METRICS = MetricNames(
+    family="tgi",
+    prefix="tgi_",
+    fields={
+        "requests_running": MetricSource(("tgi_batch_current_size",)),
+        "requests_waiting": MetricSource(("tgi_queue_size",)),
+    },
+)
+
+# every family a scrape can be recognised by, for engines named e.g. `openai` or `litellm`
+METRIC_FAMILIES: tuple[MetricNames, ...] = (VLLM_METRICS, SGLANG_METRICS, LLAMACPP_METRICS, TGI_METRICS)
+
+_OPENAI_APIS: frozenset[Api] = frozenset({"chat", "completions"})
+_WITH_MESSAGES: frozenset[Api] = frozenset({"chat", "completions", "messages"})
+
+ENGINES: dict[str, EngineFacts] = {
+    facts.name: facts
+    for facts in (
+        EngineFacts(
+            "vllm",
+            apis=_WITH_MESSAGES,
+            metrics_path="/metrics",
+            metrics=VLLM_METRICS,
+            tokenize_path="/tokenize",
+            health_path="/health",
+            cached_tokens_flag="--enable-prompt-tokens-details",
+            ignore_eos_param="ignore_eos",
+        ),
+        EngineFacts(
+            "sglang",
+            apis=_WITH_MESSAGES,
+            metrics_path="/metrics",
+            metrics=SGLANG_METRICS,
+            tokenize_path="/tokenize",
+            health_path="/health",
+            cached_tokens_flag="--enable-cache-report",
+            ignore_eos_param="ignore_eos",
+        ),
+        EngineFacts(
+            "llamacpp",
+            apis=frozenset({"chat", "completions", "messages", "infill"}),
+            metrics_path="/metrics",
+            metrics=LLAMACPP_METRICS,
+            tokenize_path="/tokenize",
+            tokenize_body="content",
+            health_path="/health",
+            model_in_tokenize=False,
+            ignore_eos_param="ignore_eos",
+            closes_after_stream=True,
+            synonyms=("llamacppserver", "llamaserver"),
+        ),
+        EngineFacts(
+            "tgi",
+            apis=_OPENAI_APIS,
+            metrics=TGI_METRICS,
+            health_path="/health",
+            synonyms=("textgenerationinference",),
+        ),
+        EngineFacts("ollama", apis=_OPENAI_APIS),
+        EngineFacts("litellm", apis=_WITH_MESSAGES, health_path="/health/liveliness"),
+        EngineFacts("openai", apis=_OPENAI_APIS, synonyms=("openaicompatible",)),
+        # the simulated engine speaks vLLM's wire format and metric names
+        EngineFacts(
+            "sim",
+            apis=_WITH_MESSAGES,
+            metrics_path="/metrics",
+            metrics=VLLM_METRICS,
+            tokenize_path="/tokenize",
+            health_path="/health",
+            ignore_eos_param="ignore_eos",
+            synonyms=("simulated",),
+        ),
+    )
+}
+ENGINE_NAMES: tuple[str, ...] = tuple(ENGINES)
+_SYNONYMS = {synonym: facts.name for facts in ENGINES.values() for synonym in facts.synonyms}
+
+
+class UnknownEngine(ValueError):
+    """A name that is no engine of the table (the message lists the known ones)."""
+
+
+def engine_name(spelling: str) -> str:
+    """The table's name for an engine as other tools' files spell it (`llama.cpp-server`, `TGI`)."""
+    key = re.sub(r"[\s._-]", "", spelling.lower())
+    key = _SYNONYMS.get(key, key)
+    if key not in ENGINES:
+        raise UnknownEngine(f"unknown engine {spelling!r} (known: {', '.join(sorted(ENGINES))})")
+    return key
+
+
+def engine_facts(name: str) -> EngineFacts:
+    """The facts of engine `name` (a name of the table; see `engine_name` for other spellings)."""
+    return ENGINES[name]
