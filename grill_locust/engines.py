@@ -76,7 +76,9 @@ VLLM_METRICS = MetricNames(
         "generation_tokens_total": MetricSource(("vllm:generation_tokens_total",)),
         # prefix-cache counters count tokens: hits / queries is the token hit rate (V1 named them
         # gpu_prefix_cache_* until 0.9)
-        "cached_tokens_total": MetricSource(("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")),
+        "cached_tokens_total": MetricSource(
+            ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+        ),
         "prefix_queries_total": MetricSource(
             ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
         ),
