@@ -59,8 +59,9 @@ def time_report(run_dir: Path, out_dir: Path) -> dict[str, float]:
         timings[step] = now - clock
         clock = now
 
-    from grill_locust.report.build import assemble, load_runs, write_report
+    from grill_locust.report.build import assemble, load_runs
     from grill_locust.report.capacity import SloTarget
+    from grill_locust.report.write import write_report
 
     runs = load_runs([(None, run_dir)])
     lap("load records.parquet")

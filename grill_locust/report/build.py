@@ -1,4 +1,4 @@
-"""Assemble a report from one or more runs and write it: summary.csv, summary.json, PNGs, report.html.
+"""Assemble a report from one or more runs: the tables every view of it (HTML, JSON, figures) shows.
 
 `grill report` is a comparison of one run; `grill compare` labels each run and names each series
 `<label>/<backend>` so that two runs of the same backend stay two lines.
@@ -15,13 +15,10 @@ from typing import Any
 
 import pandas as pd
 
-from grill_locust.report.aggregate import SUMMARY_CSV, summarize_with_turns
+from grill_locust.report.aggregate import summarize_with_turns
 from grill_locust.report.capacity import SloTarget, capacity_at_slo, recommendations
 from grill_locust.report.load import RunData, load_run
 from grill_locust.report.progress import Progress
-
-SUMMARY_JSON = "summary.json"
-REPORT_HTML = "report.html"
 
 
 @dataclass(frozen=True)
@@ -125,25 +122,3 @@ def report_json(report: Report) -> dict[str, Any]:
         "recommendations": _records(report.recommendations),
         "notes": report.notes,
     }
-
-
-def write_report(
-    report: Report, out_dir: str | Path, band: bool = True, progress: Progress | None = None
-) -> list[Path]:
-    """Write summary.csv, summary.json, the figures and report.html into out_dir; returns the paths."""
-    from grill_locust.report.figures import write_figures
-    from grill_locust.report.html import render_html
-
-    folder = Path(out_dir)
-    folder.mkdir(parents=True, exist_ok=True)
-    written = [folder / SUMMARY_CSV, folder / SUMMARY_JSON]
-    report.summary.to_csv(written[0], index=False)
-    written[1].write_text(json.dumps(report_json(report), indent=1, default=str), encoding="utf-8")
-    figures = write_figures(report.summary, folder, band=band, on_step=progress.step if progress else None)
-    written += [f.path for f in figures]
-    html_path = folder / REPORT_HTML
-    html_path.write_text(render_html(report, figures), encoding="utf-8")
-    written.append(html_path)
-    if progress:
-        progress.step("report.html")
-    return written

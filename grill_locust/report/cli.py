@@ -7,11 +7,12 @@ import sys
 from pathlib import Path
 
 from grill_locust.errors import GrillError
-from grill_locust.report.build import Report, assemble, load_runs, write_report
+from grill_locust.report.build import Report, assemble, load_runs
 from grill_locust.report.capacity import SloTarget
 from grill_locust.report.figures import figure_count
 from grill_locust.report.progress import Progress
 from grill_locust.report.tables import format_capacity, format_table, format_turns
+from grill_locust.report.write import write_report
 
 DEFAULT_REPORT_SUBDIR = "report"
 FORMAT_HTML = "html"

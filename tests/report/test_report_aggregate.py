@@ -248,8 +248,9 @@ def test_summarize_run_writes_summary_csv(tmp_path):
 
 
 def test_telemetry_columns_join_their_tier_and_get_a_gpu_figure(tmp_path):
-    from grill_locust.report.build import LabelledRun, assemble, write_report
+    from grill_locust.report.build import LabelledRun, assemble
     from grill_locust.report.capacity import SloTarget
+    from grill_locust.report.write import write_report
     from grill_locust.telemetry.samples import KIND_GPU, empty_sample
 
     records = [
