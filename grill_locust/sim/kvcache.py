@@ -1,16 +1,45 @@
 """KV cache models of the simulated engine: paged blocks with prefix caching, or llama.cpp-style slots.
 
-Both answer the scheduler the same questions: can this request be admitted (and how many of its prompt
-tokens are already cached), can it grow by N tokens, what happens when it finishes.
+Both answer the scheduler the same questions (`KvCache`): can this request be admitted (and how many of
+its prompt tokens are already cached), can it grow by N tokens, what happens when it finishes.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from grill_locust.sim.engine import Sequence
+from grill_locust.sim.sequence import Sequence
+from grill_locust.sim.text import output_ids
+
+
+class KvCache(Protocol):
+    """What the scheduler asks of a KV cache, and what /metrics reads from it; `BlockCache` and
+    `SlotCache` are its two kinds. Sizes are in blocks (a slot cache's blocks are tokens)."""
+
+    @property
+    def query_tokens(self) -> int:
+        """Prompt tokens looked up in the prefix cache, over every request's first admission."""
+
+    @property
+    def hit_tokens(self) -> int:
+        """Of those, the tokens found cached."""
+
+    def usage(self) -> float:
+        """Fraction of the cache held by running requests (vLLM's `kv_cache_usage_perc`)."""
+
+    def used_blocks(self) -> int: ...
+
+    def held_blocks(self, seq: Sequence) -> int: ...
+
+    def admit(self, seq: Sequence, first_chunk: int) -> bool:
+        """Take `seq` in with room for its first chunk, setting its cached prefix; False if it must wait."""
+
+    def grow(self, seq: Sequence, new_computed: int) -> bool:
+        """Room for `new_computed` tokens of `seq`; False when memory is out (nothing taken)."""
+
+    def release(self, seq: Sequence) -> None:
+        """`seq` finished or was preempted: its memory goes back (what is cached stays findable)."""
 
 
 def chain_hashes(ids: list[int], block_size: int) -> list[int]:
@@ -168,8 +197,6 @@ class BlockCache(_PrefixHits):
 def _extend_hashes(seq: Sequence, full_blocks: int, block_size: int) -> None:
     """Chain the hashes of `seq` on through its output up to `full_blocks` blocks (as `chain_hashes`
     would hash the prompt and output together)."""
-    from grill_locust.sim.text import output_ids
-
     hashes = seq.block_hashes
     assert hashes is not None
     start, end, prompt_len = len(hashes) * block_size, full_blocks * block_size, seq.prompt_len
@@ -212,16 +239,12 @@ class SlotCache(_PrefixHits):
         self.use_counter = 0
         self.held_tokens = 0
         self.total_blocks = slots * slot_tokens  # reported in tokens
-        self.block_size = 1
 
     def usage(self) -> float:
         return self.held_tokens / self.total_blocks
 
     def used_blocks(self) -> int:
         return self.held_tokens
-
-    def available_blocks(self) -> int:
-        return self.total_blocks - self.held_tokens
 
     def admit(self, seq: Sequence, first_chunk: int) -> bool:
         best_slot, best_common = -1, -1
@@ -254,8 +277,6 @@ class SlotCache(_PrefixHits):
         return True
 
     def release(self, seq: Sequence) -> None:
-        from grill_locust.sim.text import output_ids
-
         if seq.slot >= 0:
             self.busy[seq.slot] = False
             # what the slot computed: a request cancelled or preempted mid-prefill left the rest out

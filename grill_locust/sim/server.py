@@ -18,11 +18,12 @@ from collections.abc import Callable
 from typing import Any
 
 from grill_locust.sim import wire
-from grill_locust.sim.engine import Engine, Sequence
+from grill_locust.sim.engine import Engine
 from grill_locust.sim.faults import FAULT_HEADER, FaultPicker, FaultSettings
 from grill_locust.sim.httpserver import HttpConnection, HttpRequest
 from grill_locust.sim.metrics import render_metrics
 from grill_locust.sim.params import EngineParams
+from grill_locust.sim.sequence import Sequence
 from grill_locust.sim.text import OUTPUT_JSON, VOCAB_SIZE, output_text, render_chat, token_ids
 from grill_locust.sim.truth import TruthLog
 

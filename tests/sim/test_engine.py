@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from grill_locust.sim.engine import FINISHED, Engine, Sequence
+from grill_locust.sim.engine import Engine
 from grill_locust.sim.kvcache import BlockCache, SlotCache, common_prefix_length
 from grill_locust.sim.params import PROFILES, EngineParams
+from grill_locust.sim.sequence import FINISHED, Sequence
 
 
 def make_seq(
