@@ -142,7 +142,7 @@ def _normalize_phases(phases: pd.DataFrame) -> pd.DataFrame:
     return phases[list(PHASE_COLUMNS)]
 
 
-def _as_bool(value: Any) -> bool:
+def _as_bool(value: object) -> bool:
     """phases.csv writes True/False; a missing value counts as complete (nothing says otherwise)."""
     if isinstance(value, str):
         return value.strip().lower() not in ("false", "0", "no")

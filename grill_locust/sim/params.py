@@ -85,7 +85,7 @@ class EngineParams:
             raise GrillError(f"{source}: kv_blocks: {self.kv_blocks} blocks cannot hold max_model_len tokens")
 
 
-def _coerce(key: str, current: Any, value: Any, source: str) -> Any:
+def _coerce(key: str, current: object, value: Any, source: str) -> bool | int | float | str:
     try:
         if isinstance(current, bool):
             if isinstance(value, str):

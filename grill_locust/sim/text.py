@@ -35,7 +35,7 @@ def token_ids(text: str) -> list[int]:
     return ids
 
 
-def message_text(content: Any) -> str:
+def message_text(content: object) -> str:
     """Text of a chat message's content: a string, or the text parts of a list of parts."""
     if content is None:
         return ""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import IO, Any
 
 TRUTH_BUFFER_BYTES = 1 << 20
@@ -27,7 +28,7 @@ class TruthLog:
     def add(self, record: dict[str, Any]) -> None:
         self.pending.append(record)
 
-    def drain(self, until: float | None = None, clock: Any = time.monotonic) -> None:
+    def drain(self, until: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:
         """Write queued records; stop when `clock()` passes `until` (the next step's deadline margin),
         but after one record at least, and not while more than MAX_PENDING wait: steps shorter than the
         margin would otherwise never write, and the queue would grow for as long as the engine is busy."""
