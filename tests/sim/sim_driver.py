@@ -8,7 +8,22 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from grill_locust.sim import SimProcess
+
+
+@dataclass(frozen=True)
+class TruthSim:
+    """A simulated engine started with a truth log, and where that log is."""
+
+    process: SimProcess
+    truth_path: Path
+
+    @property
+    def port(self) -> int:
+        return self.process.port
 
 
 @dataclass

@@ -7,20 +7,19 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from sim_driver import chat_payload, request
+from sim_driver import TruthSim, chat_payload, request
 
 from grill_locust.sim import SimProcess
 
 
 @pytest.fixture(scope="module")
-def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimProcess]:
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TruthSim]:
     truth = tmp_path_factory.mktemp("faults") / "truth.jsonl"
     with SimProcess.start("vllm", truth_log=str(truth), extra_args=["--fault-trickle-ms", "150"]) as process:
-        process.truth_path = truth  # type: ignore[attr-defined]
-        yield process
+        yield TruthSim(process, truth)
 
 
-def faulty(sim: SimProcess, fault: str, max_tokens: int = 8, timeout_s: float = 10.0, **extra):
+def faulty(sim: TruthSim, fault: str, max_tokens: int = 8, timeout_s: float = 10.0, **extra):
     payload = chat_payload("fault please", max_tokens=max_tokens, **extra)
     return request(
         sim.port, "/v1/chat/completions", payload, headers={"x-grill-fault": fault}, timeout_s=timeout_s
@@ -49,7 +48,7 @@ def test_stall_accepts_then_sends_nothing(sim):
     assert time.monotonic() - started >= 0.5
 
 
-def truth_of(sim: SimProcess, request_id: str, timeout_s: float = 5.0) -> dict:
+def truth_of(sim: TruthSim, request_id: str, timeout_s: float = 5.0) -> dict:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         for line in sim.truth_path.read_text().splitlines():
