@@ -4,7 +4,6 @@ trusts a self-signed engine: `SSL_CERT_FILE`."""
 
 from __future__ import annotations
 
-import shutil
 import ssl
 import subprocess
 from pathlib import Path
@@ -15,6 +14,7 @@ from client_servers import Request, Server, backend, send_slowly
 
 from grill_locust.client import EngineClient, chat_payload
 from grill_locust.record import measure
+from tests.real_binaries import require_binary
 
 PATH = "/v1/chat/completions"
 PAYLOAD = chat_payload("devstral", [{"role": "user", "content": "hi"}])
@@ -22,8 +22,7 @@ PAYLOAD = chat_payload("devstral", [{"role": "user", "content": "hi"}])
 
 @pytest.fixture(scope="module")
 def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    if shutil.which("openssl") is None:
-        pytest.skip("no openssl command to make a certificate")
+    require_binary("openssl", install="Debian package: apt-get install openssl; it makes the certificate")
     folder = tmp_path_factory.mktemp("tls")
     cert, key = folder / "cert.pem", folder / "key.pem"
     subprocess.run(
