@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -148,9 +149,10 @@ def test_worker_stopping_normally_mid_tier_loses_and_duplicates_nothing(tmp_path
 
 
 def test_worker_killed_mid_tier_is_reported_and_the_tier_still_completes(tmp_path: Path) -> None:
-    data = sim_scenario(conversation=SHORT, tiers=[4], iterations=4, max_tokens=48)
+    tier_users, iterations_per_user, workers_started = 4, 4, 2
+    data = sim_scenario(conversation=SHORT, tiers=[tier_users], iterations=iterations_per_user, max_tokens=48)
     scenario = write_scenario(tmp_path / "s.yaml", data)
-    master, workers = start_cluster(tmp_path, scenario, workers=2)
+    master, workers = start_cluster(tmp_path, scenario, workers=workers_started)
     _wait_for_records(tmp_path / "results", 3)
     workers[1].kill()  # SIGKILL: no goodbye, no last flush
     code = finish(master, workers)
@@ -162,7 +164,15 @@ def test_worker_killed_mid_tier_is_reported_and_the_tier_still_completes(tmp_pat
     assert records["worker_id"].nunique() == 2  # what the dead worker shipped stays
     phases = pd.read_csv(run_dir / "phases.csv")
     assert bool(phases["complete"].iloc[0]), phases.to_dict("records")
-    assert "iterations lost on worker" in phases["note"].iloc[0]
+    # the dead worker's share was its users' iterations; each of its records (one request each) shipped
+    # with the iteration it ended, so what it did not ship is exactly what the note counts as lost
+    note = re.search(r"(\d+) iterations lost on worker (\S+)", phases["note"].iloc[0])
+    assert note is not None, phases["note"].iloc[0]
+    lost, dead_worker = int(note[1]), note[2]
+    shipped = int((records["worker_id"] == dead_worker).sum())
+    share = tier_users // workers_started * iterations_per_user
+    assert 0 < shipped < share
+    assert lost == share - shipped
 
 
 def test_requests_in_flight_when_the_last_tier_hits_its_time_cap_reach_the_results(tmp_path: Path) -> None:
