@@ -14,7 +14,14 @@ import pandas as pd
 import pytest
 
 from grill_locust.record import SATURATION_LAG_P99_MS
-from tests.run.conftest import LOCUSTFILE, only_run_dir, read_truth, sim_scenario, write_scenario
+from tests.run.conftest import (
+    LOCUSTFILE,
+    only_run_dir,
+    read_truth,
+    sim_scenario,
+    truth_once_it_holds,
+    write_scenario,
+)
 from tests.run.test_distributed import finish, start_cluster
 
 pytestmark = pytest.mark.slow
@@ -72,9 +79,9 @@ def assert_stopped_cleanly(tmp_path: Path, truth: Path) -> pd.DataFrame:
     assert records["record_id"].is_unique
     cut = records[records.status != "ok"]
     assert set(cut["status"]) <= {"stream_cut"} and set(cut["error"]) <= {"cancelled"}
-    time.sleep(0.3)
     # the in-flight requests too, recorded as cut: the engine saw exactly the requests we recorded
-    assert set(records["record_id"]) == {t["request_id"] for t in read_truth(truth)}
+    truth_ids = {t["request_id"] for t in truth_once_it_holds(truth, set(records["record_id"]))}
+    assert set(records["record_id"]) == truth_ids
     phases = pd.read_csv(run_dir / "phases.csv")
     assert not bool(phases["complete"].iloc[0]) and "run stopped" in phases["note"].iloc[0]
     return records
