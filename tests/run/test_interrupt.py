@@ -107,7 +107,13 @@ def test_a_stop_is_not_a_saturated_load_generator(tmp_path: Path) -> None:
     # four users whose streams all wait on a slow engine (a 0.5 s step) when the signal comes
     data = sim_scenario(conversation=SHORT, tiers=[4], max_tokens=64, sim_args={"step_a_ms": 500})
     proc = start_local(tmp_path, write_scenario(tmp_path / "s.yaml", data))
-    time.sleep(6)
+    # the tier's start, however long the start-up took on this machine (6 s fixed was not always enough),
+    # then time for the four users to spawn and send: each request lasts 64 steps of 0.5 s
+    deadline = time.monotonic() + 90
+    while "tier 1/1 start" not in (tmp_path / "out.log").read_text(errors="replace"):
+        assert proc.poll() is None and time.monotonic() < deadline, "the tier never started"
+        time.sleep(0.1)
+    time.sleep(3)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
     run_dir = only_run_dir(tmp_path / "results")
