@@ -143,6 +143,18 @@ def test_sse_multiline_data_named_events_and_ignored_fields() -> None:
     ]
 
 
+# Anthropic's stream shape with CRLF line ends: a plain event, then a named event of two data lines.
+CRLF_NAMED_STREAM = b"data: a\r\n\r\nevent: content_block_delta\r\ndata: one\r\ndata: two\r\n\r\n"
+
+
+@pytest.mark.parametrize("cut", range(1, len(CRLF_NAMED_STREAM)))
+def test_sse_crlf_split_between_two_reads_keeps_a_named_multiline_event_whole(cut: int) -> None:
+    """A read that ends in the CR of a CRLF: the LF that starts the next read is not a second line end
+    (which would end the event after its `event:` line, or between its data lines)."""
+    pieces = [CRLF_NAMED_STREAM[:cut], CRLF_NAMED_STREAM[cut:]]
+    assert sse_all(SSEParser(), pieces) == ["a", NamedEvent("content_block_delta", "one\ntwo")]
+
+
 def test_sse_utf8_split_inside_a_character() -> None:
     data = 'data: {"content":"héllo ✓"}\n\n'.encode()
     cut = data.index("✓".encode()) + 1

@@ -13,8 +13,8 @@ from client_servers import backend
 
 from grill_locust.client import EngineClient, chat_payload, completions_payload
 from grill_locust.record import measure
+from grill_locust.sim import SimProcess
 
-sim_module = pytest.importorskip("grill_locust.sim")
 MODEL = "grill-sim"
 SYSTEM = "You review Python code. " * 60
 
@@ -22,9 +22,7 @@ SYSTEM = "You review Python code. " * 60
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     truth = tmp_path_factory.mktemp("sim") / "truth.jsonl"
-    with sim_module.SimProcess.start(
-        profile="vllm", served_model_name=MODEL, truth_log=str(truth)
-    ) as process:
+    with SimProcess.start(profile="vllm", served_model_name=MODEL, truth_log=str(truth)) as process:
         yield process.url, truth
 
 

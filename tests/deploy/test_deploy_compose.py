@@ -10,14 +10,15 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.real_binaries import require_binary
+
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = REPO / "docker-compose.yml"
 SECRET_KEYS = ("INFLUX_TOKEN", "INFLUX_ADMIN_PASSWORD", "GRAFANA_ADMIN_PASSWORD")
 
 
 def compose_config(env_file: Path, *extra: str) -> subprocess.CompletedProcess[str]:
-    if shutil.which("docker-compose") is None:
-        pytest.skip("docker-compose not installed (Debian package: apt-get install docker-compose)")
+    require_binary("docker-compose", install="Debian package: apt-get install docker-compose")
     return subprocess.run(
         ["docker-compose", "-f", str(COMPOSE_FILE), "--env-file", str(env_file), *extra, "config"],
         capture_output=True,

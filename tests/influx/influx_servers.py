@@ -3,7 +3,7 @@
 A uniquely named module (not conftest) so that test files can import it whatever other conftests exist.
 
 Debian packages: `victoria-metrics` (binary /usr/bin/victoria-metrics) and `influxdb` (/usr/bin/influxd).
-A test that needs one skips, saying which, when its binary is absent.
+A test that needs one skips, saying which, when its binary is absent (fails under GRILL_REQUIRE_REAL=1).
 """
 
 from __future__ import annotations
@@ -17,6 +17,8 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from tests.real_binaries import require_binary
 
 STARTUP_TIMEOUT_S = 30.0
 
@@ -54,7 +56,11 @@ def wait_until_up(url: str, process: subprocess.Popen[bytes], log: Path) -> None
 class _ServerProcess:
     """A server binary on a free loopback port with its files in `folder`; `start` is the subclass's."""
 
+    binary: str
+    package: str  # the Debian package that installs `binary`
+
     def __init__(self, folder: Path) -> None:
+        require_binary(self.binary, install=f"Debian package: apt-get install {self.package}")
         self.folder = folder
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -75,6 +81,7 @@ class VictoriaMetrics(_ServerProcess):
     """victoria-metrics on a fixed loopback port and data folder, so it can be stopped and started again."""
 
     binary = "victoria-metrics"
+    package = "victoria-metrics"
 
     def start(self) -> None:
         log = self.folder / "victoria.log"
@@ -104,6 +111,7 @@ class InfluxD(_ServerProcess):
     """Debian's influxd 1.x with its own config, database `grill`; /write and /query."""
 
     binary = "influxd"
+    package = "influxdb"
     database = "grill"
 
     def start(self) -> None:

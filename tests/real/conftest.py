@@ -19,11 +19,13 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import requests
 import yaml
+
+from tests.real_binaries import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILE = ROOT / "locustfiles" / "coding.py"
@@ -60,11 +62,8 @@ def _locate(name: str, script: Path) -> Path:
     return Path(value)
 
 
-def _absent(what: str, path: Path, script: Path) -> None:
-    message = f"{what} not found at {path}: run `bash {script.relative_to(ROOT)}` first"
-    if os.environ.get("GRILL_REQUIRE_REAL") == "1":
-        pytest.fail(message)
-    pytest.skip(message)
+def _absent(what: str, path: Path, script: Path) -> NoReturn:
+    unavailable(f"{what} not found at {path}: run `bash {script.relative_to(ROOT)}` first")
 
 
 def free_port() -> int:
@@ -246,8 +245,6 @@ def run_campaign(
     timeout_s: float = 900,
 ) -> CampaignRun:  # fmt: skip
     """`locust -f locustfiles/coding.py --headless --scenario FILE --results-dir DIR`, as a user runs it."""
-    if not LOCUSTFILE.exists():
-        pytest.skip(f"{LOCUSTFILE.relative_to(ROOT)} is not written yet")
     folder.mkdir(parents=True, exist_ok=True)
     scenario_path = folder / "scenario.yaml"
     scenario_path.write_text(yaml.safe_dump(scenario, sort_keys=False))

@@ -82,6 +82,32 @@ def test_failing_the_first_tier_means_no_capacity():
     assert text == "for multi-turn-session, llamacpp misses it already at 1 user"
 
 
+AT_THE_LIMIT = [
+    # (metric, its value exactly at the default SLO's limit, the next float on the wrong side)
+    ("ttft_p50_s", DEFAULT_SLO.ttft_p50_s, math.nextafter(DEFAULT_SLO.ttft_p50_s, math.inf)),
+    ("e2e_p50_s", DEFAULT_SLO.e2e_p50_s, math.nextafter(DEFAULT_SLO.e2e_p50_s, math.inf)),
+    ("success_rate", DEFAULT_SLO.success_rate, math.nextafter(DEFAULT_SLO.success_rate, 0.0)),
+]
+
+
+@pytest.mark.parametrize(("metric", "at_limit", "one_ulp_beyond"), AT_THE_LIMIT)
+def test_a_tier_exactly_at_the_limit_meets_the_slo_and_one_ulp_beyond_does_not(
+    metric: str, at_limit: float, one_ulp_beyond: float
+) -> None:
+    """The bounds are inclusive, as `SloTarget.describe` says: TTFT p50 <= limit, success >= floor."""
+    passing = {"ttft_p50_s": 0.5, "e2e_p50_s": 3.0, "success_rate": 1.0}
+    for value, meets in ((at_limit, True), (one_ulp_beyond, False)):
+        tier = {**passing, metric: value}
+        summary = tiers(
+            "vllm",
+            "shared-prefix",
+            [(1, 0.5, 3.0, 1.0), (5, tier["ttft_p50_s"], tier["e2e_p50_s"], tier["success_rate"])],
+        )
+        row = capacity_at_slo(summary, DEFAULT_SLO).iloc[0]
+        assert row["max_users_meeting_slo"] == (5 if meets else 1), (metric, value)
+        assert row["binding_metric"] == ("" if meets else metric)
+
+
 def test_capacity_stops_at_the_first_failing_tier_even_if_a_later_one_passes():
     summary = tiers("vllm", "shared-prefix", [(1, 0.5, 3, 1), (5, 2.5, 4, 1), (10, 1.0, 4, 1)])
     assert capacity_at_slo(summary, DEFAULT_SLO).iloc[0]["max_users_meeting_slo"] == 1

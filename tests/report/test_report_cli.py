@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from report_chromium import find_chromium, view_page
+from report_chromium import view_page
 
 from grill_locust.errors import GrillError
 from grill_locust.report import cli
@@ -148,7 +148,6 @@ def test_progress_bar_is_drawn_when_asked(two_runs, tmp_path, capsys):
     assert "report.html" in err and "[" in err and "#" in err
 
 
-@pytest.mark.skipif(find_chromium() is None, reason="needs Debian `chromium` (apt-get install -y chromium)")
 def test_report_html_renders_in_headless_chromium(report_dir):
     view = view_page(report_dir / "report.html", timeout_s=90)
     assert view.console_errors == []

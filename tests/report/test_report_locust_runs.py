@@ -17,10 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILE = ROOT / "locustfiles" / "coding.py"
 RUN_TIMEOUT_S = 180
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not LOCUSTFILE.is_file(), reason="locustfiles/coding.py is not written yet"),
-]
+pytestmark = pytest.mark.slow
 
 
 def short_scenario(profile: str) -> dict:

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILE = ROOT / "locustfiles" / "coding.py"
+TRUTH_WAIT_S = 10.0  # a loaded machine can take seconds to let the stopped simulator finish its log
 
 
 def write_scenario(path: Path, data: dict[str, Any]) -> Path:
@@ -61,6 +63,19 @@ def only_run_dir(results: Path) -> Path:
 
 def read_truth(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def truth_once_it_holds(
+    path: Path, request_ids: set[str], timeout_s: float = TRUTH_WAIT_S
+) -> list[dict[str, Any]]:
+    """The truth log once its requests are `request_ids`, or as it is at the deadline (for the caller's
+    assertion to show the difference): the simulator, stopped with the run, may still be writing it."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        truth = read_truth(path) if path.exists() else []
+        if {t["request_id"] for t in truth} == request_ids or time.monotonic() >= deadline:
+            return truth
+        time.sleep(0.1)
 
 
 @pytest.fixture

@@ -15,6 +15,8 @@ from tests.run.conftest import only_run_dir, read_truth, run_locust, sim_scenari
 
 pytestmark = pytest.mark.slow
 
+TIMING_AGREEMENT_S = 0.005  # our TTFT and E2E against the simulator's truth, at light load
+
 MULTI_TURN = {
     "name": "mt",
     "kind": "multi-turn",
@@ -60,14 +62,18 @@ def test_multi_turn_campaign_records_every_request_with_the_right_labels(tmp_pat
     # every request carried its record id as X-Request-Id: the simulator's truth joins on it
     truth_by_id = {t["request_id"]: t for t in read_truth(truth)}
     assert set(truth_by_id) == set(records["record_id"])
-    # at low load our TTFT and E2E match the simulator's own emission times within 5 ms (p99)
-    tier1 = records[records.tier_users == 1]
-    first_token = np.array([truth_by_id[i]["first_token"] for i in tier1["record_id"]])
-    end = np.array([truth_by_id[i]["end"] for i in tier1["record_id"]])
-    ttft_error = np.abs(tier1["ttft_s"].to_numpy() - (first_token - tier1["wall_start"].to_numpy()))
-    e2e_error = np.abs(tier1["e2e_s"].to_numpy() - (end - tier1["wall_start"].to_numpy()))
-    assert np.percentile(ttft_error, 99) < 0.005, ttft_error
-    assert np.percentile(e2e_error, 99) < 0.005, e2e_error
+    # at light load our TTFT and E2E match the simulator's own emission times within 5 ms: at the median
+    # and at p90 of all 30 requests. A timing defect moves every request it touches by a step of the
+    # engine (12 ms) or more, so one that touches a tenth of them fails; a loaded host that delays the
+    # simulator's write of three of them does not (a p99 of 6 requests was their maximum).
+    first_token = np.array([truth_by_id[i]["first_token"] for i in records["record_id"]])
+    end = np.array([truth_by_id[i]["end"] for i in records["record_id"]])
+    ttft_error = np.abs(records["ttft_s"].to_numpy() - (first_token - records["wall_start"].to_numpy()))
+    e2e_error = np.abs(records["e2e_s"].to_numpy() - (end - records["wall_start"].to_numpy()))
+    for error in (ttft_error, e2e_error):
+        assert (
+            np.percentile(error, 50) < TIMING_AGREEMENT_S and np.percentile(error, 90) < TIMING_AGREEMENT_S
+        ), error
 
 
 def test_shared_prefix_and_unique_prompts_show_their_cache_behaviour(tmp_path: Path) -> None:

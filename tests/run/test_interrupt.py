@@ -14,7 +14,14 @@ import pandas as pd
 import pytest
 
 from grill_locust.record import SATURATION_LAG_P99_MS
-from tests.run.conftest import LOCUSTFILE, only_run_dir, read_truth, sim_scenario, write_scenario
+from tests.run.conftest import (
+    LOCUSTFILE,
+    only_run_dir,
+    read_truth,
+    sim_scenario,
+    truth_once_it_holds,
+    write_scenario,
+)
 from tests.run.test_distributed import finish, start_cluster
 
 pytestmark = pytest.mark.slow
@@ -72,9 +79,9 @@ def assert_stopped_cleanly(tmp_path: Path, truth: Path) -> pd.DataFrame:
     assert records["record_id"].is_unique
     cut = records[records.status != "ok"]
     assert set(cut["status"]) <= {"stream_cut"} and set(cut["error"]) <= {"cancelled"}
-    time.sleep(0.3)
     # the in-flight requests too, recorded as cut: the engine saw exactly the requests we recorded
-    assert set(records["record_id"]) == {t["request_id"] for t in read_truth(truth)}
+    truth_ids = {t["request_id"] for t in truth_once_it_holds(truth, set(records["record_id"]))}
+    assert set(records["record_id"]) == truth_ids
     phases = pd.read_csv(run_dir / "phases.csv")
     assert not bool(phases["complete"].iloc[0]) and "run stopped" in phases["note"].iloc[0]
     return records
@@ -100,7 +107,13 @@ def test_a_stop_is_not_a_saturated_load_generator(tmp_path: Path) -> None:
     # four users whose streams all wait on a slow engine (a 0.5 s step) when the signal comes
     data = sim_scenario(conversation=SHORT, tiers=[4], max_tokens=64, sim_args={"step_a_ms": 500})
     proc = start_local(tmp_path, write_scenario(tmp_path / "s.yaml", data))
-    time.sleep(6)
+    # the tier's start, however long the start-up took on this machine (6 s fixed was not always enough),
+    # then time for the four users to spawn and send: each request lasts 64 steps of 0.5 s
+    deadline = time.monotonic() + 90
+    while "tier 1/1 start" not in (tmp_path / "out.log").read_text(errors="replace"):
+        assert proc.poll() is None and time.monotonic() < deadline, "the tier never started"
+        time.sleep(0.1)
+    time.sleep(3)
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=60)
     run_dir = only_run_dir(tmp_path / "results")

@@ -182,11 +182,14 @@ def test_a_new_window_forgets_the_last_tiers_lag() -> None:
         while time.perf_counter() < end:
             pass
         gevent.sleep(0.1)
-        assert check.lag_p99_ms is not None and check.lag_p99_ms > 50
+        stalled = check.lag_p99_ms
+        assert stalled is not None and stalled > 50
         check.new_window()
         assert check.lag_p99_ms is None
         gevent.sleep(0.3)
-        assert check.lag_p99_ms is not None and check.lag_p99_ms < 50
+        # below the stall's own figure, which a window still holding it could not be (a fixed 50 ms
+        # bound over these ~6 probes was their maximum: one late wake-up on a loaded host broke it)
+        assert check.lag_p99_ms is not None and check.lag_p99_ms < stalled
     finally:
         check.stop()
 
@@ -201,7 +204,7 @@ def test_a_stall_that_ends_in_the_stop_is_not_lag(stopping: bool) -> None:
     try:
         gevent.sleep(0.3)  # a few quiet probes
         quiet = check.lag_p99_ms
-        assert quiet is not None and quiet < 50
+        assert quiet is not None and quiet < 100  # below what the stall gives, so that the two cases differ
         # hold the hub 200 ms, as the stop does: longer than any probe interval, so the probe's wake-up
         # falls inside the stall and comes at least 125 ms late
         end = time.perf_counter() + 0.2

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
-import socket
-import subprocess
 import time
 import urllib.error
 import urllib.parse
@@ -20,8 +17,7 @@ from telemetry_helpers import FakeGpu, FakeNvml
 from grill_locust.telemetry.exporter import GpuExporter
 from grill_locust.telemetry.influx_push import DirectInfluxWriter, influx_writer
 from grill_locust.telemetry.nvml import NvmlReader
-
-STARTUP_TIMEOUT_S = 30.0
+from tests.influx.influx_servers import VictoriaMetrics
 
 
 def get(url: str, timeout_s: float = 10.0) -> bytes:
@@ -31,40 +27,12 @@ def get(url: str, timeout_s: float = 10.0) -> bytes:
 
 @pytest.fixture
 def victoria(tmp_path: Path) -> Iterator[str]:
-    if shutil.which("victoria-metrics") is None:
-        pytest.skip("victoria-metrics not installed (Debian package victoria-metrics)")
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    url = f"http://127.0.0.1:{port}"
-    with (tmp_path / "victoria.log").open("ab") as log:
-        process = subprocess.Popen(
-            [
-                "victoria-metrics",
-                f"-storageDataPath={tmp_path / 'data'}",
-                f"-httpListenAddr=127.0.0.1:{port}",
-                "-search.latencyOffset=0s",
-                "-search.disableCache",
-                "-retentionPeriod=100y",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+    server = VictoriaMetrics(tmp_path)
+    server.start()
     try:
-        deadline = time.monotonic() + STARTUP_TIMEOUT_S
-        while True:
-            try:
-                get(f"{url}/health", timeout_s=1.0)
-                break
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                assert process.poll() is None and time.monotonic() < deadline, (
-                    "victoria-metrics did not start"
-                )
-                time.sleep(0.1)
-        yield url
+        yield server.url
     finally:
-        process.terminate()
-        process.wait(timeout=15)
+        server.stop()
 
 
 def exported(url: str, metric: str) -> list[dict[str, Any]]:

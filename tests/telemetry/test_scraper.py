@@ -16,6 +16,7 @@ import pytest
 from telemetry_helpers import FakeGpu, FakeNvml, MetricsServer, fixture_text
 
 from grill_locust.config import Backend
+from grill_locust.sim import SimProcess
 from grill_locust.telemetry.exporter import GpuExporter
 from grill_locust.telemetry.nvml import NvmlReader
 from grill_locust.telemetry.samples import TELEMETRY_COLUMNS
@@ -134,11 +135,8 @@ def chat(url: str, prompt: str) -> None:
 
 
 def test_live_scrape_of_the_simulated_engine_lands_samples_with_the_right_fields(tmp_path: Path) -> None:
-    sim_module = pytest.importorskip(
-        "grill_locust.sim.process", reason="simulated engine (grill_locust.sim) not built yet"
-    )
     shared = "You are a careful coding assistant. " * 40
-    with sim_module.SimProcess.start(profile="vllm") as sim:
+    with SimProcess.start(profile="vllm") as sim:
         backend = Backend(name="sim-vllm", url=sim.url, engine="sim")
         rounds: list[list[dict[str, Any]]] = []
         scraper = TelemetryScraper([backend], interval_s=0.2, on_samples=rounds.append)

@@ -5,42 +5,27 @@ from __future__ import annotations
 import http.server
 import json
 import logging
-import os
 import socket
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
 from grill_locust.config import Backend, Conversation
+from grill_locust.sim import SimProcess
 from grill_locust.workload import backend_token_counter, build_workload
 from grill_locust.workload.calibrate import clear_cache
 from grill_locust.workload.tokens import count_tokens
+from tests.real.conftest import ServerProcess, free_port
 
 TOLERANCE = 0.02  # sizes within ±2 % on the backend's tokenizer
 TINY_TARGET_SLACK_TOKENS = 1  # below 50 tokens, 2 % is less than a token
-LLAMA_START_TIMEOUT_S = 120.0
 CALIBRATION_BUDGET_S = 20.0  # two /tokenize calls, ~3 s on a loaded 2-core machine
-ROOT = Path(__file__).resolve().parents[2]
-SETUP_LLAMA = ROOT / ".ci" / "setup_llama.sh"
 # the four workloads at their default sizes (issue 3): every message is measured
 DEFAULT_WORKLOADS = ("multi-turn-session", "shared-prefix", "short-baseline", "unique-prompts")
-
-
-def sim_module() -> Any:
-    try:
-        from grill_locust import sim
-    except ImportError as error:  # the simulated engine is built by another package
-        pytest.skip(f"grill_locust.sim.SimProcess is not importable yet: {error}")
-    if not hasattr(sim, "SimProcess"):
-        pytest.skip("grill_locust.sim has no SimProcess yet")
-    return sim
 
 
 @pytest.fixture(autouse=True)
@@ -84,8 +69,7 @@ def allowed_error(target: int) -> float:
 
 
 def test_calibration_against_the_simulated_engine() -> None:
-    sim = sim_module()
-    with sim.SimProcess.start(profile="vllm") as process:
+    with SimProcess.start(profile="vllm") as process:
         target = backend(engine="sim", url=process.url)
         counter = backend_token_counter(target)
         assert counter is not None
@@ -117,87 +101,28 @@ def test_a_failing_tokenize_endpoint_falls_back_once(caplog: pytest.LogCaptureFi
     assert "sk-do-not-log" not in caplog.text
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def _llama_paths() -> tuple[Path, Path]:
-    """llama-server and the GGUF from GRILL_LLAMA_SERVER / GRILL_LLAMA_MODEL, else where
-    `.ci/setup_llama.sh` caches them (its `--paths` mode builds nothing)."""
-    paths = dict(os.environ)
-    if not paths.get("GRILL_LLAMA_SERVER") or not paths.get("GRILL_LLAMA_MODEL"):
-        done = subprocess.run(
-            ["bash", str(SETUP_LLAMA), "--paths"], capture_output=True, text=True, timeout=30, check=False
-        )
-        for line in done.stdout.splitlines():
-            name, _, value = line.removeprefix("export ").partition("=")
-            paths.setdefault(name, value)
-    return Path(paths.get("GRILL_LLAMA_SERVER", "")), Path(paths.get("GRILL_LLAMA_MODEL", ""))
-
-
-@pytest.fixture(scope="module")
-def llama_server() -> Iterator[str]:
-    binary, model = _llama_paths()
-    if not binary.is_file() or not model.is_file():
-        message = f"no llama-server at {binary} or model at {model}: run `bash .ci/setup_llama.sh` first"
-        if os.environ.get("GRILL_REQUIRE_REAL") == "1":
-            pytest.fail(message)
-        pytest.skip(message)
-    port = _free_port()
-    argv = [
-        str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-        "-c", "4096", "-np", "4", "-t", "2", "--metrics", "--alias", "gemma3-270m",
-        "--no-jinja", "--chat-template", "gemma",
-    ]  # fmt: skip
-    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + LLAMA_START_TIMEOUT_S
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"llama-server exited with {process.returncode}")
-            try:
-                if requests.get(f"{url}/health", timeout=1.0).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            if time.monotonic() > deadline:
-                pytest.fail("llama-server did not become healthy")
-            time.sleep(0.2)
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=10)
-
-
 @pytest.mark.slow
-def test_calibration_on_a_real_llama_server_measures_token_pieces(llama_server: str) -> None:
+def test_calibration_on_a_real_llama_server_measures_token_pieces(llama_server: ServerProcess) -> None:
     """llama.cpp's request shape works; calibration is bounded, cached, and measures the pieces."""
     start = time.monotonic()
-    counter = backend_token_counter(backend(engine="llamacpp", url=llama_server))
+    counter = backend_token_counter(backend(engine="llamacpp", url=llama_server.url))
     assert time.monotonic() - start < CALIBRATION_BUDGET_S
     assert counter is not None and counter.engine == "llamacpp"
     assert 0.5 < counter.backend_tokens_per_approx_token < 2.0
     measured = counter.measured
     assert measured is not None, "llama.cpp answers with_pieces: sizes should be measured, not scaled"
     assert len(measured.definitions) > 200 and len(measured.ids) > 1000
-    assert backend_token_counter(backend(engine="llamacpp", url=llama_server)) is counter  # cached
+    assert backend_token_counter(backend(engine="llamacpp", url=llama_server.url)) is counter  # cached
     # the code between two token starts is exactly that many tokens on the backend
     for start_token, n_tokens in ((measured.definitions[0].token_index, 37), (1000, 500)):
         assert counter.remote_count(measured.code(start_token, n_tokens)) == n_tokens
 
 
 @pytest.mark.slow
-def test_sizes_within_two_percent_on_a_real_llama_server(llama_server: str) -> None:
+def test_sizes_within_two_percent_on_a_real_llama_server(llama_server: ServerProcess) -> None:
     """Every message of the four workloads at their default sizes, and at small and odd sizes, measured
     by the server's own /tokenize: within ±2 % of its target (±1 token below 50)."""
-    counter = backend_token_counter(backend(engine="llamacpp", url=llama_server))
+    counter = backend_token_counter(backend(engine="llamacpp", url=llama_server.url))
     found = sizes_on_backend(counter)
     found += sizes_on_backend(
         counter,
@@ -258,7 +183,7 @@ def test_the_key_goes_to_a_tokenizer_on_the_backends_own_server_only() -> None:
     thread.start()
     elsewhere = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        for url, key_sent in ((f"http://127.0.0.1:{_free_port()}", False), (elsewhere, True)):
+        for url, key_sent in ((f"http://127.0.0.1:{free_port()}", False), (elsewhere, True)):
             _RecordingTokenizer.seen.clear()
             clear_cache()
             target = backend(
