@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +207,25 @@ def test_key_goes_only_to_its_backend_and_tokenizer_counts_missing_usage() -> No
         tokenizer.close()
 
 
+def streams_and_tokenizes(
+    events: list[str], tokenize_reply: bytes
+) -> Callable[[socket.socket, Request, Server], bool]:
+    """A server that answers /tokenize with `tokenize_reply` and anything else with a stream of `events`."""
+    stream = "".join(f"data: {e}\n\n" for e in events).encode()
+
+    def handle(conn: socket.socket, request: Request, server: Server) -> bool:
+        if request.path.endswith("/tokenize"):
+            reply = tokenize_reply
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(reply), reply))
+            return True
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + stream
+        )
+        return False
+
+    return handle
+
+
 @pytest.mark.parametrize(
     ("engine", "body"),
     [
@@ -216,19 +236,7 @@ def test_key_goes_only_to_its_backend_and_tokenizer_counts_missing_usage() -> No
 )
 def test_the_tokenizer_gets_the_one_body_shape_of_its_engine(engine: str, body: dict[str, Any]) -> None:
     events = ['{"choices":[{"index":0,"delta":{"content":"hello world"},"finish_reason":"stop"}]}', "[DONE]"]
-    stream = "".join(f"data: {e}\n\n" for e in events).encode()
-
-    def handle(conn: socket.socket, request: Request, server: Server) -> bool:
-        if request.path == "/tokenize":
-            reply = b'{"tokens": [1, 2]}'
-            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(reply), reply))
-            return True
-        conn.sendall(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + stream
-        )
-        return False
-
-    server = Server(handle)
+    server = Server(streams_and_tokenizes(events, b'{"tokens": [1, 2]}'))
     client = EngineClient(backend(server.url, tokenize_url=server.url + "/tokenize", engine=engine))
     m = measure(client.stream(PATH, PAYLOAD).raw)
     assert (m.output_tokens, m.tokens_source) == (2, "tokenizer")
@@ -245,19 +253,7 @@ def test_tool_call_output_is_counted_by_events_not_by_tokenizing_empty_text() ->
         '{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}',
         "[DONE]",
     ]
-    body = "".join(f"data: {e}\n\n" for e in events).encode()
-
-    def engine(conn: socket.socket, request: Request, server: Server) -> bool:
-        if request.path.endswith("/tokenize"):
-            reply = b'{"count": 99}'
-            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(reply), reply))
-            return True
-        conn.sendall(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + body
-        )
-        return False
-
-    server = Server(engine)
+    server = Server(streams_and_tokenizes(events, b'{"count": 99}'))
     client = EngineClient(backend(server.url, tokenize_url=server.url + "/tokenize"))
     m = measure(client.stream(PATH, PAYLOAD).raw)
     assert (m.status, m.output_tokens, m.tokens_source) == ("ok", 3, "events")

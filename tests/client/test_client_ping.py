@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,25 @@ def write_scenario(tmp_path: Path, backends: str, targets: str) -> str:
 def table_rows(output: str) -> dict[str, list[str]]:
     lines = output.strip().splitlines()
     return {line.split()[0]: line.split() for line in lines[2:]}
+
+
+def lists_and_streams(model: str, events: list[str]) -> Callable[[socket.socket, Request, Server], bool]:
+    """An OpenAI-compatible server that lists `model` and streams `events`; 404 elsewhere."""
+    models = json.dumps({"object": "list", "data": [{"id": model, "object": "model"}]}).encode()
+    stream = "".join(f"data: {e}\n\n" for e in events).encode()
+
+    def handler(conn: socket.socket, request: Request, server: Server) -> bool:
+        if request.path == "/v1/models":
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(models), models))
+        elif request.path == "/v1/chat/completions":
+            conn.sendall(
+                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + stream
+            )
+        else:
+            conn.sendall(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+        return False
+
+    return handler
 
 
 @pytest.mark.slow
@@ -63,25 +83,11 @@ def test_ping_reports_an_unreachable_backend_and_exits_1(tmp_path: Path, capsys)
 
 
 def test_ping_tells_a_missing_model_and_a_stream_without_usage(tmp_path: Path, capsys) -> None:
-    models = json.dumps({"object": "list", "data": [{"id": "other-model", "object": "model"}]}).encode()
     events = [
         '{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}',
         "[DONE]",
     ]
-    stream = "".join(f"data: {e}\n\n" for e in events).encode()
-
-    def handler(conn: socket.socket, request: Request, server: Server) -> bool:
-        if request.path == "/v1/models":
-            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(models), models))
-        elif request.path == "/v1/chat/completions":
-            conn.sendall(
-                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + stream
-            )
-        else:
-            conn.sendall(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
-        return False
-
-    server = Server(handler)
+    server = Server(lists_and_streams("other-model", events))
     scenario = write_scenario(
         tmp_path,
         f"  - name: proxy\n    engine: openai\n    url: {server.url}\n    api_key: sk-ping-secret-123456",
@@ -159,28 +165,14 @@ def test_ping_passes_a_simulated_engines_key_through_its_environment_never_its_c
 
 
 def test_ping_names_the_server_flag_that_turns_cached_tokens_on(tmp_path: Path, capsys) -> None:
-    models = json.dumps({"object": "list", "data": [{"id": "grill-sim", "object": "model"}]}).encode()
     events = [
         '{"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}',
         '{"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":1,"total_tokens":13}}',
         "[DONE]",
     ]
-    stream = "".join(f"data: {e}\n\n" for e in events).encode()
-
-    def handler(conn: socket.socket, request: Request, server: Server) -> bool:
-        if request.path == "/v1/models":
-            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(models), models))
-        elif request.path == "/v1/chat/completions":
-            conn.sendall(
-                b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + stream
-            )
-        else:
-            conn.sendall(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
-        return False
-
     outputs = {}
     for engine in ("vllm", "sglang", "openai"):
-        server = Server(handler)
+        server = Server(lists_and_streams("grill-sim", events))
         scenario = write_scenario(
             tmp_path,
             f"  - name: {engine}-b\n    engine: {engine}\n    url: {server.url}",
