@@ -46,7 +46,8 @@ class EngineFacts:
     in the stream when `stream_options.include_usage` is asked; `cached_tokens_flag` is the server
     flag without which usage carries no `cached_tokens`. `closes_after_stream`: the server closes the
     connection after each streamed reply despite keep-alive, so a client reconnects rather than
-    reusing it.
+    reusing it. `ignore_eos_param`: the body field that makes generation run to max_tokens (None:
+    the engine has none, and a model's `ignore_eos` is not sent to it).
     """
 
     name: str
@@ -177,8 +178,13 @@ ENGINES: dict[str, EngineFacts] = {
             synonyms=("textgenerationinference",),
         ),
         EngineFacts("ollama", apis=_OPENAI_APIS),
-        EngineFacts("litellm", apis=_WITH_MESSAGES, health_path="/health/liveliness"),
-        EngineFacts("openai", apis=_OPENAI_APIS, synonyms=("openaicompatible",)),
+        # gateways and unnamed OpenAI-compatible servers: ignore_eos is passed on to the engine behind
+        EngineFacts(
+            "litellm", apis=_WITH_MESSAGES, health_path="/health/liveliness", ignore_eos_param="ignore_eos"
+        ),
+        EngineFacts(
+            "openai", apis=_OPENAI_APIS, ignore_eos_param="ignore_eos", synonyms=("openaicompatible",)
+        ),
         # the simulated engine speaks vLLM's wire format and metric names
         EngineFacts(
             "sim",

@@ -1,11 +1,13 @@
 """How requests are sent and timed: a sans-IO HTTP/1.1 + SSE parser, the metric contract's timer,
-and `EngineClient`, a keep-alive streaming client for OpenAI-compatible engines."""
+`EngineClient`, a keep-alive streaming client for OpenAI-compatible engines, and `backend_http`,
+the backend's plain calls (models, tokenize, health, /metrics)."""
 
-from grill_locust.client._engine import EngineClient, Reply, StreamResult, request_once
+from grill_locust.client._engine import EngineClient, StreamResult
 from grill_locust.client._http import End, Head, ProtocolError, ResponseParser
 from grill_locust.client._reader import StreamReader
 from grill_locust.client._sse import NamedEvent, SSEParser
 from grill_locust.client._timer import StreamTimer
+from grill_locust.client.backend_http import HttpReply, NoReply, TokenizeError, request_once
 from grill_locust.client.payloads import CHAT_PATH, COMPLETIONS_PATH, chat_payload, completions_payload
 
 __all__ = [
@@ -14,14 +16,16 @@ __all__ = [
     "End",
     "EngineClient",
     "Head",
+    "HttpReply",
     "NamedEvent",
+    "NoReply",
     "ProtocolError",
-    "Reply",
     "ResponseParser",
     "SSEParser",
     "StreamReader",
     "StreamResult",
     "StreamTimer",
+    "TokenizeError",
     "chat_payload",
     "completions_payload",
     "request_once",

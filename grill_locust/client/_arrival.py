@@ -95,7 +95,7 @@ def _fast_read_event() -> Any:
     if os.environ.get("GRILL_NO_EXTENSIONS") or not _USABLE:
         return None
     try:
-        from grill_locust.client import _fastread  # type: ignore[attr-defined]
+        import grill_locust.client._fastread as _fastread
     except ImportError:  # installed without a C compiler
         return None
     monotonic = time.get_clock_info("perf_counter").implementation == "clock_gettime(CLOCK_MONOTONIC)"

@@ -22,21 +22,21 @@ import functools
 import json
 import select
 import socket
-import ssl
 import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from greenlet import GreenletExit
 
-from grill_locust.client import _arrival
-from grill_locust.client._http import Head, ProtocolError, ResponseParser
+import grill_locust.client._arrival as _arrival
+from grill_locust.client._connection import USER_AGENT, Origin, connect_error, open_socket
+from grill_locust.client._http import Head
 from grill_locust.client._poller import DONE, RECV_BYTES, SETTLED, WAITING, phase_of, poller, read_ready
 from grill_locust.client._reader import StreamReader
 from grill_locust.client._timer import StreamTimer
+from grill_locust.client.backend_http import TokenizeError, auth_headers, headers_for, secret_value, tokenize
 from grill_locust.record import (
     CANCELLED,
     STATUS_CONNECT,
@@ -49,7 +49,6 @@ from grill_locust.redact import is_secret_key, secret_key_values
 
 AFTER_DONE_GRACE_S = 2.0  # after `[DONE]`, how long to wait for the body's end before dropping the connection
 TOKENIZE_TIMEOUT_S = 10.0
-USER_AGENT = "grill-locust"
 
 
 @dataclass(slots=True)
@@ -126,74 +125,6 @@ class _PhaseAlarm:
         return error is self._timeout
 
 
-@dataclass(frozen=True, slots=True)
-class Origin:
-    """Where a URL points: scheme, host, port and path prefix."""
-
-    scheme: str
-    host: str
-    port: int
-    prefix: str
-
-    @classmethod
-    def parse(cls, url: str) -> Origin:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"not an http(s) URL: {url!r}")
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        return cls(parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
-
-    @property
-    def host_header(self) -> str:
-        default = 443 if self.scheme == "https" else 80
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return host if self.port == default else f"{host}:{self.port}"
-
-    def same_server(self, other: Origin) -> bool:
-        return (self.scheme, self.host, self.port) == (other.scheme, other.host, other.port)
-
-
-def _secret_value(secret: Any) -> str | None:
-    if secret is None:
-        return None
-    getter = getattr(secret, "get_secret_value", None)
-    value = getter() if getter is not None else secret
-    return str(value) if value else None
-
-
-def _open_socket(origin: Origin, timeout_s: float) -> socket.socket:
-    """A connected socket (TLS for https); raises OSError (socket.timeout included)."""
-    sock = socket.create_connection((origin.host, origin.port), timeout=max(timeout_s, 0.001))
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if origin.scheme == "https":
-            context = ssl.create_default_context()
-            sock = context.wrap_socket(sock, server_hostname=origin.host)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
-
-
-def connect_error(origin: Origin, timeout_s: float) -> str:
-    """Why a connection to `origin` cannot be opened, or "" when it can."""
-    try:
-        _open_socket(origin, timeout_s).close()
-    except OSError as error:
-        return _connect_error(error, timeout_s)
-    return ""
-
-
-def _connect_error(error: OSError, timeout_s: float) -> str:
-    if isinstance(error, socket.timeout):
-        return f"connect timed out after {timeout_s:g} s"
-    if isinstance(error, socket.gaierror):
-        return f"cannot resolve host: {error.strerror or error}"
-    if isinstance(error, ConnectionRefusedError):
-        return "connection refused"
-    return f"cannot connect: {error.strerror or type(error).__name__}"
-
-
 class EngineClient:
     """One per Locust user. `stream(path, payload)` never raises for engine or network failures:
     they are a status in `result.raw`. A `GreenletExit` (the user being stopped) marks the request
@@ -206,7 +137,6 @@ class EngineClient:
         self.connect_s = float(timeouts.connect_s)
         self.first_token_s = float(timeouts.first_token_s)
         self.total_s = float(timeouts.total_s)
-        api_key = _secret_value(getattr(backend, "api_key", None))
         headers: dict[str, str] = {
             "Host": self.origin.host_header,
             "User-Agent": USER_AGENT,
@@ -214,16 +144,12 @@ class EngineClient:
             "Accept": "text/event-stream",
             "Accept-Encoding": "identity",  # a compressed stream would arrive in compressor-sized lumps
             "Connection": "keep-alive",
+            **auth_headers(backend),
         }
-        if api_key:
-            headers["Authorization"] = f"Bearer {api_key}"
-        for name, value in (getattr(backend, "headers", None) or {}).items():
-            headers[str(name)] = str(value)
-        self.auth_headers = {name: value for name, value in headers.items() if is_secret_key(name)}
         configured = (getattr(backend, name, None) for name in ("extra_body", "sim_args"))
         found = {
-            api_key or "",
-            *self.auth_headers.values(),
+            secret_value(getattr(backend, "api_key", None)) or "",
+            *(value for name, value in headers.items() if is_secret_key(name)),
             *(v for c in configured for v in secret_key_values(c)),
         }
         # longest first: a secret that holds another is replaced whole
@@ -295,36 +221,22 @@ class EngineClient:
                 pass
 
     def count_tokens(self, text: str, model: Any = None) -> int | None:
-        """Tokens in `text` by the backend's tokenizer endpoint (llama.cpp / sim: `content`; vLLM,
-        SGLang: `prompt`), or None when it does not answer."""
+        """Tokens in `text` by the backend's tokenizer endpoint, in its engine's body shape, or None
+        when it does not answer."""
         if not self.tokenize_url or not text:
             return 0 if self.tokenize_url else None
-        body: dict[str, Any] = {
-            "content": text,
-            "prompt": text,
-            "add_special": False,
-            "add_special_tokens": False,
-        }
-        if model:
-            body["model"] = model
         try:
-            origin = Origin.parse(self.tokenize_url)
-        except ValueError:
+            headers = headers_for(self.backend, self.tokenize_url)
+            return tokenize(
+                self.tokenize_url,
+                self.backend.engine,
+                text,
+                model=str(model) if model else None,
+                headers=headers,
+                timeout_s=TOKENIZE_TIMEOUT_S,
+            ).count
+        except (TokenizeError, ValueError):
             return None
-        headers = self.auth_headers if origin.same_server(self.origin) else {}
-        reply = request_once(self.tokenize_url, "POST", body, headers=headers, timeout_s=TOKENIZE_TIMEOUT_S)
-        if reply is None or not 200 <= reply.status < 300:
-            return None
-        try:
-            data = json.loads(reply.body)
-        except ValueError:
-            return None
-        if isinstance(data, dict):
-            if isinstance(data.get("count"), int):
-                return int(data["count"])
-            if isinstance(data.get("tokens"), list):
-                return len(data["tokens"])
-        return None
 
     # --- the exchange -------------------------------------------------------------------------
 
@@ -335,9 +247,9 @@ class EngineClient:
         if alarm is not None:
             alarm.cancel()
         try:
-            sock = _open_socket(self.origin, timeout_s)
+            sock = open_socket(self.origin, timeout_s)
         except OSError as error:
-            timer.fail(time.perf_counter(), STATUS_CONNECT, _connect_error(error, timeout_s))
+            timer.fail(time.perf_counter(), STATUS_CONNECT, connect_error(error, timeout_s))
             raise _Failed from None
         self.connections_opened += 1
         self._sock = sock
@@ -550,68 +462,3 @@ def _retry_after_s(head: Head) -> float | None:
         return max(float(value), 0.0) if value else None
     except ValueError:
         return None  # the HTTP-date form: rare from engines and gateways
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """A whole (non-streamed) HTTP reply."""
-
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-
-def request_once(
-    url: str,
-    method: str = "GET",
-    json_body: Any = None,
-    *,
-    headers: dict[str, str] | None = None,
-    timeout_s: float = 10.0,
-    max_body_bytes: int = 8 * 1024 * 1024,
-) -> Reply | None:
-    """One request on a fresh connection (for /tokenize, /v1/models, /metrics); None when the server
-    cannot be reached or the reply is cut or not HTTP."""
-    origin = Origin.parse(url)
-    target = origin.prefix or "/"
-    query = urlsplit(url).query
-    if query:
-        target += "?" + query
-    body = b"" if json_body is None else json.dumps(json_body).encode("utf-8")
-    lines = [f"{method} {target} HTTP/1.1", f"Host: {origin.host_header}", f"User-Agent: {USER_AGENT}"]
-    lines += ["Accept-Encoding: identity", "Connection: close"]
-    if json_body is not None:
-        lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
-    lines += [f"{name}: {value}" for name, value in (headers or {}).items()]
-    request = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-    deadline = time.monotonic() + timeout_s
-    try:
-        sock = _open_socket(origin, timeout_s)
-    except OSError:
-        return None
-    parser = ResponseParser(request_method=method)
-    pieces: list[bytes] = []
-    size = 0
-    try:
-        sock.settimeout(timeout_s)
-        sock.sendall(request)
-        while not parser.complete:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return None
-            sock.settimeout(remaining)
-            data = sock.recv(RECV_BYTES)
-            events = parser.feed(data) if data else parser.feed_eof()
-            for event in events:
-                if type(event) is bytes and size < max_body_bytes:
-                    pieces.append(event)
-                    size += len(event)
-            if not data:
-                break
-    except (OSError, ProtocolError):
-        return None
-    finally:
-        sock.close()
-    if not parser.complete or parser.head is None:
-        return None
-    return Reply(parser.head.status, parser.head.headers, b"".join(pieces))

@@ -3,18 +3,21 @@
 Every body asks for a stream with usage (`stream_options.include_usage`), so output tokens come
 from the engine itself wherever it supports it. `model` is a `grill_locust.config.Model` (or any
 object with its attributes: name, max_tokens, min_tokens, temperature, top_p, top_k, ignore_eos)
-or just the served model name.
+or just the served model name; `engine` (a name of the engine table) says what its ignore-EOS
+parameter is called, if it has one.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from grill_locust.engines import engine_facts
+
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
 
 
-def _sampling(model: Any) -> dict[str, Any]:
+def _sampling(model: Any, engine: str) -> dict[str, Any]:
     if isinstance(model, str):
         return {"model": model}
     body: dict[str, Any] = {"model": model.name}
@@ -29,8 +32,9 @@ def _sampling(model: Any) -> dict[str, Any]:
         value = getattr(model, name, None)
         if value is not None:
             body[name] = value
-    if getattr(model, "ignore_eos", False):
-        body["ignore_eos"] = True
+    ignore_eos_param = engine_facts(engine).ignore_eos_param
+    if getattr(model, "ignore_eos", False) and ignore_eos_param:
+        body[ignore_eos_param] = True
     return body
 
 
@@ -46,16 +50,22 @@ def _streaming(body: dict[str, Any], extra_body: dict[str, Any] | None) -> dict[
 
 
 def chat_payload(
-    model: Any, messages: list[dict[str, Any]], extra_body: dict[str, Any] | None = None
+    model: Any,
+    messages: list[dict[str, Any]],
+    extra_body: dict[str, Any] | None = None,
+    *,
+    engine: str = "openai",
 ) -> dict[str, Any]:
     """A streaming chat completion request body."""
-    body = _sampling(model)
+    body = _sampling(model, engine)
     body["messages"] = messages
     return _streaming(body, extra_body)
 
 
-def completions_payload(model: Any, prompt: str, extra_body: dict[str, Any] | None = None) -> dict[str, Any]:
+def completions_payload(
+    model: Any, prompt: str, extra_body: dict[str, Any] | None = None, *, engine: str = "openai"
+) -> dict[str, Any]:
     """A streaming (legacy) completion request body."""
-    body = _sampling(model)
+    body = _sampling(model, engine)
     body["prompt"] = prompt
     return _streaming(body, extra_body)

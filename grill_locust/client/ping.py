@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from grill_locust.client._engine import EngineClient, Origin, connect_error, request_once
+from grill_locust.client._engine import EngineClient
 from grill_locust.client._replies import scrub
+from grill_locust.client.backend_http import NoReply, fetch_text, headers_for, list_models
 from grill_locust.client.payloads import CHAT_PATH, COMPLETIONS_PATH, chat_payload, completions_payload
+from grill_locust.engines import engine_facts
 from grill_locust.errors import GrillError
 from grill_locust.record import STATUS_OK, measure
 
@@ -90,17 +91,12 @@ def run(args: argparse.Namespace) -> int:
 @contextlib.contextmanager
 def _running(backend: Any, models: list[str]) -> Iterator[Any]:
     """The backend, started first if it is a simulated engine that only runs during a run."""
-    if backend.engine != "sim" or backend.url:
+    if not backend.managed:
         yield backend
         return
     from grill_locust.sim import SimProcess
 
-    extra = [f"--{key.replace('_', '-')}={value}" for key, value in backend.sim_args.items()]
-    sim = SimProcess.start(
-        profile=backend.profile or "vllm",
-        served_model_name=models[0] if models else "grill-sim",
-        extra_args=extra,
-    )
+    sim = SimProcess.for_backend(backend, models[0] if models else "grill-sim")
     try:
         yield backend.with_url(sim.url)
     finally:
@@ -116,15 +112,19 @@ def check_backend(backend: Any, models: list[str], *, timeout_s: float = DEFAULT
     client.total_s = min(client.total_s, timeout_s)
     notes: list[str] = []
 
-    listing = request_once(backend.url + "/v1/models", headers=client.auth_headers, timeout_s=timeout_s)
-    if listing is None:
-        check.note = connect_error(client.origin, timeout_s) or "no HTTP reply at /v1/models"
+    facts = engine_facts(backend.engine)
+    try:
+        listing = list_models(
+            backend.url, backend.engine, headers=headers_for(backend, backend.url), timeout_s=timeout_s
+        )
+    except NoReply as error:
+        check.note = str(error)
         client.close()
         return check
     check.reachable = True
-    served = _model_ids(listing.body) if listing.status == 200 else []
+    served = listing.ids
     if listing.status != 200:
-        notes.append(f"/v1/models: HTTP {listing.status}")
+        notes.append(f"{facts.models_path}: HTTP {listing.status}")
     elif models:
         check.model_listed = all(name in served for name in models)
         if not check.model_listed:
@@ -147,35 +147,26 @@ def check_backend(backend: Any, models: list[str], *, timeout_s: float = DEFAULT
         if check.streams:
             check.usage_in_stream = raw.completion_tokens is not None
             check.cached_tokens = raw.cached_tokens is not None
+            if not check.cached_tokens and facts.cached_tokens_flag:
+                notes.append(f"no cached_tokens: start {facts.name} with {facts.cached_tokens_flag}")
         else:
             notes.append(f"stream: {measurement.status} {raw.error}".strip())
 
     if getattr(backend, "tokenize_url", None):
         check.tokenize = client.count_tokens("def add(a, b):\n    return a + b\n", model) is not None
     if getattr(backend, "metrics_url", None):
-        check.metrics = _metrics_answer(backend.metrics_url, client, timeout_s)
+        check.metrics = _metrics_answer(backend, backend.metrics_url, timeout_s)
     client.close()
     check.note = scrub("; ".join(notes), client.secrets)
     return check
 
 
-def _model_ids(body: bytes) -> list[str]:
+def _metrics_answer(backend: Any, url: str, timeout_s: float) -> bool:
     try:
-        data = json.loads(body)
-    except ValueError:
-        return []
-    items = data.get("data") if isinstance(data, dict) else None
-    if not isinstance(items, list):
-        return []
-    return [str(item["id"]) for item in items if isinstance(item, dict) and "id" in item]
-
-
-def _metrics_answer(url: str, client: EngineClient, timeout_s: float) -> bool:
-    same_server = Origin.parse(url).same_server(client.origin)
-    reply = request_once(url, headers=client.auth_headers if same_server else {}, timeout_s=timeout_s)
-    if reply is None or reply.status != 200:
+        text = fetch_text(url, headers=headers_for(backend, url), timeout_s=timeout_s)
+    except OSError:
         return False
-    return b"# TYPE" in reply.body or b"# HELP" in reply.body
+    return "# TYPE" in text or "# HELP" in text
 
 
 def _cell(value: Any) -> str:

@@ -77,9 +77,11 @@ class GrillUser(User):
         backend, model = target.backend, target.model
         if backend.api == "completions":
             prompt = completion_prompt(messages)
-            path, payload = COMPLETIONS_PATH, completions_payload(model, prompt, backend.extra_body)
+            path = COMPLETIONS_PATH
+            payload = completions_payload(model, prompt, backend.extra_body, engine=backend.engine)
         else:
-            path, payload = CHAT_PATH, chat_payload(model, messages, backend.extra_body)
+            path = CHAT_PATH
+            payload = chat_payload(model, messages, backend.extra_body, engine=backend.engine)
         client = self.client_for(target)
         retries = 0
         while True:
@@ -247,17 +249,19 @@ _FLAG_OF_PATH = (
 
 
 def first_listed_model(url: str) -> str:
-    import requests
-
+    """The first model the server at `url` lists (any OpenAI-compatible server: `--engine` may be
+    a gateway's); a one-line error when it lists none."""
+    from grill_locust.client.backend_http import list_models
     from grill_locust.errors import GrillError
 
     try:
-        models = requests.get(f"{url}/v1/models", timeout=10).json()["data"]
-        return str(models[0]["id"])
-    except Exception as error:
-        raise GrillError(
-            f"--model not given and {url}/v1/models gave no model ({type(error).__name__}): pass --model"
-        ) from None
+        listing = list_models(url, "openai", timeout_s=10.0)
+        why = f"HTTP {listing.status}" if listing.status != 200 else "none listed"
+    except OSError as error:
+        listing, why = None, str(error)
+    if listing is None or not listing.ids:
+        raise GrillError(f"--model not given and {url}/v1/models gave no model ({why}): pass --model")
+    return listing.ids[0]
 
 
 class MultiTurnUser(StandaloneUser):

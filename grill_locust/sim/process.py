@@ -10,12 +10,15 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Sequence
 from types import TracebackType
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
+from grill_locust.client.backend_http import NoReply, health, secret_value
 from grill_locust.errors import GrillError
+
+if TYPE_CHECKING:
+    from grill_locust.config import Backend
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
@@ -30,6 +33,20 @@ class SimProcess:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.stderr_file: IO[str] | None = None
+
+    @classmethod
+    def for_backend(cls, backend: Backend, served_model_name: str) -> SimProcess:
+        """The simulated engine a scenario's `engine: sim` backend describes: its profile, its
+        `sim_args` as flags, except `api_key`, which goes through the environment."""
+        args = dict(backend.sim_args)
+        api_key = secret_value(args.pop("api_key", None))
+        flags = [f"--{key.replace('_', '-')}={value}" for key, value in args.items()]
+        return cls.start(
+            profile=backend.profile or "vllm",
+            served_model_name=served_model_name,
+            extra_args=flags,
+            api_key=api_key,
+        )
 
     @classmethod
     def start(
@@ -97,11 +114,11 @@ class SimProcess:
     def _wait_healthy(self, deadline: float) -> None:
         while time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(self.url + "/health", timeout=1.0) as response:
-                    if response.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.05)
+                if health(self.url, "sim", timeout_s=1.0):
+                    return
+            except NoReply:
+                pass
+            time.sleep(0.05)
         self.stop()
         raise GrillError(f"grill sim at {self.url}: /health did not answer 200 in time")
 

@@ -1,7 +1,8 @@
 """The run's telemetry loop: every interval, scrape each backend's /metrics and each GPU exporter.
 
-A gevent greenlet (the master or local runner hosts it). HTTP goes through geventhttpclient, which
-yields to the hub; parsing is pure Python. A target that fails is logged once, retried each round,
+A gevent greenlet (the master or local runner hosts it). Each target is fetched in its own greenlet
+by the backend's plain HTTP calls (`client.backend_http`), whose sockets yield to the hub once Locust
+has patched them, so a slow target holds up no other; parsing is pure Python. A target that fails is logged once, retried each round,
 and its recovery logged: a scrape never stops the run.
 """
 
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from grill_locust.client.backend_http import fetch_text, headers_for
+from grill_locust.engines import engine_facts
 from grill_locust.telemetry.engine_metrics import EngineSampler
 from grill_locust.telemetry.gpu_metrics import parse_gpu_text
 from grill_locust.telemetry.samples import KIND_ENGINE, KIND_GPU
@@ -22,17 +25,18 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 2.0
 MAX_SCRAPE_TIMEOUT_S = 10.0
-METRICS_BY_DEFAULT = ("vllm", "sglang", "llamacpp", "sim")  # engines whose /metrics we read unasked
 
 SamplesCallback = Callable[[list[dict[str, Any]]], None]
 
 
 def default_metrics_url(backend: Any) -> str | None:
+    """The backend's `metrics_url`, else its engine's default metrics route (None: the engine has none)."""
     explicit = getattr(backend, "metrics_url", None)
     if explicit:
         return str(explicit)
-    if getattr(backend, "engine", "") in METRICS_BY_DEFAULT and getattr(backend, "url", None):
-        return str(backend.url).rstrip("/") + "/metrics"
+    path = engine_facts(backend.engine).metrics_path
+    if path is not None and getattr(backend, "url", None):
+        return str(backend.url).rstrip("/") + path
     return None
 
 
@@ -56,7 +60,7 @@ class ScrapeTarget:
     backend: str
     host: str
     engine_sampler: EngineSampler | None = None
-    client: Any = field(default=None, repr=False)
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # the backend's auth, to its own server
 
     def samples_from(self, text: str, wall_time: float) -> list[dict[str, Any]]:
         if self.engine_sampler is not None:
@@ -73,7 +77,8 @@ def build_targets(backends: Iterable[Any], gpu_exporter_urls: Iterable[str]) -> 
         if url is not None:
             host = urlsplit(url).hostname or ""
             sampler = EngineSampler(str(backend.engine), backend.name, backend.name, host)
-            targets.append(ScrapeTarget(KIND_ENGINE, url, backend.name, backend.name, host, sampler))
+            headers = headers_for(backend, url)
+            targets.append(ScrapeTarget(KIND_ENGINE, url, backend.name, backend.name, host, sampler, headers))
         for exporter in getattr(backend, "gpu_exporters", None) or []:
             url = exporter_metrics_url(exporter)
             # one GPU host serving two backends (vLLM with and without prefix caching, say): its
@@ -118,8 +123,6 @@ class TelemetryScraper:
         greenlet, self._greenlet = self._greenlet, None
         if greenlet is not None:
             greenlet.kill(block=True, timeout=timeout_s)
-        for target in self.targets:
-            self._close(target)
 
     def scrape_once(self) -> list[dict[str, Any]]:
         """One round: all targets at once; the samples of those that answered."""
@@ -157,10 +160,9 @@ class TelemetryScraper:
 
     def _scrape(self, target: ScrapeTarget) -> list[dict[str, Any]]:
         try:
-            text = self._fetch(target)
+            text = fetch_text(target.url, headers=target.headers, timeout_s=self.timeout_s)
             samples = target.samples_from(text, time.time())
         except Exception as error:  # network, HTTP status, unparseable text: all retried next round
-            self._close(target)
             if target.url not in self._failing:
                 self._failing.add(target.url)
                 what = f"backend {target.backend}" if target.kind == KIND_ENGINE else "GPU exporter"
@@ -176,29 +178,6 @@ class TelemetryScraper:
             self._failing.discard(target.url)
             log.warning("telemetry: %s answers again", target.url)
         return samples
-
-    def _fetch(self, target: ScrapeTarget) -> str:
-        from geventhttpclient import URL, HTTPClient
-
-        url = URL(target.url)
-        if target.client is None:
-            target.client = HTTPClient.from_url(
-                url, connection_timeout=self.timeout_s, network_timeout=self.timeout_s
-            )
-        response = target.client.get(url.request_uri)
-        body = response.read()
-        if response.status_code != 200:
-            raise OSError(f"HTTP {response.status_code}")
-        return bytes(body).decode("utf-8", errors="replace")
-
-    @staticmethod
-    def _close(target: ScrapeTarget) -> None:
-        client, target.client = target.client, None
-        if client is not None:
-            try:
-                client.close()
-            except Exception:
-                pass
 
 
 def _short(error: BaseException) -> str:

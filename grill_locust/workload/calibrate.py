@@ -16,9 +16,8 @@ approximate tokenizer's (`tokens.py`) gives one ratio, and workloads aim at `tar
 approximate tokens. Exact against the simulated engine (ratio 1); on a real BPE tokenizer single
 messages are off by up to ~30 %.
 
-Request shapes: vLLM, SGLang and `grill sim` take `{"model", "prompt"}` and answer `{"count",
-"tokens", "token_strs"}`; llama.cpp's server takes `{"content"}` and answers `{"tokens"}` (with
-`{"id", "piece"}` items when asked `with_pieces`). Counters are cached per backend in the process.
+The tokenize calls go through `client.backend_http.tokenize`, in the body shape the engine table
+gives each engine. Counters are cached per backend in the process.
 """
 
 from __future__ import annotations
@@ -26,14 +25,15 @@ from __future__ import annotations
 import bisect
 import logging
 import random
-import re
 import string
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
+from grill_locust.client.backend_http import TokenizeError, Tokens, headers_for, list_models, tokenize
+from grill_locust.engines import engine_facts
+from grill_locust.workload.heads import HEAD_REFERENCE, QUESTIONS, measured_heads
 from grill_locust.workload.tokens import count_tokens
 
 if TYPE_CHECKING:
@@ -53,14 +53,8 @@ SPAN_LEFT = "w"  # a variable span is measured between a word end and a space-le
 SPAN_RIGHT = " x"
 HEAD_RIGHT = "def x():"  # a head is measured before a code line, as it is used
 
-_DEFAULT_PORTS = {"http": 80, "https": 443}
-
 _cache: dict[tuple[str, str, str | None], TokenCounter | None] = {}
 _cache_lock = threading.Lock()
-
-
-class TokenizeError(Exception):
-    """The backend's tokenize endpoint did not answer as expected."""
 
 
 @dataclass(frozen=True)
@@ -132,122 +126,7 @@ class TokenCounter:
 
     def remote_count(self, text: str) -> int:
         """The backend's own count for `text` (one HTTP call; for checks, not the hot path)."""
-        return tokenize_remote(self.tokenize_url, self.engine, text, self.model, self.headers)
-
-
-# ---- the endpoint ------------------------------------------------------------------------------
-
-
-def _post_tokenize(
-    url: str, engine: str, text: str, model: str | None, headers: dict[str, str] | None, pieces: bool
-) -> dict[str, Any]:
-    import requests  # here, so the config and plan code never pay for it
-
-    payload: dict[str, Any]
-    if engine == "llamacpp":
-        payload = {"content": text}
-        if pieces:
-            payload["with_pieces"] = True
-    else:
-        # vLLM adds BOS unless told not to; a message's size is its own tokens
-        payload = {"prompt": text, "add_special_tokens": False}
-        if model:
-            payload["model"] = model
-        if pieces:
-            payload["return_token_strs"] = True
-    try:
-        response = requests.post(url, json=payload, headers=headers or {}, timeout=CALIBRATION_TIMEOUT_S)
-    except requests.RequestException as error:
-        raise TokenizeError(f"{url}: {type(error).__name__}") from None
-    if response.status_code != 200:
-        raise TokenizeError(f"{url}: HTTP {response.status_code}")
-    try:
-        body = response.json()
-    except ValueError:
-        raise TokenizeError(f"{url}: the answer is not JSON") from None
-    if not isinstance(body, dict):
-        raise TokenizeError(f"{url}: the answer is not a JSON object")
-    return body
-
-
-def tokenize_remote(
-    url: str, engine: str, text: str, model: str | None = None, headers: dict[str, str] | None = None
-) -> int:
-    """Tokens in `text` by the tokenize endpoint at `url` (vLLM/SGLang/sim or llama.cpp shape)."""
-    body = _post_tokenize(url, engine, text, model, headers, pieces=False)
-    if isinstance(body.get("count"), int):
-        return int(body["count"])
-    if isinstance(body.get("tokens"), list):
-        return len(body["tokens"])
-    raise TokenizeError(f"{url}: no 'count' or 'tokens' in the answer")
-
-
-def tokenize_pieces(
-    url: str, engine: str, text: str, model: str | None = None, headers: dict[str, str] | None = None
-) -> tuple[int, list[str] | None]:
-    """(token count, the text of each token) for `text`; pieces are None when the endpoint gives none
-    or they do not join back into `text`."""
-    body = _post_tokenize(url, engine, text, model, headers, pieces=True)
-    tokens = body.get("tokens")
-    count = body.get("count")
-    if not isinstance(count, int):
-        if not isinstance(tokens, list):
-            raise TokenizeError(f"{url}: no 'count' or 'tokens' in the answer")
-        count = len(tokens)
-    pieces: list[str] | None = None
-    if isinstance(tokens, list) and tokens and all(isinstance(token, dict) for token in tokens):
-        pieces = [_llamacpp_piece(token.get("piece")) for token in tokens]  # llama.cpp with_pieces
-    elif isinstance(body.get("token_strs"), list):
-        pieces = decode_token_strs(body["token_strs"], text)  # vLLM return_token_strs
-    if pieces is not None and "".join(pieces) != text:
-        pieces = None
-    return count, pieces
-
-
-def _llamacpp_piece(piece: Any) -> str:
-    if isinstance(piece, list):  # bytes that are not valid UTF-8 on their own
-        return bytes(int(b) & 0xFF for b in piece).decode("utf-8", errors="replace")
-    return str(piece)
-
-
-def _byte_level_alphabet() -> dict[str, int]:
-    """GPT-2's byte-level BPE alphabet: the character standing for each byte."""
-    printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
-    )
-    characters = printable[:]
-    extra = 0
-    for byte in range(256):
-        if byte not in printable:
-            printable.append(byte)
-            characters.append(256 + extra)
-            extra += 1
-    return {chr(character): byte for byte, character in zip(printable, characters, strict=True)}
-
-
-_BYTE_LEVEL = _byte_level_alphabet()
-_SPM_BYTE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
-
-
-def decode_token_strs(token_strs: Sequence[Any], text: str) -> list[str] | None:
-    """The text of each token from a tokenizer's own token strings (byte-level BPE or SentencePiece),
-    or None when neither reading joins back into `text`."""
-    if not all(isinstance(token, str) for token in token_strs):
-        return None
-    if all(ch in _BYTE_LEVEL for token in token_strs for ch in token):
-        try:
-            byte_level = [bytes(_BYTE_LEVEL[ch] for ch in token).decode("utf-8") for token in token_strs]
-        except UnicodeDecodeError:
-            byte_level = []
-        if "".join(byte_level) == text:
-            return byte_level
-    sentencepiece = [
-        _SPM_BYTE.sub(lambda match: chr(int(match.group(1), 16)), token.replace("▁", " "))
-        for token in token_strs
-    ]
-    return sentencepiece if "".join(sentencepiece) == text else None
+        return _tokenize(self.tokenize_url, self.engine, text, self.model, self.headers).count
 
 
 # ---- what is measured --------------------------------------------------------------------------
@@ -380,7 +259,6 @@ def measure_corpus(send: Any, heads: Sequence[str], reference: dict[str, str]) -
 def calibration_sample() -> str:
     """The fallback sample (scaled mode when the stream is refused): code and questions."""
     from grill_locust.workload.corpus import stdlib_corpus
-    from grill_locust.workload.generators import QUESTIONS
 
     rng = random.Random(CALIBRATION_SEED)
     corpus = stdlib_corpus()
@@ -408,13 +286,9 @@ def backend_token_counter(backend: Backend, model: str | None = None) -> TokenCo
     with _cache_lock:
         if key in _cache:
             return _cache[key]
-    backend_headers = dict(backend.headers)
-    if backend.api_key is not None:
-        backend_headers["Authorization"] = f"Bearer {backend.api_key.get_secret_value()}"
-    # the key and headers go to the backend's own server only
-    headers = backend_headers if _same_server(backend.tokenize_url, backend.url) else {}
-    if model is None and backend.engine != "llamacpp" and backend.url:
-        model = _first_served_model(backend.url, backend_headers)
+    headers = headers_for(backend, backend.tokenize_url)
+    if model is None and engine_facts(backend.engine).model_in_tokenize and backend.url:
+        model = _first_served_model(backend)
     counter: TokenCounter | None
     try:
         counter = _calibrate(backend.name, backend.tokenize_url, backend.engine, model, headers)
@@ -432,26 +306,26 @@ def backend_token_counter(backend: Backend, model: str | None = None) -> TokenCo
 
 def _calibrate(name: str, url: str, engine: str, model: str | None, headers: dict[str, str]) -> TokenCounter:
     from grill_locust.workload.corpus import stdlib_corpus
-    from grill_locust.workload.generators import HEAD_REFERENCE, measured_heads
 
     def counter(ratio: float, measured: MeasuredCorpus | None = None) -> TokenCounter:
         return TokenCounter(name, url, engine, ratio, model, headers, measured)
 
     stream, _ = measured_stream(stdlib_corpus())
     try:
-        stream_tokens, pieces = tokenize_pieces(url, engine, stream, model, headers)
+        stream_tokens = _tokenize(url, engine, stream, model, headers, pieces=True)
     except TokenizeError as error:  # e.g. an endpoint that caps the length: one small sample
         log.info("backend %s: stream calibration refused (%s); using a sample", name, error)
         sample = calibration_sample()
-        return counter(tokenize_remote(url, engine, sample, model, headers) / count_tokens(sample))
-    ratio = stream_tokens / count_tokens(stream)
+        return counter(_tokenize(url, engine, sample, model, headers).count / count_tokens(sample))
+    ratio = stream_tokens.count / count_tokens(stream)
+    pieces = stream_tokens.pieces
     if pieces is None:
         return counter(ratio)
 
     def send(text: str) -> list[str]:
         if text == stream:
             return pieces  # already measured
-        _, found = tokenize_pieces(url, engine, text, model, headers)
+        found = _tokenize(url, engine, text, model, headers, pieces=True).pieces
         if found is None:
             raise TokenizeError(f"{url}: no token pieces for the spans")
         return found
@@ -466,31 +340,26 @@ def _calibrate(name: str, url: str, engine: str, model: str | None, headers: dic
     return counter(ratio, measured)
 
 
-def _same_server(url: str, other: str | None) -> bool:
-    """Whether two URLs reach the same server (scheme, host and port), as the client decides."""
-    if not other:
-        return False
-    first, second = urlsplit(url), urlsplit(other)
+def _tokenize(
+    url: str, engine: str, text: str, model: str | None, headers: dict[str, str], pieces: bool = False
+) -> Tokens:
+    return tokenize(
+        url, engine, text, model=model, headers=headers, pieces=pieces, timeout_s=CALIBRATION_TIMEOUT_S
+    )
+
+
+def _first_served_model(backend: Backend) -> str | None:
+    """The first model the backend lists (vLLM's tokenize wants one), or None."""
     try:
-        return (first.scheme, first.hostname, first.port or _DEFAULT_PORTS.get(first.scheme)) == (
-            second.scheme,
-            second.hostname,
-            second.port or _DEFAULT_PORTS.get(second.scheme),
+        listing = list_models(
+            backend.url,
+            backend.engine,
+            headers=headers_for(backend, backend.url),
+            timeout_s=CALIBRATION_TIMEOUT_S,
         )
-    except ValueError:  # a port that is not a number
-        return False
-
-
-def _first_served_model(url: str, headers: dict[str, str]) -> str | None:
-    """The first model id at `<url>/v1/models` (vLLM's tokenize wants one), or None."""
-    import requests
-
-    try:
-        response = requests.get(f"{url}/v1/models", headers=headers, timeout=CALIBRATION_TIMEOUT_S)
-        models = response.json().get("data") or []
-        return str(models[0]["id"]) if models else None
-    except (requests.RequestException, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError):
         return None
+    return listing.ids[0] if listing.ids else None
 
 
 def clear_cache() -> None:

@@ -9,7 +9,9 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from client_replay import load, split_pieces
@@ -157,7 +159,7 @@ def test_error_reply_is_http_status_and_keeps_the_connection() -> None:
 
 
 def test_key_goes_only_to_its_backend_and_tokenizer_counts_missing_usage() -> None:
-    # a llama-cpp-python-like stream with no usage and no timings
+    # a llama-cpp-python-like stream with no usage and no timings; llama.cpp's tokenize shape
     events = [
         '{"choices":[{"index":0,"delta":{"role":"assistant"},"finish_reason":null}]}',
         '{"choices":[{"index":0,"delta":{"content":"hello"},"finish_reason":null}]}',
@@ -187,6 +189,7 @@ def test_key_goes_only_to_its_backend_and_tokenizer_counts_missing_usage() -> No
                 api_key="sk-test-1234567890",
                 headers={"X-Team": "grill"},
                 tokenize_url=tokenizer.url + "/tokenize",
+                engine="llamacpp",
             )
         )
         result = client.stream(PATH, PAYLOAD)
@@ -204,6 +207,44 @@ def test_key_goes_only_to_its_backend_and_tokenizer_counts_missing_usage() -> No
         tokenizer.close()
 
 
+def streams_and_tokenizes(
+    events: list[str], tokenize_reply: bytes
+) -> Callable[[socket.socket, Request, Server], bool]:
+    """A server that answers /tokenize with `tokenize_reply` and anything else with a stream of `events`."""
+    stream = "".join(f"data: {e}\n\n" for e in events).encode()
+
+    def handle(conn: socket.socket, request: Request, server: Server) -> bool:
+        if request.path.endswith("/tokenize"):
+            reply = tokenize_reply
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(reply), reply))
+            return True
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + stream
+        )
+        return False
+
+    return handle
+
+
+@pytest.mark.parametrize(
+    ("engine", "body"),
+    [
+        ("llamacpp", {"content": "hello world", "add_special": False}),
+        ("vllm", {"prompt": "hello world", "add_special_tokens": False, "model": "devstral"}),
+        ("sim", {"prompt": "hello world", "add_special_tokens": False, "model": "devstral"}),
+    ],
+)
+def test_the_tokenizer_gets_the_one_body_shape_of_its_engine(engine: str, body: dict[str, Any]) -> None:
+    events = ['{"choices":[{"index":0,"delta":{"content":"hello world"},"finish_reason":"stop"}]}', "[DONE]"]
+    server = Server(streams_and_tokenizes(events, b'{"tokens": [1, 2]}'))
+    client = EngineClient(backend(server.url, tokenize_url=server.url + "/tokenize", engine=engine))
+    m = measure(client.stream(PATH, PAYLOAD).raw)
+    assert (m.output_tokens, m.tokens_source) == (2, "tokenizer")
+    (tokenize_request,) = [r for r in server.requests if r.path == "/tokenize"]
+    assert json.loads(tokenize_request.body) == body
+    server.close()
+
+
 def test_tool_call_output_is_counted_by_events_not_by_tokenizing_empty_text() -> None:
     events = [
         '{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"f"}}]}}]}',
@@ -212,19 +253,7 @@ def test_tool_call_output_is_counted_by_events_not_by_tokenizing_empty_text() ->
         '{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}',
         "[DONE]",
     ]
-    body = "".join(f"data: {e}\n\n" for e in events).encode()
-
-    def engine(conn: socket.socket, request: Request, server: Server) -> bool:
-        if request.path.endswith("/tokenize"):
-            reply = b'{"count": 99}'
-            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(reply), reply))
-            return True
-        conn.sendall(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + body
-        )
-        return False
-
-    server = Server(engine)
+    server = Server(streams_and_tokenizes(events, b'{"count": 99}'))
     client = EngineClient(backend(server.url, tokenize_url=server.url + "/tokenize"))
     m = measure(client.stream(PATH, PAYLOAD).raw)
     assert (m.status, m.output_tokens, m.tokens_source) == ("ok", 3, "events")

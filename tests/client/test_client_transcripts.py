@@ -1,5 +1,6 @@
-"""Real-shaped transcripts of vLLM, SGLang, llama.cpp, TGI, Ollama and LiteLLM, replayed on a fake
-clock through the client's sans-IO reader: each metric of the contract (DESIGN.md) is pinned."""
+"""Real-shaped transcripts of vLLM, SGLang, llama.cpp, TGI, Ollama, LiteLLM and OpenAI's API, replayed
+on a fake clock through the client's sans-IO reader: each metric of the contract (DESIGN.md) is pinned.
+Every engine of the engine table has at least one (`<engine>_<what>.http`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,12 @@ from dataclasses import dataclass
 import pytest
 from client_replay import load, piece_time, replay, split_pieces, transcript_names
 
+from grill_locust.engines import ENGINE_NAMES
 from grill_locust.record import measure
+
+# The simulated engine is no transcript: its replies are checked live, against the times it logged
+# for every event it sent (tests/client/test_client_sim.py, tests/sim/).
+LIVE_ONLY_ENGINES = ("sim",)
 
 
 @dataclass(frozen=True)
@@ -57,11 +63,20 @@ EXPECTED: dict[str, Expected] = {
     "litellm_error_midstream": Expected(
         "http_500", (1,), 1, 2, None, None, None, 1, "events", "class", error_contains="Connection reset"
     ),
+    # `usage: null` in every chunk, usage with details last; the role chunk's empty content is no output
+    "openai_chat": Expected("ok", (2, 3, 4), 2, 7, "stop", 1100, 1024, 3, "usage", "def add():"),
 }
 
 
 def test_every_transcript_has_expectations() -> None:
     assert sorted(EXPECTED) == transcript_names()
+
+
+def test_every_engine_of_the_table_has_a_replayed_transcript() -> None:
+    """Adding an engine is one entry in the engine table plus a transcript of its stream here."""
+    engines_replayed = {name.split("_")[0] for name in EXPECTED}
+    missing = [engine for engine in ENGINE_NAMES if engine not in engines_replayed]
+    assert missing == list(LIVE_ONLY_ENGINES)
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

@@ -7,6 +7,7 @@ import sys
 
 from sim_driver import chat_payload, request
 
+from grill_locust.config import Backend
 from grill_locust.sim import SimProcess
 from grill_locust.sim.params import PROFILES, resolve_params
 
@@ -54,6 +55,23 @@ def test_flags_reach_the_running_server(tmp_path):
         too_long = request(sim.port, "/v1/chat/completions", chat_payload("x " * 60, model="my-model"))
         assert too_long.status == 400
         assert sim.stop() == 0  # SIGTERM stops it cleanly
+
+
+def test_a_backends_sim_args_become_flags_and_its_key_goes_through_the_environment():
+    key = "sk-sim-for-backend-91c2"
+    backend = Backend(
+        name="sim", engine="sim", profile="sglang", sim_args={"max_model_len": 64, "api_key": key}
+    )
+    with SimProcess.for_backend(backend, "served-here") as sim:
+        assert not any(key in argument for argument in sim.process.args)
+        assert "--max-model-len=64" in sim.process.args and "sglang" in sim.process.args
+        assert request(sim.port, "/v1/models", method="GET").status == 401
+        models = request(sim.port, "/v1/models", method="GET", headers={"authorization": f"Bearer {key}"})
+        assert models.status == 200
+        assert (
+            models.json()["data"][0]["id"] == "served-here"
+            and models.json()["data"][0]["max_model_len"] == 64
+        )
 
 
 def test_grill_sim_is_routed_by_the_main_cli():

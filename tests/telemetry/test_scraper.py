@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import urllib.request
@@ -116,6 +120,48 @@ def test_started_scraper_delivers_engine_and_gpu_samples_every_interval(
     settled = len(rounds)
     gevent.sleep(0.5)
     assert len(rounds) == settled  # stopped means stopped
+
+
+SILENT_TARGETS = 3
+
+
+def test_a_silent_target_holds_up_no_other_under_gevent(metrics_server: MetricsServer) -> None:
+    """Under Locust (gevent-patched sockets) the targets of a round are fetched at once: three
+    targets that accept and never answer cost one scrape timeout together, not one each."""
+    silent = [socket.socket() for _ in range(SILENT_TARGETS)]
+    for listener in silent:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)  # the kernel accepts; nobody reads or answers
+    metrics_server.body = fixture_text("vllm_v1.txt")
+    script = textwrap.dedent(
+        """
+        from gevent import monkey; monkey.patch_all()
+        import sys, time
+        from grill_locust.config import Backend
+        from grill_locust.telemetry.scraper import TelemetryScraper
+        fast, *silent = sys.argv[1:]
+        backends = [Backend(name=f"silent{i}", url=url, engine="vllm") for i, url in enumerate(silent)]
+        scraper = TelemetryScraper([*backends, Backend(name="fast", url=fast, engine="vllm")], interval_s=1.0)
+        start = time.monotonic()
+        samples = scraper.scrape_once()
+        print(scraper.timeout_s, time.monotonic() - start, *[s["backend"] for s in samples])
+        """
+    )
+    urls = [f"http://127.0.0.1:{listener.getsockname()[1]}" for listener in silent]
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script, metrics_server.url, *urls],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        for listener in silent:
+            listener.close()
+    assert done.returncode == 0, done.stderr[-2000:]
+    timeout_s, elapsed_s, *answered = done.stdout.split()
+    assert answered == ["fast"]
+    assert float(timeout_s) <= float(elapsed_s) < SILENT_TARGETS * float(timeout_s)
 
 
 def chat(url: str, prompt: str) -> None:

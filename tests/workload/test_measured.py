@@ -13,15 +13,11 @@ from typing import Any
 
 import pytest
 
+from grill_locust.client.backend_http import decode_token_strs
 from grill_locust.config import Conversation
 from grill_locust.workload import TokenCounter, build_workload
-from grill_locust.workload.calibrate import (
-    MeasuredCorpus,
-    decode_token_strs,
-    measure_corpus,
-    name_span,
-)
-from grill_locust.workload.generators import HEAD_REFERENCE, measured_heads
+from grill_locust.workload.calibrate import MeasuredCorpus, measure_corpus, name_span
+from grill_locust.workload.heads import HEAD_REFERENCE, measured_heads
 from grill_locust.workload.tokens import count_tokens, tokenize
 
 PLAN_BUDGET_MS = 5.0

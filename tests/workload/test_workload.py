@@ -13,7 +13,8 @@ import pytest
 
 from grill_locust.config import Conversation
 from grill_locust.workload import ConversationPlan, TokenCounter, build_workload
-from grill_locust.workload.generators import QUESTIONS, _fit
+from grill_locust.workload.generators import _fit
+from grill_locust.workload.heads import QUESTIONS
 from grill_locust.workload.tokens import count_tokens, seam_change, tokenize
 
 BLOCK_TOKENS = 16  # prefix caches share whole blocks of this many tokens (vLLM's default)

@@ -3,8 +3,9 @@
 The events are the shapes these servers send (field order, nulls, `data:` spacing, framing), taken
 from their sources and captured streams; ids and timestamps are made up. Each server's framing:
 uvicorn (vLLM, SGLang, LiteLLM) and axum (TGI) and Go net/http (Ollama) and cpp-httplib
-(llama.cpp) all use chunked transfer encoding, one HTTP chunk per write; Go's flush may carry two
-events in one chunk. Run `python tests/client/transcripts/build.py` to regenerate.
+(llama.cpp) and OpenAI's API all use chunked transfer encoding, one HTTP chunk per write; Go's
+flush may carry two events in one chunk. A transcript is named after its engine in the engine table
+(`<engine>_<what>.http`). Run `python tests/client/transcripts/build.py` to regenerate.
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ TGI_HEAD = (
 OLLAMA_HEAD = (
     "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nDate: Tue, 03 Jun 2025 10:00:00 GMT\r\n"
     "Transfer-Encoding: chunked\r\n\r\n"
+)
+OPENAI_HEAD = (
+    "HTTP/1.1 200 OK\r\nDate: Tue, 03 Jun 2025 10:00:00 GMT\r\nContent-Type: text/event-stream; charset=utf-8\r\n"
+    "Transfer-Encoding: chunked\r\nConnection: keep-alive\r\naccess-control-expose-headers: X-Request-ID\r\n"
+    "openai-processing-ms: 183\r\nopenai-version: 2020-10-01\r\nx-request-id: req_4f1c0e9a7b2d\r\n"
+    "cf-cache-status: DYNAMIC\r\nServer: cloudflare\r\n\r\n"
 )
 
 V = '{"id":"chatcmpl-9f2c","object":"chat.completion.chunk","created":1748944800,"model":"devstral"'
@@ -182,6 +189,27 @@ LITELLM_ERROR = [
     '{"error": {"message": "litellm.APIConnectionError: Hosted_vllmException - Connection reset by peer", "type": null, "param": null, "code": "500"}}',
 ]
 
+# OpenAI's own API: `usage: null` in every chunk until the last, `service_tier`, `refusal`, an
+# `obfuscation` pad on each chunk, a finish chunk with an empty delta, then usage with details
+OA = '{"id":"chatcmpl-BXz1","object":"chat.completion.chunk","created":1748944800,"model":"gpt-4.1-mini-2025-04-14","service_tier":"default","system_fingerprint":"fp_6f2eabb9a5"'
+OPENAI_CHAT = [
+    OA
+    + ',"choices":[{"index":0,"delta":{"role":"assistant","content":"","refusal":null},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"q3L"}',
+    OA
+    + ',"choices":[{"index":0,"delta":{"content":"def"},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"x1Yz9"}',
+    OA
+    + ',"choices":[{"index":0,"delta":{"content":" add"},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"Pq0"}',
+    OA
+    + ',"choices":[{"index":0,"delta":{"content":"():"},"logprobs":null,"finish_reason":null}],"usage":null,"obfuscation":"7Hd2"}',
+    OA
+    + ',"choices":[{"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"}],"usage":null,"obfuscation":"a9"}',
+    OA + ',"choices":[],"usage":{"prompt_tokens":1100,"completion_tokens":3,"total_tokens":1103,'
+    '"prompt_tokens_details":{"cached_tokens":1024,"audio_tokens":0},"completion_tokens_details":'
+    '{"reasoning_tokens":0,"audio_tokens":0,"accepted_prediction_tokens":0,"rejected_prediction_tokens":0}},'
+    '"obfuscation":"Zk"}',
+    "[DONE]",
+]
+
 
 def chunked(body_pieces: list[str]) -> str:
     out = []
@@ -224,6 +252,7 @@ def main() -> None:
     write("litellm_error_midstream", LITELLM_HEAD, sse(LITELLM_ERROR))
     # sse-starlette (used by several OpenAI-compatible servers and proxies) ends lines with CRLF
     write("litellm_crlf", LITELLM_HEAD, sse(VLLM_CHAT, newline="\r\n"))
+    write("openai_chat", OPENAI_HEAD, sse(OPENAI_CHAT))
 
 
 if __name__ == "__main__":
