@@ -21,21 +21,10 @@ from pydantic import (
 
 from grill_locust.config._errors import ConfigError, describe_validation_error
 from grill_locust.config._secrets import REDACTED, reveal, walk_secrets
+from grill_locust.engines import engine_facts, engine_name
 from grill_locust.redact import redact_secret_keys, secret_key_values
 
-ENGINES = ("vllm", "sglang", "llamacpp", "tgi", "ollama", "litellm", "openai", "sim")
 SIM_PROFILES = ("vllm", "vllm-no-prefix-cache", "sglang", "llamacpp")
-# engines that serve Prometheus /metrics and a /tokenize endpoint at these paths by default
-ENGINES_WITH_METRICS = ("vllm", "sglang", "llamacpp", "sim")
-ENGINES_WITH_TOKENIZE = ("vllm", "sglang", "llamacpp", "sim")
-# spellings seen in other tools' files, after lower-casing and dropping ".", "-", "_" and spaces
-_ENGINE_SYNONYMS = {
-    "llamacppserver": "llamacpp",
-    "llamaserver": "llamacpp",
-    "textgenerationinference": "tgi",
-    "openaicompatible": "openai",
-    "simulated": "sim",
-}
 
 KINDS = ("multi-turn", "shared-prefix", "short-baseline", "unique-prompts", "fixed")
 # built-in conversations, usable by name in targets without declaring them
@@ -123,13 +112,7 @@ class Backend(_Frozen):
     @field_validator("engine", mode="before")
     @classmethod
     def _known_engine(cls, value: Any) -> Any:
-        if not isinstance(value, str):
-            return value
-        key = re.sub(r"[\s._-]", "", value.lower())
-        key = _ENGINE_SYNONYMS.get(key, key)
-        if key not in ENGINES:
-            raise ValueError(f"unknown engine {value!r} (known: {', '.join(sorted(ENGINES))})")
-        return key
+        return engine_name(value) if isinstance(value, str) else value
 
     @field_validator("api_key", mode="before")
     @classmethod
@@ -170,11 +153,16 @@ class Backend(_Frozen):
             if not self.url:
                 raise ValueError("url: required (e.g. http://127.0.0.1:8000)")
         if self.url:
-            if self.metrics_url is None and self.engine in ENGINES_WITH_METRICS:
-                object.__setattr__(self, "metrics_url", f"{self.url}/metrics")
-            if self.tokenize_url is None and self.engine in ENGINES_WITH_TOKENIZE:
-                object.__setattr__(self, "tokenize_url", f"{self.url}/tokenize")
+            for key, path in self._default_endpoints():
+                if getattr(self, key) is None:
+                    object.__setattr__(self, key, f"{self.url}{path}")
         return self
+
+    def _default_endpoints(self) -> list[tuple[str, str]]:
+        """(field, route) of the endpoints this engine serves without being configured."""
+        facts = engine_facts(self.engine)
+        routes = (("metrics_url", facts.metrics_path), ("tokenize_url", facts.tokenize_path))
+        return [(key, path) for key, path in routes if path is not None]
 
     @property
     def managed(self) -> bool:
@@ -185,7 +173,7 @@ class Backend(_Frozen):
         """This backend at another base URL (e.g. a simulated engine once started); default endpoints follow."""
         data = reveal(self.model_dump())
         if self.url:
-            for key, path in (("metrics_url", "/metrics"), ("tokenize_url", "/tokenize")):
+            for key, path in self._default_endpoints():
                 if data[key] == f"{self.url}{path}":
                     data[key] = None
         data["url"] = url
