@@ -93,7 +93,7 @@ _BOUNDS = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "l
 def _explain(error: Any, path: YamlPath, root: type[BaseModel] | None, loc: YamlPath) -> str:
     """What pydantic's `error` means in plain words; `loc` is its place under `root`, `path` in the file."""
     kind = error["type"]
-    shown = _shown_input(error.get("input"), path)
+    shown = shown_input(error.get("input"), path)
     if kind == "missing":
         return "required"
     if kind == "extra_forbidden":
@@ -125,7 +125,7 @@ def _explain(error: Any, path: YamlPath, root: type[BaseModel] | None, loc: Yaml
     return f"{message}, got {shown}"
 
 
-def _shown_input(value: Any, path: YamlPath) -> str:
+def shown_input(value: Any, path: YamlPath) -> str:
     if any(part in SECRET_KEYS for part in path if isinstance(part, str)):
         return "a secret value (not shown)"
     if isinstance(value, (dict, list)):

@@ -19,38 +19,13 @@ from pydantic import (
     model_validator,
 )
 
-from grill_locust.config._errors import ConfigError, describe_validation_error
+from grill_locust.config._errors import ConfigError, describe_validation_error, shown_input
 from grill_locust.config._secrets import REDACTED, reveal, walk_secrets
 from grill_locust.engines import engine_facts, engine_name
 from grill_locust.redact import redact_secret_keys, secret_key_values
+from grill_locust.workload.kinds import BUILTIN_CONVERSATION_KINDS, KINDS, SIZE_FIELDS, WORKLOAD_KINDS
 
 SIM_PROFILES = ("vllm", "vllm-no-prefix-cache", "sglang", "llamacpp")
-
-KINDS = ("multi-turn", "shared-prefix", "short-baseline", "unique-prompts", "fixed")
-# built-in conversations, usable by name in targets without declaring them
-BUILTIN_CONVERSATION_KINDS = {
-    "multi-turn-session": "multi-turn",
-    "shared-prefix": "shared-prefix",
-    "short-baseline": "short-baseline",
-    "unique-prompts": "unique-prompts",
-}
-# the size fields each kind uses, with their defaults (tokens), in the spirit of the seed study
-KIND_DEFAULTS: dict[str, dict[str, Any]] = {
-    "multi-turn": {"system_tokens": 1500, "user_turns": 4, "turn_tokens": 150, "shared_system": False},
-    "shared-prefix": {"prefix_tokens": 4000, "question_tokens": 100},
-    "short-baseline": {"prompt_tokens": 50},
-    "unique-prompts": {"prompt_tokens": 3000},
-    "fixed": {},
-}
-_SIZE_FIELDS = (
-    "system_tokens",
-    "user_turns",
-    "turn_tokens",
-    "shared_system",
-    "prefix_tokens",
-    "question_tokens",
-    "prompt_tokens",
-)
 
 DEFAULT_TIERS = (1, 5, 10, 20, 50, 100, 150, 200)
 _MAX_TOKENS_PER_MESSAGE = 1_000_000
@@ -209,7 +184,7 @@ class Conversation(_Frozen):
     """What one simulated user sends in one iteration: a workload kind and its sizes (tokens)."""
 
     name: str = Field(min_length=1)
-    kind: Literal["multi-turn", "shared-prefix", "short-baseline", "unique-prompts", "fixed"]
+    kind: str  # a name of WORKLOAD_KINDS (checked in _kind_and_defaults)
     description: str = ""
     system_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
     user_turns: int | None = Field(default=None, ge=1, le=100)
@@ -237,10 +212,11 @@ class Conversation(_Frozen):
             else:
                 raise ValueError(f"kind: required, one of {', '.join(KINDS)} (or give turns)")
         kind = data["kind"]
-        if kind not in KIND_DEFAULTS:
-            return data  # the Literal check names the choices
-        defaults = KIND_DEFAULTS[kind]
-        for key in _SIZE_FIELDS:
+        if not isinstance(kind, str) or kind not in WORKLOAD_KINDS:
+            choices = ", ".join(repr(name) for name in KINDS[:-1]) + f" or {KINDS[-1]!r}"
+            raise ValueError(f"kind: expected {choices}, got {shown_input(kind, ())}")
+        defaults = WORKLOAD_KINDS[kind].sizes
+        for key in SIZE_FIELDS:
             if data.get(key) is not None and key not in defaults:
                 used = ", ".join(defaults) or "turns"
                 raise ValueError(f"{key}: not used by kind {kind!r} (it uses: {used})")
