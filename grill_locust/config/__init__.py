@@ -26,6 +26,7 @@ from grill_locust.config._schema import (
     Conversation,
     Model,
     Scenario,
+    Slo,
     Target,
     iter_secrets,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "Conversation",
     "Model",
     "Scenario",
+    "Slo",
     "Target",
     "expand_env_string",
     "iter_secrets",

@@ -292,11 +292,19 @@ class Load(_Frozen):
 
 
 class Slo(_Frozen):
-    """The service level a tier must meet to count as capacity."""
+    """The service level a tier must meet to count as capacity, each bound met at equality: TTFT p50
+    <= ttft_p50_s, E2E p50 <= e2e_p50_s, success rate >= success_rate. A scenario's `slo:` section;
+    `grill report` judges tiers by it (report/capacity.py)."""
 
     ttft_p50_s: float = Field(default=2.0, gt=0)
     e2e_p50_s: float = Field(default=10.0, gt=0)
     success_rate: float = Field(default=0.99, gt=0, le=1)
+
+    def describe(self) -> str:
+        return (
+            f"TTFT p50 <= {self.ttft_p50_s:g} s, E2E p50 <= {self.e2e_p50_s:g} s, "
+            f"success >= {self.success_rate * 100:g} %"
+        )
 
 
 class InfluxSettings(_Frozen):
