@@ -42,7 +42,8 @@ def is_llm_grill_file(data: dict[str, Any]) -> bool:
 
 def with_llm_grill_defaults(data: dict[str, Any]) -> dict[str, Any]:
     """What llm-grill did with what such a file leaves out: engine `openai`, 512 max_tokens, one user,
-    one iteration, no think time, 10 s between ramp levels; its run_id and SSH keys are not ours."""
+    one iteration, no think time, 10 s between ramp levels; `api_key: none` is no key; its run_id and
+    SSH keys are not ours."""
     data = {key: value for key, value in data.items() if key != "run_id"}
     key = backends_key(data)
     if isinstance(data.get(key), list):
@@ -50,6 +51,8 @@ def with_llm_grill_defaults(data: dict[str, Any]) -> dict[str, Any]:
         for backend in data[key]:
             if isinstance(backend, dict):
                 backend = {k: v for k, v in backend.items() if k not in _LLM_GRILL_SSH_KEYS}
+                if _means_no_key(backend.get("api_key")):
+                    del backend["api_key"]
                 if not any(k in backend for k in ("engine", *_LLM_GRILL_ENGINE_KEYS)):
                     backend["engine"] = "openai"
             backends.append(backend)
@@ -70,6 +73,12 @@ def with_llm_grill_defaults(data: dict[str, Any]) -> dict[str, Any]:
             load.setdefault("ramp_pause_seconds", 10.0)
         data["load"] = load
     return data
+
+
+def _means_no_key(api_key: Any) -> bool:
+    """llm-grill sends no Authorization header for `api_key: none` (its default); `None` and `NONE`
+    are read alike, as no one means a bearer token of that name."""
+    return isinstance(api_key, str) and api_key.strip().lower() == "none"
 
 
 def parse_load(raw: dict[str, Any], source: str, lines: LineMap) -> Load:
