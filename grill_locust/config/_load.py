@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import Any
@@ -26,8 +27,10 @@ from grill_locust.config._schema import (
     Scenario,
     Target,
 )
-from grill_locust.config._yaml_lines import parse_yaml
+from grill_locust.config._yaml_lines import DuplicateKey, parse_yaml
 from grill_locust.errors import GrillError
+
+log = logging.getLogger(__name__)
 
 
 def load_scenario(path: str | os.PathLike[str]) -> Scenario:
@@ -39,16 +42,24 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
         raise ConfigError(f"{source}: no such file") from None
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{source}: cannot read: {error}") from None
-    data, lines = parse_yaml(text, source)
-    return parse_scenario(data, source, _lines=lines)
+    data, lines, duplicates = parse_yaml(text, source)
+    return _parse(data, source, lines, duplicates)
 
 
-def parse_scenario(data: Any, source: str, _lines: LineMap | None = None) -> Scenario:
+def parse_scenario(data: Any, source: str) -> Scenario:
     """Validate already-parsed scenario data (a dict as YAML gives it); `source` names it in errors."""
-    lines = _lines or {}
+    return _parse(data, source, {}, [])
+
+
+def _parse(data: Any, source: str, lines: LineMap, duplicates: list[DuplicateKey]) -> Scenario:
     if not isinstance(data, dict):
         what = "an empty file" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{source}: expected a mapping with backends, models, targets (got {what})")
+    if duplicates:
+        if not is_llm_grill_file(data):
+            raise ConfigError(duplicates[0].describe(source))
+        for duplicate in duplicates:  # llm-grill loads them, the last one winning
+            log.warning("%s: the last one is used, as llm-grill does", duplicate.describe(source))
     data = expand_env(data, (), source, lines)
     if is_llm_grill_file(data):
         data = with_llm_grill_defaults(data)

@@ -2,36 +2,33 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import yaml
 
-from grill_locust.config._errors import ConfigError, LineMap, YamlPath
+from grill_locust.config._errors import ConfigError, LineMap, YamlPath, format_path
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys (PyYAML would silently keep the last one)."""
+@dataclass(frozen=True)
+class DuplicateKey:
+    """A key given twice in one mapping (PyYAML keeps the last value): `path` is the mapping's."""
+
+    path: YamlPath
+    key: str
+    line: int
+    column: int
+    first_line: int
+
+    def describe(self, source: str) -> str:
+        where = f" in {format_path(self.path)}" if self.path else ""
+        return f"{source}:{self.line}:{self.column}: duplicate key {self.key!r}{where} (first at line {self.first_line})"
 
 
-def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)  # type: ignore[no-untyped-call]
-        try:
-            duplicate = key in seen
-        except TypeError:
-            continue  # unhashable keys: PyYAML reports them itself
-        if duplicate:
-            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}", key_node.start_mark)
-        seen.add(key)
-    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
-
-
-def parse_yaml(text: str, source: str) -> tuple[Any, LineMap]:
-    loader = _StrictLoader(text)
+def parse_yaml(text: str, source: str) -> tuple[Any, LineMap, list[DuplicateKey]]:
+    """The data, the line of every YAML path, and the keys given twice (the caller decides whether
+    that is an error: llm-grill files allow it)."""
+    loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()
         data = None if node is None else loader.construct_document(node)
@@ -45,19 +42,28 @@ def parse_yaml(text: str, source: str) -> tuple[Any, LineMap]:
     finally:
         loader.dispose()
     lines: LineMap = {}
+    duplicates: list[DuplicateKey] = []
     if node is not None:
-        _record_lines(node, (), lines)
-    return data, lines
+        _walk(node, (), lines, duplicates)
+    return data, lines, duplicates
 
 
-def _record_lines(node: yaml.Node, path: YamlPath, lines: LineMap) -> None:
+def _walk(node: yaml.Node, path: YamlPath, lines: LineMap, duplicates: list[DuplicateKey]) -> None:
     lines[path] = node.start_mark.line + 1
     if isinstance(node, yaml.MappingNode):
+        first_lines: dict[tuple[str, str], int] = {}
         for key_node, value_node in node.value:
             if isinstance(key_node, yaml.ScalarNode):
                 child = (*path, str(key_node.value))
-                _record_lines(value_node, child, lines)
-                lines[child] = key_node.start_mark.line + 1
+                _walk(value_node, child, lines, duplicates)
+                line = key_node.start_mark.line + 1
+                lines[child] = line
+                identity = (key_node.tag, key_node.value)  # '1' and 1 are two keys
+                if identity in first_lines:
+                    column = key_node.start_mark.column + 1
+                    duplicates.append(DuplicateKey(path, key_node.value, line, column, first_lines[identity]))
+                else:
+                    first_lines[identity] = line
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            _record_lines(item, (*path, index), lines)
+            _walk(item, (*path, index), lines, duplicates)
