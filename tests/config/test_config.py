@@ -439,7 +439,7 @@ def test_managed_sim_gets_endpoints_once_it_has_a_url(tmp_path: Path) -> None:
 def test_yaml_errors_and_paths_are_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_scenario(write(tmp_path, "backends: [\n", "bad.yaml"))
-    assert str(caught.value).startswith(f"{tmp_path / 'bad.yaml'}:2:1: YAML syntax error")
+    assert str(caught.value).startswith(f"{tmp_path / 'bad.yaml'}:1:11: YAML syntax error")
     with pytest.raises(ConfigError, match="no such file"):
         load_scenario(tmp_path / "missing.yaml")
     with pytest.raises(ConfigError, match=r"^inline: targets\[0\]\.conversation: required"):
