@@ -103,14 +103,16 @@ def _parse(data: Any, source: str, lines: LineMap, duplicates: list[DuplicateKey
 
 def parse_tiers(text: str, option: str = "--tiers") -> list[int]:
     """`"1,5,10"` -> [1, 5, 10], for command-line overrides; GrillError naming the option otherwise."""
+    expected = "expected comma-separated positive numbers of users like 1,5,10"
+    parts = text.replace(" ", "").split(",")
+    if text.strip() and "" in parts:
+        raise GrillError(f"{option}: item {parts.index('') + 1} of {text!r} is empty ({expected})")
     try:
-        tiers = [int(part) for part in text.replace(" ", "").split(",") if part]
+        tiers = [int(part) for part in parts if part]
     except ValueError:
         tiers = []
     if not tiers or any(users < 1 for users in tiers):
-        raise GrillError(
-            f"{option}: expected comma-separated positive numbers of users like 1,5,10, got {text!r}"
-        )
+        raise GrillError(f"{option}: {expected}, got {text!r}")
     return tiers
 
 

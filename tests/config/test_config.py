@@ -471,6 +471,13 @@ def test_parse_tiers() -> None:
     for bad in ("", "1,x", "0", "-3"):
         with pytest.raises(GrillError, match="--tiers: expected comma-separated"):
             parse_tiers(bad)
+    for bad, item in (("1,,2", 2), ("1,5,", 3), (",1", 1)):
+        with pytest.raises(GrillError) as caught:
+            parse_tiers(bad)
+        assert str(caught.value) == (
+            f"--tiers: item {item} of {bad!r} is empty "
+            "(expected comma-separated positive numbers of users like 1,5,10)"
+        )
 
 
 def test_started_engines_get_their_urls_everywhere(tmp_path: Path) -> None:
