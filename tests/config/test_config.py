@@ -490,3 +490,16 @@ def test_started_engines_get_their_urls_everywhere(tmp_path: Path) -> None:
     assert Scenario.from_wire(started.to_wire()) == started
     with pytest.raises(ConfigError, match="no backend named nope"):
         scenario.with_backend_urls({"nope": "http://127.0.0.1:1"})
+
+
+def test_an_unknown_key_or_kind_lists_what_is_known(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_scenario(write(tmp_path, MINIMAL + "load: {tires: [1]}\n"))
+    message = str(caught.value)
+    assert "load.tires: unknown key (known: concurrent_users, iterations, pause_s, ramp_levels," in message
+    with pytest.raises(ConfigError) as caught:
+        load_scenario(write(tmp_path, MINIMAL + "conversations: [{name: c, kind: agentic}]\n"))
+    assert str(caught.value).endswith(
+        "conversations[0].kind: expected 'multi-turn', 'shared-prefix', 'short-baseline', "
+        "'unique-prompts' or 'fixed', got 'agentic' (line 5)"
+    )
