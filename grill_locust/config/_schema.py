@@ -23,9 +23,8 @@ from grill_locust.config._errors import ConfigError, describe_validation_error, 
 from grill_locust.config._secrets import REDACTED, reveal, walk_secrets
 from grill_locust.engines import engine_facts, engine_name
 from grill_locust.redact import redact_secret_keys, secret_key_values
+from grill_locust.sim.params import PROFILES as SIM_PROFILES
 from grill_locust.workload.kinds import BUILTIN_CONVERSATION_KINDS, KINDS, SIZE_FIELDS, WORKLOAD_KINDS
-
-SIM_PROFILES = ("vllm", "vllm-no-prefix-cache", "sglang", "llamacpp")
 
 DEFAULT_TIERS = (1, 5, 10, 20, 50, 100, 150, 200)
 _MAX_TOKENS_PER_MESSAGE = 1_000_000
