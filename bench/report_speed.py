@@ -60,12 +60,12 @@ def time_report(run_dir: Path, out_dir: Path) -> dict[str, float]:
         clock = now
 
     from grill_locust.report.build import assemble, load_runs
-    from grill_locust.report.capacity import SloTarget
+    from grill_locust.report.capacity import slo_of_run
     from grill_locust.report.write import write_report
 
     runs = load_runs([(None, run_dir)])
     lap("load records.parquet")
-    report = assemble(runs, SloTarget.from_meta(runs[0].run.meta), compare=False)
+    report = assemble(runs, slo_of_run(runs[0].run.meta), compare=False)
     lap("tier statistics")
     write_report(report, out_dir)
     lap("figures + report.html")

@@ -15,8 +15,9 @@ from typing import Any
 
 import pandas as pd
 
+from grill_locust.config import Slo
 from grill_locust.report.aggregate import summarize_with_turns
-from grill_locust.report.capacity import SloTarget, capacity_at_slo, recommendations
+from grill_locust.report.capacity import capacity_at_slo, recommendations
 from grill_locust.report.load import RunData, load_run
 from grill_locust.report.progress import Progress
 
@@ -32,7 +33,7 @@ class Report:
     """Everything a report shows, as DataFrames (the HTML and JSON are views of this)."""
 
     runs: list[LabelledRun]
-    slo: SloTarget
+    slo: Slo
     summary: pd.DataFrame
     turns: pd.DataFrame
     capacity: pd.DataFrame
@@ -60,9 +61,7 @@ def load_runs(
     return runs
 
 
-def assemble(
-    runs: list[LabelledRun], slo: SloTarget, compare: bool, progress: Progress | None = None
-) -> Report:
+def assemble(runs: list[LabelledRun], slo: Slo, compare: bool, progress: Progress | None = None) -> Report:
     summaries, turn_tables = [], []
     for labelled in runs:
         summary, turns = summarize_with_turns(labelled.run)
@@ -91,12 +90,12 @@ def assemble(
     )
 
 
-def _slo_notes(runs: list[LabelledRun], slo: SloTarget) -> list[str]:
+def _slo_notes(runs: list[LabelledRun], slo: Slo) -> list[str]:
     notes = []
     for labelled in runs:
         own = labelled.run.meta.get("slo")
         if isinstance(own, dict) and any(
-            own.get(k) is not None and not math.isclose(float(own[k]), v) for k, v in slo.as_dict().items()
+            own.get(k) is not None and not math.isclose(float(own[k]), v) for k, v in slo.model_dump().items()
         ):
             notes.append(
                 f"run {labelled.label} declared a different SLO ({own}); all runs are judged by {slo.describe()}"
@@ -111,7 +110,7 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 def report_json(report: Report) -> dict[str, Any]:
     return {
-        "slo": report.slo.as_dict(),
+        "slo": report.slo.model_dump(),
         "runs": [
             {"label": r.label, "run_id": r.run.run_id, "run_dir": str(r.run.run_dir), "meta": r.run.meta}
             for r in report.runs

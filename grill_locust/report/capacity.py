@@ -9,11 +9,11 @@ one, on the metric that crosses its bound first (the binding metric).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
+from grill_locust.config import Slo
 from grill_locust.errors import GrillError
 
 METRIC_TTFT = "ttft_p50_s"
@@ -33,41 +33,27 @@ CAPACITY_COLUMNS: list[str] = [
 ]
 
 
-@dataclass(frozen=True)
-class SloTarget:
-    """The service level a tier must meet (defaults as the scenario schema's `slo:`)."""
-
-    ttft_p50_s: float = 2.0
-    e2e_p50_s: float = 10.0
-    success_rate: float = 0.99
-
-    @classmethod
-    def from_meta(cls, meta: dict[str, Any], **overrides: float | None) -> SloTarget:
-        """run.json / config.yaml `slo` dict, then flag overrides (None: not given)."""
-        values: dict[str, float] = {}
-        slo = meta.get("slo")
-        if isinstance(slo, dict):
-            for name in ("ttft_p50_s", "e2e_p50_s", "success_rate"):
-                if slo.get(name) is not None:
-                    values[name] = _positive(slo[name], f"slo.{name}")
-        for name, value in overrides.items():
-            if value is not None:
-                values[name] = _positive(value, FLAG_NAMES.get(name, name))
-        target = cls(**values)
-        if not 0.0 < target.success_rate <= 1.0:
-            raise GrillError(
-                f"slo success rate: {target.success_rate} is not a fraction in (0, 1] (e.g. 0.99)"
-            )
-        return target
-
-    def describe(self) -> str:
-        return (
-            f"TTFT p50 <= {self.ttft_p50_s:g} s, E2E p50 <= {self.e2e_p50_s:g} s, "
-            f"success >= {self.success_rate * 100:g} %"
+def slo_of_run(meta: dict[str, Any], **overrides: float | None) -> Slo:
+    """The SLO a run is judged by: its own `slo` (run.json, or config.yaml), then flag overrides (None:
+    not given); GrillError naming the key or the flag of a bad value."""
+    values: dict[str, float] = {}
+    places: dict[str, str] = {}
+    own = meta.get("slo")
+    if isinstance(own, dict):
+        for name in Slo.model_fields:
+            if own.get(name) is not None:
+                places[name] = f"slo.{name}"
+                values[name] = _positive(own[name], places[name])
+    for name, value in overrides.items():
+        if value is not None:
+            places[name] = FLAG_NAMES.get(name, name)
+            values[name] = _positive(value, places[name])
+    success_rate = values.get("success_rate", 1.0)
+    if success_rate > 1.0:
+        raise GrillError(
+            f"{places['success_rate']}: success rate {success_rate:g} is not a fraction in (0, 1] (e.g. 0.99)"
         )
-
-    def as_dict(self) -> dict[str, float]:
-        return {"ttft_p50_s": self.ttft_p50_s, "e2e_p50_s": self.e2e_p50_s, "success_rate": self.success_rate}
+    return Slo(**values)
 
 
 def _positive(value: Any, place: str) -> float:
@@ -80,7 +66,7 @@ def _positive(value: Any, place: str) -> float:
     return number
 
 
-def tier_failures(row: pd.Series, slo: SloTarget) -> list[str]:
+def tier_failures(row: pd.Series, slo: Slo) -> list[str]:
     """The SLO metrics this tier misses. A latency without a successful request to measure it (NaN) is
     no miss of its own: that tier misses the success rate."""
     failures = []
@@ -93,7 +79,7 @@ def tier_failures(row: pd.Series, slo: SloTarget) -> list[str]:
     return failures
 
 
-def capacity_at_slo(summary: pd.DataFrame, slo: SloTarget) -> pd.DataFrame:
+def capacity_at_slo(summary: pd.DataFrame, slo: Slo) -> pd.DataFrame:
     """One row per scenario x series (CAPACITY_COLUMNS), scenarios in order, best series first."""
     rows = []
     for (scenario, series), tiers in summary.groupby(["scenario", "series"], sort=True):
@@ -108,7 +94,7 @@ def capacity_at_slo(summary: pd.DataFrame, slo: SloTarget) -> pd.DataFrame:
     return capacity.drop(columns="_rank").reset_index(drop=True)
 
 
-def _series_capacity(tiers: pd.DataFrame, slo: SloTarget) -> dict[str, Any]:
+def _series_capacity(tiers: pd.DataFrame, slo: Slo) -> dict[str, Any]:
     # several targets of one series on one scenario (e.g. two models) are not expected; take each tier once
     ordered = tiers.sort_values(["tier_users", "tier_index"]).drop_duplicates("tier_users")
     ordered = ordered[ordered["requests"] > 0]
@@ -146,7 +132,7 @@ def _series_capacity(tiers: pd.DataFrame, slo: SloTarget) -> dict[str, Any]:
 
 
 def _interpolate(
-    last_pass: pd.Series | None, first_fail: pd.Series, failures: list[str], slo: SloTarget
+    last_pass: pd.Series | None, first_fail: pd.Series, failures: list[str], slo: Slo
 ) -> tuple[float, str]:
     """Users at which the first metric crosses its bound, linear between the two tiers."""
     if last_pass is None:

@@ -6,9 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from grill_locust.config import Slo
 from grill_locust.errors import GrillError
 from grill_locust.report.build import Report, assemble, load_runs
-from grill_locust.report.capacity import SloTarget
+from grill_locust.report.capacity import slo_of_run
 from grill_locust.report.figures import figure_count
 from grill_locust.report.progress import Progress
 from grill_locust.report.tables import format_capacity, format_table, format_turns
@@ -81,8 +82,8 @@ def _run_dirs(args: argparse.Namespace) -> list[tuple[str | None, str]]:
     return pairs
 
 
-def _slo(args: argparse.Namespace, report_meta: dict) -> SloTarget:
-    return SloTarget.from_meta(
+def _slo(args: argparse.Namespace, report_meta: dict) -> Slo:
+    return slo_of_run(
         report_meta, ttft_p50_s=args.slo_ttft_p50, e2e_p50_s=args.slo_e2e_p50, success_rate=args.slo_success
     )
 

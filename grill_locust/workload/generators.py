@@ -20,7 +20,7 @@ import hashlib
 import logging
 import random
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -117,21 +117,9 @@ class Workload:
         conversation = self.conversation
         conversation_id = f"{conversation.name}:{user_key}:{iteration}"
         rng = _rng(conversation.seed, conversation.name, user_key, str(iteration))
-        kind = conversation.kind
-        if kind == "multi-turn":
-            return self._multi_turn(conversation_id, rng)
-        if kind == "shared-prefix":
-            question = self._question(rng, conversation.question_tokens or 1)
-            return ConversationPlan(conversation_id, self._shared_prefix(), [question])
-        if kind == "short-baseline":
-            return ConversationPlan(
-                conversation_id, None, [self._question(rng, conversation.prompt_tokens or 1)]
-            )
-        if kind == "unique-prompts":
-            return ConversationPlan(conversation_id, None, [self._unique_prompt(rng)])
-        return self._fixed(conversation_id, rng)
+        return _PLAN_BUILDERS[conversation.kind](self, conversation_id, rng)
 
-    # ---- the kinds -------------------------------------------------------------------------
+    # ---- the kinds (grill_locust/workload/kinds.py): one plan builder each ------------------
 
     def _multi_turn(self, conversation_id: str, rng: random.Random) -> ConversationPlan:
         conversation = self.conversation
@@ -153,6 +141,18 @@ class Workload:
             head = rng.choice(FOLLOW_UP_HEADS)
             turns.append(self._render(head, {"name": follow_up.name}, follow_up, turn_tokens, _CODE_END))
         return ConversationPlan(conversation_id, system, turns)
+
+    def _shared_prefix_plan(self, conversation_id: str, rng: random.Random) -> ConversationPlan:
+        question = self._question(rng, self.conversation.question_tokens or 1)
+        return ConversationPlan(conversation_id, self._shared_prefix(), [question])
+
+    def _short_baseline(self, conversation_id: str, rng: random.Random) -> ConversationPlan:
+        return ConversationPlan(
+            conversation_id, None, [self._question(rng, self.conversation.prompt_tokens or 1)]
+        )
+
+    def _unique_prompts(self, conversation_id: str, rng: random.Random) -> ConversationPlan:
+        return ConversationPlan(conversation_id, None, [self._unique_prompt(rng)])
 
     def _system_prompt(self, rng: random.Random, system_tokens: int, turn_tokens: int) -> tuple[str, _Code]:
         code = self._pick(rng, max(system_tokens, turn_tokens))  # the first turn asks about it too
@@ -260,6 +260,16 @@ class Workload:
         """The approximate-tokenizer target for `tokens` of the backend's tokenizer."""
         asked = tokens or 1
         return asked if self.token_counter is None else self.token_counter.approx_tokens(asked)
+
+
+# the kinds of workload/kinds.py, each with its plan builder
+_PLAN_BUILDERS: dict[str, Callable[[Workload, str, random.Random], ConversationPlan]] = {
+    "multi-turn": Workload._multi_turn,
+    "shared-prefix": Workload._shared_prefix_plan,
+    "short-baseline": Workload._short_baseline,
+    "unique-prompts": Workload._unique_prompts,
+    "fixed": Workload._fixed,
+}
 
 
 def _measured_message(

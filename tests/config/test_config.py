@@ -439,7 +439,7 @@ def test_managed_sim_gets_endpoints_once_it_has_a_url(tmp_path: Path) -> None:
 def test_yaml_errors_and_paths_are_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_scenario(write(tmp_path, "backends: [\n", "bad.yaml"))
-    assert str(caught.value).startswith(f"{tmp_path / 'bad.yaml'}:2:1: YAML syntax error")
+    assert str(caught.value).startswith(f"{tmp_path / 'bad.yaml'}:1:11: YAML syntax error")
     with pytest.raises(ConfigError, match="no such file"):
         load_scenario(tmp_path / "missing.yaml")
     with pytest.raises(ConfigError, match=r"^inline: targets\[0\]\.conversation: required"):
@@ -471,6 +471,13 @@ def test_parse_tiers() -> None:
     for bad in ("", "1,x", "0", "-3"):
         with pytest.raises(GrillError, match="--tiers: expected comma-separated"):
             parse_tiers(bad)
+    for bad, item in (("1,,2", 2), ("1,5,", 3), (",1", 1)):
+        with pytest.raises(GrillError) as caught:
+            parse_tiers(bad)
+        assert str(caught.value) == (
+            f"--tiers: item {item} of {bad!r} is empty "
+            "(expected comma-separated positive numbers of users like 1,5,10)"
+        )
 
 
 def test_started_engines_get_their_urls_everywhere(tmp_path: Path) -> None:
@@ -483,3 +490,16 @@ def test_started_engines_get_their_urls_everywhere(tmp_path: Path) -> None:
     assert Scenario.from_wire(started.to_wire()) == started
     with pytest.raises(ConfigError, match="no backend named nope"):
         scenario.with_backend_urls({"nope": "http://127.0.0.1:1"})
+
+
+def test_an_unknown_key_or_kind_lists_what_is_known(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_scenario(write(tmp_path, MINIMAL + "load: {tires: [1]}\n"))
+    message = str(caught.value)
+    assert "load.tires: unknown key (known: concurrent_users, iterations, pause_s, ramp_levels," in message
+    with pytest.raises(ConfigError) as caught:
+        load_scenario(write(tmp_path, MINIMAL + "conversations: [{name: c, kind: agentic}]\n"))
+    assert str(caught.value).endswith(
+        "conversations[0].kind: expected 'multi-turn', 'shared-prefix', 'short-baseline', "
+        "'unique-prompts' or 'fixed', got 'agentic' (line 5)"
+    )

@@ -248,8 +248,8 @@ def test_summarize_run_writes_summary_csv(tmp_path):
 
 
 def test_telemetry_columns_join_their_tier_and_get_a_gpu_figure(tmp_path):
+    from grill_locust.config import Slo
     from grill_locust.report.build import LabelledRun, assemble
-    from grill_locust.report.capacity import SloTarget
     from grill_locust.report.write import write_report
     from grill_locust.telemetry.samples import KIND_GPU, empty_sample
 
@@ -275,7 +275,7 @@ def test_telemetry_columns_join_their_tier_and_get_a_gpu_figure(tmp_path):
     summary = summarize(run)
     assert summary["gpu_util_mean"].tolist() == pytest.approx([50.0, 95.0])
     assert summary["vram_peak_bytes"].tolist() == pytest.approx([60 * 2**30, 100 * 2**30])
-    report = assemble([LabelledRun("run", run)], SloTarget(), compare=False)
+    report = assemble([LabelledRun("run", run)], Slo(), compare=False)
     written = write_report(report, tmp_path / "report")
     assert tmp_path / "report" / "gpu-short-baseline.png" in written
     page = (tmp_path / "report" / "report.html").read_text()

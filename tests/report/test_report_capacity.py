@@ -7,12 +7,13 @@ import math
 import pandas as pd
 import pytest
 
+from grill_locust.config import Slo
 from grill_locust.errors import GrillError
 from grill_locust.report import load_run, summarize
-from grill_locust.report.capacity import SloTarget, capacity_at_slo, recommendations
+from grill_locust.report.capacity import capacity_at_slo, recommendations, slo_of_run
 from grill_locust.report.synthetic import make_record, write_results_folder
 
-DEFAULT_SLO = SloTarget()
+DEFAULT_SLO = Slo()
 
 
 def tiers(series: str, scenario: str, rows: list[tuple[int, float, float, float]]) -> pd.DataFrame:
@@ -94,7 +95,7 @@ AT_THE_LIMIT = [
 def test_a_tier_exactly_at_the_limit_meets_the_slo_and_one_ulp_beyond_does_not(
     metric: str, at_limit: float, one_ulp_beyond: float
 ) -> None:
-    """The bounds are inclusive, as `SloTarget.describe` says: TTFT p50 <= limit, success >= floor."""
+    """The bounds are inclusive, as `Slo.describe` says: TTFT p50 <= limit, success >= floor."""
     passing = {"ttft_p50_s": 0.5, "e2e_p50_s": 3.0, "success_rate": 1.0}
     for value, meets in ((at_limit, True), (one_ulp_beyond, False)):
         tier = {**passing, metric: value}
@@ -138,13 +139,15 @@ def test_saturated_tiers_are_noted():
 
 def test_slo_comes_from_the_run_then_from_flags():
     meta = {"slo": {"ttft_p50_s": 1.0, "e2e_p50_s": 5.0}}
-    assert SloTarget.from_meta(meta) == SloTarget(1.0, 5.0, 0.99)
-    assert SloTarget.from_meta(meta, ttft_p50_s=3.0, success_rate=0.9) == SloTarget(3.0, 5.0, 0.9)
-    assert SloTarget.from_meta({}) == SloTarget(2.0, 10.0, 0.99)
+    assert slo_of_run(meta) == Slo(ttft_p50_s=1.0, e2e_p50_s=5.0, success_rate=0.99)
+    assert slo_of_run(meta, ttft_p50_s=3.0, success_rate=0.9) == Slo(
+        ttft_p50_s=3.0, e2e_p50_s=5.0, success_rate=0.9
+    )
+    assert slo_of_run({}) == Slo(ttft_p50_s=2.0, e2e_p50_s=10.0, success_rate=0.99)
     with pytest.raises(GrillError, match="success rate"):
-        SloTarget.from_meta({}, success_rate=99.0)
+        slo_of_run({}, success_rate=99.0)
     with pytest.raises(GrillError, match="--slo-ttft-p50"):
-        SloTarget.from_meta({}, ttft_p50_s=-1.0)
+        slo_of_run({}, ttft_p50_s=-1.0)
 
 
 def test_capacity_from_hand_made_records_is_exact(tmp_path):
@@ -159,7 +162,7 @@ def test_capacity_from_hand_made_records_is_exact(tmp_path):
             )
     write_results_folder(tmp_path, records, meta={"slo": {"ttft_p50_s": 2.0}})
     run = load_run(tmp_path)
-    capacity = capacity_at_slo(summarize(run), SloTarget.from_meta(run.meta))
+    capacity = capacity_at_slo(summarize(run), slo_of_run(run.meta))
     row = capacity.iloc[0]
     assert row["series"] == "sim" and row["scenario"] == "short-baseline"
     assert row["max_users_meeting_slo"] == 10
@@ -174,3 +177,30 @@ def test_a_tier_where_every_request_failed_binds_on_the_success_rate():
     assert row["estimated_users"] == pytest.approx(1 + (1.0 - 0.99) / 1.0 * 4)
     first = tiers("vllm", "short-baseline", [(1, math.nan, math.nan, 0.0)])
     assert capacity_at_slo(first, DEFAULT_SLO).iloc[0]["binding_metric"] == "success_rate"
+
+
+def test_a_tier_exactly_at_every_limit_meets_the_slo():
+    slo = Slo(ttft_p50_s=1.0, e2e_p50_s=5.0, success_rate=0.9)
+    summary = tiers("vllm", "short-baseline", [(1, 1.0, 5.0, 0.9), (2, 1.0 + 1e-9, 5.0, 0.9)])
+    capacity = capacity_at_slo(summary, slo).iloc[0]
+    assert capacity["max_users_meeting_slo"] == 1 and capacity["first_failing_users"] == 2
+    assert capacity["binding_metric"] == "ttft_p50_s"
+
+
+def test_the_scenario_slo_is_the_one_the_report_judges_by():
+    from grill_locust.config import parse_scenario
+
+    scenario = parse_scenario(
+        {
+            "backends": [{"name": "a", "engine": "vllm", "url": "http://h:1"}],
+            "models": [{"name": "m"}],
+            "targets": [{"conversation": "short-baseline"}],
+            "slo": {"ttft_p50_s": 0.5, "success_rate": 0.95},
+        },
+        "inline",
+    )
+    # run.json keeps the scenario's slo as plain data; the report reads back the same object
+    assert slo_of_run({"slo": scenario.slo.model_dump()}) == scenario.slo
+    assert scenario.slo.describe() == "TTFT p50 <= 0.5 s, E2E p50 <= 10 s, success >= 95 %"
+    with pytest.raises(GrillError, match=r"^slo\.success_rate: success rate 2 is not a fraction"):
+        slo_of_run({"slo": {"success_rate": 2}})

@@ -15,6 +15,7 @@ from grill_locust.config import Conversation
 from grill_locust.workload import ConversationPlan, TokenCounter, build_workload
 from grill_locust.workload.generators import _fit
 from grill_locust.workload.heads import QUESTIONS
+from grill_locust.workload.kinds import WORKLOAD_KINDS
 from grill_locust.workload.tokens import count_tokens, seam_change, tokenize
 
 BLOCK_TOKENS = 16  # prefix caches share whole blocks of this many tokens (vLLM's default)
@@ -60,6 +61,19 @@ def test_sizes_hit_their_target_exactly(
     for plan in plans(conversation(**fields), users=4):
         assert (count_tokens(plan.system) if plan.system is not None else None) == system_tokens
         assert [count_tokens(turn) for turn in plan.user_turns] == turn_tokens
+
+
+@pytest.mark.parametrize("kind", list(WORKLOAD_KINDS))
+def test_every_kind_of_the_table_plans_to_its_default_sizes(kind: str) -> None:
+    fields: dict[str, Any] = {"name": "c", "kind": kind}
+    if kind == "fixed":
+        fields["turns"] = [{"role": "user", "content": "hello"}]
+    conv = conversation(**fields)
+    for size, default in WORKLOAD_KINDS[kind].sizes.items():
+        assert getattr(conv, size) == default
+    plan = build_workload(conv).plan("w0-u0", 0)
+    assert len(plan.user_turns) == conv.requests_per_iteration >= 1
+    assert all(turn for turn in plan.user_turns)
 
 
 def test_fit_is_exact_across_awkward_seams() -> None:

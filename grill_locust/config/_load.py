@@ -1,0 +1,163 @@
+"""Reading a scenario: the file, then names resolved into targets (`load_scenario`, `parse_scenario`)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from grill_locust.config._env import expand_env
+from grill_locust.config._errors import ConfigError, LineMap, at, describe_validation_error
+from grill_locust.config._llm_grill import (
+    backends_key,
+    is_llm_grill_file,
+    parse_load,
+    with_llm_grill_defaults,
+)
+from grill_locust.config._schema import (
+    BUILTIN_CONVERSATION_KINDS,
+    Backend,
+    Conversation,
+    FileScenario,
+    FileTarget,
+    Model,
+    Scenario,
+    Target,
+)
+from grill_locust.config._yaml_lines import DuplicateKey, parse_yaml
+from grill_locust.errors import GrillError
+
+log = logging.getLogger(__name__)
+
+
+def load_scenario(path: str | os.PathLike[str]) -> Scenario:
+    """Read, expand and validate a scenario file; ConfigError (one line) on any problem."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{source}: no such file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"{source}: cannot read: {error}") from None
+    data, lines, duplicates = parse_yaml(text, source)
+    return _parse(data, source, lines, duplicates)
+
+
+def parse_scenario(data: Any, source: str) -> Scenario:
+    """Validate already-parsed scenario data (a dict as YAML gives it); `source` names it in errors."""
+    return _parse(data, source, {}, [])
+
+
+def _parse(data: Any, source: str, lines: LineMap, duplicates: list[DuplicateKey]) -> Scenario:
+    if not isinstance(data, dict):
+        what = "an empty file" if data is None else f"a {type(data).__name__}"
+        raise ConfigError(f"{source}: expected a mapping with backends, models, targets (got {what})")
+    if duplicates:
+        if not is_llm_grill_file(data):
+            raise ConfigError(duplicates[0].describe(source))
+        for duplicate in duplicates:  # llm-grill loads them, the last one winning
+            log.warning("%s: the last one is used, as llm-grill does", duplicate.describe(source))
+    data = expand_env(data, (), source, lines)
+    if is_llm_grill_file(data):
+        data = with_llm_grill_defaults(data)
+    try:
+        file = FileScenario.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(f"{source}: {describe_validation_error(error, (), lines, FileScenario)}") from None
+    load = parse_load(file.load, source, lines)
+    backends = _unique("backends", file.backends, source, lines, key=backends_key(data))
+    models = _unique("models", file.models, source, lines)
+    declared = _unique("conversations", file.conversations, source, lines)
+    conversations = dict(declared)
+    for name in BUILTIN_CONVERSATION_KINDS:
+        if name not in conversations:
+            conversations[name] = Conversation.model_validate({"name": name})
+    targets: dict[str, Target] = {}
+    raw_targets = data.get("targets") or []
+    for index, file_target in enumerate(file.targets):
+        backend_key = "server" if "server" in raw_targets[index] else "backend"
+        target = _resolve_target(
+            index, file_target, backend_key, backends, models, conversations, source, lines
+        )
+        if target.name in targets:
+            raise ConfigError(
+                at(source, ("targets", index, "name"), lines, f"duplicate target name {target.name!r}")
+            )
+        targets[target.name] = target
+    return Scenario(
+        name=file.name or Path(source).stem,
+        description=file.description,
+        source=source,
+        backends=list(backends.values()),
+        models=list(models.values()),
+        conversations=list(conversations.values()),
+        targets=list(targets.values()),
+        load=load,
+        slo=file.slo,
+        sinks=file.sinks,
+    )
+
+
+def parse_tiers(text: str, option: str = "--tiers") -> list[int]:
+    """`"1,5,10"` -> [1, 5, 10], for command-line overrides; GrillError naming the option otherwise."""
+    expected = "expected comma-separated positive numbers of users like 1,5,10"
+    parts = text.replace(" ", "").split(",")
+    if text.strip() and "" in parts:
+        raise GrillError(f"{option}: item {parts.index('') + 1} of {text!r} is empty ({expected})")
+    try:
+        tiers = [int(part) for part in parts if part]
+    except ValueError:
+        tiers = []
+    if not tiers or any(users < 1 for users in tiers):
+        raise GrillError(f"{option}: {expected}, got {text!r}")
+    return tiers
+
+
+def _unique(
+    section: str,
+    items: list[Any],
+    source: str,
+    lines: LineMap,
+    key: str | None = None,
+) -> dict[str, Any]:
+    by_name: dict[str, Any] = {}
+    first_index: dict[str, int] = {}
+    for index, item in enumerate(items):
+        if item.name in by_name:
+            message = f"duplicate name {item.name!r} (first at {key or section}[{first_index[item.name]}])"
+            raise ConfigError(at(source, (key or section, index, "name"), lines, message))
+        by_name[item.name] = item
+        first_index[item.name] = index
+    return by_name
+
+
+def _resolve_target(
+    index: int,
+    file_target: FileTarget,
+    backend_key: str,
+    backends: dict[str, Backend],
+    models: dict[str, Model],
+    conversations: dict[str, Conversation],
+    source: str,
+    lines: LineMap,
+) -> Target:
+    def pick(field: str, what: str, name: str | None, known: dict[str, Any]) -> Any:
+        path = ("targets", index, field)
+        if name is None:
+            if len(known) == 1:
+                return next(iter(known.values()))
+            choices = ", ".join(sorted(known))
+            raise ConfigError(at(source, path, lines, f"required: which {what} (known: {choices})"))
+        if name not in known:
+            choices = ", ".join(sorted(known))
+            raise ConfigError(at(source, path, lines, f"unknown {what} {name!r} (known: {choices})"))
+        return known[name]
+
+    backend: Backend = pick(backend_key, "backend", file_target.backend, backends)
+    model: Model = pick("model", "model", file_target.model, models)
+    conversation: Conversation = pick("conversation", "conversation", file_target.conversation, conversations)
+    name = file_target.name or f"{backend.name}/{model.name}/{conversation.name}"
+    return Target(name=name, backend=backend, model=model, conversation=conversation)

@@ -1,0 +1,445 @@
+"""The scenario schema: frozen pydantic models of what a file may say (native and llm-grill spellings)
+and of the resolved campaign (`Scenario`, whose targets hold their backend, model and conversation)."""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterator
+from typing import Any, ClassVar, Literal
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from grill_locust.config._errors import ConfigError, describe_validation_error, shown_input
+from grill_locust.config._secrets import REDACTED, reveal, walk_secrets
+from grill_locust.engines import engine_facts, engine_name
+from grill_locust.redact import redact_secret_keys, secret_key_values
+from grill_locust.sim.params import PROFILES as SIM_PROFILES
+from grill_locust.workload.kinds import BUILTIN_CONVERSATION_KINDS, KINDS, SIZE_FIELDS, WORKLOAD_KINDS
+
+DEFAULT_TIERS = (1, 5, 10, 20, 50, 100, 150, 200)
+_MAX_TOKENS_PER_MESSAGE = 1_000_000
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class Timeouts(_Frozen):
+    """Per-request time limits of one backend (seconds)."""
+
+    connect_s: float = Field(default=10.0, gt=0)
+    first_token_s: float = Field(default=300.0, gt=0)
+    total_s: float = Field(default=600.0, gt=0)
+
+
+class Backend(_Frozen):
+    """One engine endpoint (OpenAI-compatible), as requests and scrapers reach it."""
+
+    name: str = Field(min_length=1)
+    url: str = ""  # base URL without /v1; empty only for `engine: sim`, which the run starts itself
+    engine: str = Field(validation_alias=AliasChoices("engine", "type", "backend"))
+    profile: str | None = None
+    sim_args: dict[str, Any] = Field(default_factory=dict)
+    api_key: SecretStr | None = None
+    api: Literal["chat", "completions"] = "chat"
+    timeouts: Timeouts = Timeouts()
+    metrics_url: str | None = None
+    tokenize_url: str | None = None
+    gpu_exporters: list[str] = Field(default_factory=list)
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    headers: dict[str, str] = Field(default_factory=dict)
+    retries: int = Field(default=0, ge=0, le=10)  # for HTTP 429 only
+    other_keys: ClassVar[tuple[str, ...]] = ("timeout",)  # llm-grill's, read by _llm_grill_timeout
+
+    @model_validator(mode="before")
+    @classmethod
+    def _llm_grill_timeout(cls, data: Any) -> Any:
+        """llm-grill's single `timeout` (seconds) caps the whole request."""
+        if isinstance(data, dict) and "timeout" in data:
+            data = dict(data)
+            total_s = data.pop("timeout")
+            if "timeouts" in data:
+                raise ValueError("give either timeout or timeouts, not both")
+            try:
+                total_s = float(total_s)
+            except (TypeError, ValueError):
+                raise ValueError(f"timeout: expected a number of seconds, got {total_s!r}") from None
+            if total_s <= 0:
+                raise ValueError(f"timeout: expected a positive number of seconds, got {total_s:g}")
+            data["timeouts"] = {
+                "total_s": total_s,
+                "first_token_s": min(300.0, total_s),
+                "connect_s": min(10.0, total_s),
+            }
+        return data
+
+    @field_validator("engine", mode="before")
+    @classmethod
+    def _known_engine(cls, value: Any) -> Any:
+        return engine_name(value) if isinstance(value, str) else value
+
+    @field_validator("api_key", mode="before")
+    @classmethod
+    def _empty_key_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value  # `${KEY:-}` with KEY unset: no key, no header
+
+    @field_validator("url")
+    @classmethod
+    def _base_url(cls, value: str) -> str:
+        if value == "":
+            return value
+        return _check_http_url(value, strip_v1=True)
+
+    @field_validator("metrics_url", "tokenize_url")
+    @classmethod
+    def _endpoint_url(cls, value: str | None) -> str | None:
+        return None if value is None else _check_http_url(value, strip_v1=False)
+
+    @field_validator("gpu_exporters")
+    @classmethod
+    def _exporter_urls(cls, value: list[str]) -> list[str]:
+        return [_check_http_url(url, strip_v1=False) for url in value]
+
+    @model_validator(mode="after")
+    def _engine_rules(self) -> Backend:
+        if self.engine == "sim":
+            profile = self.profile or "vllm"
+            if profile not in SIM_PROFILES:
+                raise ValueError(
+                    f"profile: unknown sim profile {profile!r} (known: {', '.join(SIM_PROFILES)})"
+                )
+            object.__setattr__(self, "profile", profile)
+        else:
+            if self.profile is not None:
+                raise ValueError("profile: only for engine: sim")
+            if self.sim_args:
+                raise ValueError("sim_args: only for engine: sim")
+            if not self.url:
+                raise ValueError("url: required (e.g. http://127.0.0.1:8000)")
+        if self.url:
+            for key, path in self._default_endpoints():
+                if getattr(self, key) is None:
+                    object.__setattr__(self, key, f"{self.url}{path}")
+        return self
+
+    def _default_endpoints(self) -> list[tuple[str, str]]:
+        """(field, route) of the endpoints this engine serves without being configured."""
+        facts = engine_facts(self.engine)
+        routes = (("metrics_url", facts.metrics_path), ("tokenize_url", facts.tokenize_path))
+        return [(key, path) for key, path in routes if path is not None]
+
+    @property
+    def managed(self) -> bool:
+        """True for a simulated engine without a URL: the run starts it and stops it."""
+        return self.engine == "sim" and not self.url
+
+    def with_url(self, url: str) -> Backend:
+        """This backend at another base URL (e.g. a simulated engine once started); default endpoints follow."""
+        data = reveal(self.model_dump())
+        if self.url:
+            for key, path in self._default_endpoints():
+                if data[key] == f"{self.url}{path}":
+                    data[key] = None
+        data["url"] = url
+        return Backend.model_validate(data)
+
+
+class Model(_Frozen):
+    """A served model and the sampling settings sent with every request."""
+
+    name: str = Field(min_length=1)
+    max_tokens: int = Field(default=256, gt=0)
+    min_tokens: int | None = Field(default=None, ge=0)
+    temperature: float = Field(default=0.0, ge=0)
+    top_p: float | None = Field(default=None, ge=0, le=1)
+    top_k: int | None = None
+    ignore_eos: bool = False
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> Model:
+        if self.min_tokens is not None and self.min_tokens > self.max_tokens:
+            raise ValueError(f"min_tokens: {self.min_tokens} is above max_tokens ({self.max_tokens})")
+        return self
+
+
+class Turn(_Frozen):
+    """One scripted message of a fixed (llm-grill) conversation."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class Conversation(_Frozen):
+    """What one simulated user sends in one iteration: a workload kind and its sizes (tokens)."""
+
+    name: str = Field(min_length=1)
+    kind: str  # a name of WORKLOAD_KINDS (checked in _kind_and_defaults)
+    description: str = ""
+    system_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    user_turns: int | None = Field(default=None, ge=1, le=100)
+    turn_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    shared_system: bool | None = None
+    prefix_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    question_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    prompt_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    seed: int = 0
+    salt: bool = True
+    turns: list[Turn] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_and_defaults(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        name = data.get("name")
+        if "kind" not in data:
+            if data.get("turns"):
+                data["kind"] = "fixed"
+            elif isinstance(name, str) and name in BUILTIN_CONVERSATION_KINDS:
+                data["kind"] = BUILTIN_CONVERSATION_KINDS[name]
+            else:
+                raise ValueError(f"kind: required, one of {', '.join(KINDS)} (or give turns)")
+        kind = data["kind"]
+        if not isinstance(kind, str) or kind not in WORKLOAD_KINDS:
+            choices = ", ".join(repr(name) for name in KINDS[:-1]) + f" or {KINDS[-1]!r}"
+            raise ValueError(f"kind: expected {choices}, got {shown_input(kind, ())}")
+        defaults = WORKLOAD_KINDS[kind].sizes
+        for key in SIZE_FIELDS:
+            if data.get(key) is not None and key not in defaults:
+                used = ", ".join(defaults) or "turns"
+                raise ValueError(f"{key}: not used by kind {kind!r} (it uses: {used})")
+            if data.get(key) is None and key in defaults:
+                data[key] = defaults[key]
+        if kind == "fixed":
+            if not data.get("turns"):
+                raise ValueError("turns: kind 'fixed' needs turns (a list of role/content)")
+        elif data.get("turns"):
+            raise ValueError(f"turns: only for kind 'fixed', not {kind!r}")
+        if data.get("seed") is None:
+            data["seed"] = zlib.crc32(str(name).encode("utf-8"))
+        return data
+
+    @model_validator(mode="after")
+    def _has_user_turn(self) -> Conversation:
+        if self.kind == "fixed" and not any(turn.role == "user" for turn in self.turns):
+            raise ValueError("turns: needs at least one user turn (each user turn is one request)")
+        return self
+
+    @property
+    def requests_per_iteration(self) -> int:
+        """Requests one iteration (one whole conversation) sends."""
+        if self.kind == "fixed":
+            return sum(1 for turn in self.turns if turn.role == "user")
+        if self.kind == "multi-turn":
+            return self.user_turns or 1
+        return 1
+
+
+class Target(_Frozen):
+    """One thing to measure: a conversation sent to a model on a backend."""
+
+    name: str
+    backend: Backend
+    model: Model
+    conversation: Conversation
+
+
+class LlmGrillLoad(_Frozen):
+    """llm-grill's `load` section; translated into `Load`."""
+
+    concurrent_users: int | list[int] | None = None
+    ramp_levels: int | list[int] | None = None
+    iterations: int | None = Field(default=None, ge=1)
+    ramp_up_seconds: float | None = Field(default=None, ge=0)
+    think_time_seconds: float | None = Field(default=None, ge=0)
+    ramp_pause_seconds: float | None = Field(default=None, ge=0)
+
+
+LLM_GRILL_LOAD_KEYS = frozenset(LlmGrillLoad.model_fields) - {"iterations"}
+
+
+class Load(_Frozen):
+    """The campaign shape: tiers of concurrent users, iterations per user and tier, pauses."""
+
+    tiers: list[int] = Field(default_factory=lambda: list(DEFAULT_TIERS), min_length=1)
+    iterations: int = Field(default=5, ge=1)
+    pause_s: float = Field(default=30.0, ge=0, allow_inf_nan=False)
+    think_time_s: float = Field(default=0.5, ge=0, allow_inf_nan=False)
+    # users per second; None: a tier's users start at once
+    spawn_rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    tier_timeout_s: float = Field(default=1800.0, gt=0, allow_inf_nan=False)
+    other_keys: ClassVar[tuple[str, ...]] = tuple(sorted(LLM_GRILL_LOAD_KEYS))  # translated before validation
+
+    @field_validator("tiers")
+    @classmethod
+    def _positive_tiers(cls, value: list[int]) -> list[int]:
+        for index, users in enumerate(value):
+            if users < 1:
+                raise ValueError(f"tiers[{index}]: expected a positive number of users, got {users}")
+        return value
+
+
+class Slo(_Frozen):
+    """The service level a tier must meet to count as capacity, each bound met at equality: TTFT p50
+    <= ttft_p50_s, E2E p50 <= e2e_p50_s, success rate >= success_rate. A scenario's `slo:` section;
+    `grill report` judges tiers by it (report/capacity.py)."""
+
+    ttft_p50_s: float = Field(default=2.0, gt=0)
+    e2e_p50_s: float = Field(default=10.0, gt=0)
+    success_rate: float = Field(default=0.99, gt=0, le=1)
+
+    def describe(self) -> str:
+        return (
+            f"TTFT p50 <= {self.ttft_p50_s:g} s, E2E p50 <= {self.e2e_p50_s:g} s, "
+            f"success >= {self.success_rate * 100:g} %"
+        )
+
+
+class InfluxSettings(_Frozen):
+    url: str
+    org: str = ""
+    bucket: str
+    token: SecretStr | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _http(cls, value: str) -> str:
+        return _check_http_url(value, strip_v1=False)
+
+    @field_validator("token", mode="before")
+    @classmethod
+    def _empty_token_is_none(cls, value: Any) -> Any:
+        return None if value == "" else value
+
+
+class Sinks(_Frozen):
+    influx: InfluxSettings | None = None
+
+
+class Scenario(_Frozen):
+    """A whole campaign: what to measure (targets) and how hard (load)."""
+
+    name: str
+    description: str = ""
+    source: str = ""  # the file it came from, for messages
+    backends: list[Backend]
+    models: list[Model]
+    conversations: list[Conversation]
+    targets: list[Target]
+    load: Load = Load()
+    slo: Slo = Slo()
+    sinks: Sinks = Sinks()
+
+    def redacted(self) -> dict[str, Any]:
+        """The scenario as plain data with every secret shown as "***" (for files and logs): SecretStr
+        fields, and any value whose key names a secret (headers like x-api-key or Authorization,
+        `api_key` inside sim_args or extra_body)."""
+        return redact_secret_keys(walk_secrets(self.model_dump(), lambda secret: REDACTED), REDACTED)
+
+    def to_wire(self) -> dict[str, Any]:
+        """Plain data including secrets: only for the master -> worker message, never for logs."""
+        return reveal(self.model_dump())
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> Scenario:
+        return cls.model_validate(data)
+
+    def with_overrides(
+        self,
+        tiers: list[int] | None = None,
+        iterations: int | None = None,
+        pause_s: float | None = None,
+        think_time_s: float | None = None,
+    ) -> Scenario:
+        """A copy with command-line overrides of the load applied (validated like the file)."""
+        changes = {"tiers": tiers, "iterations": iterations, "pause_s": pause_s, "think_time_s": think_time_s}
+        load_data = self.load.model_dump()
+        load_data.update({key: value for key, value in changes.items() if value is not None})
+        try:
+            load = Load.model_validate(load_data)
+        except ValidationError as error:
+            raise ConfigError(f"override: {describe_validation_error(error, (), None, Load)}") from None
+        return self.model_copy(update={"load": load})
+
+    def target_names(self) -> list[str]:
+        return [target.name for target in self.targets]
+
+    def with_backend_urls(self, urls: dict[str, str]) -> Scenario:
+        """A copy where the named backends (e.g. simulated engines just started) have these base URLs,
+        in `backends` and in every target."""
+        moved = {
+            backend.name: backend.with_url(urls[backend.name])
+            for backend in self.backends
+            if backend.name in urls
+        }
+        unknown = sorted(set(urls) - set(moved))
+        if unknown:
+            raise ConfigError(f"{self.source}: no backend named {', '.join(unknown)}")
+        backends = [moved.get(backend.name, backend) for backend in self.backends]
+        targets = [
+            target.model_copy(update={"backend": moved[target.backend.name]})
+            if target.backend.name in moved
+            else target
+            for target in self.targets
+        ]
+        return self.model_copy(update={"backends": backends, "targets": targets})
+
+
+# ---- the file layer: what a YAML file may say, before names are resolved ----------------------
+
+
+class FileTarget(_Frozen):
+    name: str | None = None
+    backend: str | None = Field(default=None, validation_alias=AliasChoices("backend", "server"))
+    model: str | None = None
+    conversation: str
+
+
+class FileScenario(_Frozen):
+    name: str | None = None
+    description: str = ""
+    backends: list[Backend] = Field(validation_alias=AliasChoices("backends", "servers"), min_length=1)
+    models: list[Model] = Field(min_length=1)
+    conversations: list[Conversation] = Field(default_factory=list)
+    targets: list[FileTarget] = Field(min_length=1)
+    load: dict[str, Any] = Field(default_factory=dict)
+    slo: Slo = Slo()
+    sinks: Sinks = Sinks()
+
+
+def _check_http_url(value: str, strip_v1: bool) -> str:
+    url = value.strip().rstrip("/")
+    match = re.fullmatch(r"https?://[^\s/:]+(:\d{1,5})?(/\S*)?", url)
+    if not match:
+        if re.match(r"[a-z][a-z0-9+.-]*://[^/\s]*@", url, re.I):  # user:password@host: never echo it
+            shown = re.sub(r"(://)[^/\s]*@", r"\1***@", url, count=1)
+            raise ValueError(
+                f"credentials in a URL ({shown!r}) are not sent: give them as api_key or headers"
+            )
+        raise ValueError(f"expected an http(s)://host[:port] URL, got {value!r}")
+    if strip_v1 and url.endswith("/v1"):
+        url = url[: -len("/v1")]  # llm-grill and OpenAI clients write the /v1 base; we add it per request
+    return url
+
+
+def iter_secrets(scenario: Scenario) -> Iterator[str]:
+    """Every secret value in a scenario (for tests and log scrubbing)."""
+    for backend in scenario.backends:
+        if backend.api_key is not None and backend.api_key.get_secret_value():
+            yield backend.api_key.get_secret_value()
+        for extra in (backend.headers, backend.sim_args, backend.extra_body):
+            yield from secret_key_values(extra)
+    influx = scenario.sinks.influx
+    if influx is not None and influx.token is not None and influx.token.get_secret_value():
+        yield influx.token.get_secret_value()

@@ -1,0 +1,46 @@
+"""The workload kinds, listed once: each kind's size fields with their defaults, and the built-in
+conversation of that kind. The scenario schema validates conversations against this table; the
+generators (generators.py) have one plan builder per kind."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    """One kind of conversation. `sizes`: the size fields it uses (tokens, turns) with their defaults,
+    in the spirit of the seed study; `builtin`: a conversation of this kind usable by name in targets
+    without declaring it (None: none)."""
+
+    name: str
+    sizes: Mapping[str, int | bool]
+    builtin: str | None = None
+
+
+WORKLOAD_KINDS: dict[str, WorkloadKind] = {
+    kind.name: kind
+    for kind in (
+        WorkloadKind(
+            "multi-turn",
+            {"system_tokens": 1500, "user_turns": 4, "turn_tokens": 150, "shared_system": False},
+            builtin="multi-turn-session",
+        ),
+        WorkloadKind(
+            "shared-prefix", {"prefix_tokens": 4000, "question_tokens": 100}, builtin="shared-prefix"
+        ),
+        WorkloadKind("short-baseline", {"prompt_tokens": 50}, builtin="short-baseline"),
+        WorkloadKind("unique-prompts", {"prompt_tokens": 3000}, builtin="unique-prompts"),
+        WorkloadKind("fixed", {}),  # scripted turns (llm-grill's conversations)
+    )
+}
+KINDS: tuple[str, ...] = tuple(WORKLOAD_KINDS)
+# every size field of any kind, in the table's order
+SIZE_FIELDS: tuple[str, ...] = tuple(
+    dict.fromkeys(field for kind in WORKLOAD_KINDS.values() for field in kind.sizes)
+)
+# built-in conversation name -> its kind
+BUILTIN_CONVERSATION_KINDS: dict[str, str] = {
+    kind.builtin: kind.name for kind in WORKLOAD_KINDS.values() if kind.builtin is not None
+}
