@@ -43,7 +43,7 @@ class Phase:
         return cls(**data)
 
 
-def plan_phases(scenario: Scenario, run_id: str) -> list[Phase]:
+def campaign_phases(scenario: Scenario, run_id: str) -> list[Phase]:
     """Targets in scenario order, each through every tier."""
     load = scenario.load
     phases: list[Phase] = []

@@ -1,8 +1,8 @@
 """The conversations users send: one generator per workload kind, sized in tokens, seeded.
 
-`build_workload(conversation, model)` returns a `Workload`; `workload.plan(user_key, iteration)` gives
-the messages of one whole conversation (a `ConversationPlan`). The same (seed, user_key, iteration)
-gives the same plan in every process, so master and workers agree without sending prompts around.
+`build_workload(conversation, model)` returns a `Workload`; `workload.script(user_key, iteration)` gives
+the messages of one whole conversation (a `ConversationScript`). The same (seed, user_key, iteration)
+gives the same script in every process, so master and workers agree without sending prompts around.
 
 Every sized message is a head (a question, a request id, names between backticks) and code from the
 standard library that starts at a definition. Sizing has two modes:
@@ -89,7 +89,7 @@ def measured_heads() -> list[str]:
 
 
 @dataclass(frozen=True)
-class ConversationPlan:
+class ConversationScript:
     """Everything one iteration of one user sends: an optional system message and the user turns.
 
     The user sends the turns one by one, appending each real reply as an assistant message."""
@@ -133,7 +133,7 @@ class _Code:
 
 
 class Workload:
-    """Builds the plans of one conversation (kind, sizes, seed) for any user and iteration."""
+    """Builds the scripts of one conversation (kind, sizes, seed) for any user and iteration."""
 
     def __init__(
         self,
@@ -147,13 +147,13 @@ class Workload:
         self.token_counter = token_counter
         self.measured: MeasuredCorpus | None = token_counter.measured if token_counter else None
         self.corpus = corpus or stdlib_corpus()
-        self._shared: dict[str, Any] = {}  # parts every plan shares, built on first use
+        self._shared: dict[str, Any] = {}  # parts every script shares, built on first use
 
     @property
     def requests_per_iteration(self) -> int:
         return self.conversation.requests_per_iteration
 
-    def plan(self, user_key: str, iteration: int) -> ConversationPlan:
+    def script(self, user_key: str, iteration: int) -> ConversationScript:
         conversation = self.conversation
         conversation_id = f"{conversation.name}:{user_key}:{iteration}"
         rng = _rng(conversation.seed, conversation.name, user_key, str(iteration))
@@ -162,18 +162,18 @@ class Workload:
             return self._multi_turn(conversation_id, rng)
         if kind == "shared-prefix":
             question = self._question(rng, conversation.question_tokens or 1)
-            return ConversationPlan(conversation_id, self._shared_prefix(), [question])
+            return ConversationScript(conversation_id, self._shared_prefix(), [question])
         if kind == "short-baseline":
-            return ConversationPlan(
+            return ConversationScript(
                 conversation_id, None, [self._question(rng, conversation.prompt_tokens or 1)]
             )
         if kind == "unique-prompts":
-            return ConversationPlan(conversation_id, None, [self._unique_prompt(rng)])
+            return ConversationScript(conversation_id, None, [self._unique_prompt(rng)])
         return self._fixed(conversation_id, rng)
 
     # ---- the kinds -------------------------------------------------------------------------
 
-    def _multi_turn(self, conversation_id: str, rng: random.Random) -> ConversationPlan:
+    def _multi_turn(self, conversation_id: str, rng: random.Random) -> ConversationScript:
         conversation = self.conversation
         system_tokens = conversation.system_tokens or 1
         turn_tokens = conversation.turn_tokens or 1
@@ -192,7 +192,7 @@ class Workload:
             follow_up = self._pick(rng, turn_tokens, same_module_as=code)
             head = rng.choice(FOLLOW_UP_HEADS)
             turns.append(self._render(head, {"name": follow_up.name}, follow_up, turn_tokens, _CODE_END))
-        return ConversationPlan(conversation_id, system, turns)
+        return ConversationScript(conversation_id, system, turns)
 
     def _system_prompt(self, rng: random.Random, system_tokens: int, turn_tokens: int) -> tuple[str, _Code]:
         code = self._pick(rng, max(system_tokens, turn_tokens))  # the first turn asks about it too
@@ -232,7 +232,7 @@ class Workload:
         values = {"id": request_id, "module": code.module, "name": code.name}
         return self._render(head, values, code, size, _CODE_END)
 
-    def _fixed(self, conversation_id: str, rng: random.Random) -> ConversationPlan:
+    def _fixed(self, conversation_id: str, rng: random.Random) -> ConversationScript:
         turns = self.conversation.turns
         system_parts = [turn.content for turn in turns if turn.role == "system"]
         user_turns = [turn.content for turn in turns if turn.role == "user"]
@@ -244,7 +244,7 @@ class Workload:
                 system = salt_line + system
             else:
                 user_turns[0] = salt_line + user_turns[0]
-        return ConversationPlan(conversation_id, system, user_turns)
+        return ConversationScript(conversation_id, system, user_turns)
 
     # ---- code, ids and sizing ----------------------------------------------------------------
 
