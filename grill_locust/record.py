@@ -187,7 +187,7 @@ RECORD_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Reque
 # The text labels that say what a record measured: a phase's row in phases.csv carries them too.
 LABEL_COLUMNS: tuple[str, ...] = ("run_id", "target", "backend", "engine", "model", "conversation", "kind")
 # Columns an older results folder names differently (old name -> name now), and labels it may lack
-# (read as ""): every reader of records or phases goes through `with_current_names`.
+# (read as ""): the readers of records and phases map them, rows here, frames in report/load.py.
 RENAMED_COLUMNS: dict[str, str] = {"scenario": "conversation"}
 ADDED_LABEL_COLUMNS: tuple[str, ...] = ("kind",)
 
