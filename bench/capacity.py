@@ -357,9 +357,9 @@ def baseline_prompts(level: Level, path: Path) -> None:
     workload = build_workload(target.conversation, target.model, None)
     prompts = []
     for index in range(level.streams * level.requests_per_stream):
-        plan = workload.plan(f"aio-{index}", 0)
-        messages = [{"role": "system", "content": plan.system}] if plan.system else []
-        prompts.append([*messages, {"role": "user", "content": plan.user_turns[0]}])
+        script = workload.script(f"aio-{index}", 0)
+        messages = [{"role": "system", "content": script.system}] if script.system else []
+        prompts.append([*messages, {"role": "user", "content": script.user_turns[0]}])
     path.write_text(json.dumps(prompts))
 
 

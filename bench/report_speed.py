@@ -1,6 +1,6 @@
 """How long `grill report` takes on a big run: 1,000,000 synthetic records, target <= 10 s.
 
-Writes a results folder (the seed's protocol: 4 engines x 4 scenarios x 8 tiers), then times what
+Writes a results folder (the seed's protocol: 4 engines x 4 conversations x 8 tiers), then times what
 `grill report RUN --out DIR` does: load, tier statistics, capacity, figures, report.html.
 
     python bench/report_speed.py [--records 1000000] [--keep DIR]
@@ -16,7 +16,7 @@ from pathlib import Path
 
 TARGET_S = 10.0
 BACKENDS = ("vllm", "vllm-no-prefix-cache", "sglang", "llamacpp")
-SCENARIOS = ("multi-turn-session", "shared-prefix", "short-baseline", "unique-prompts")
+CONVERSATIONS = ("multi-turn-session", "shared-prefix", "short-baseline", "unique-prompts")
 TIERS = (1, 5, 10, 20, 50, 100, 150, 200)
 
 
@@ -33,7 +33,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="grill-report-bench-") as scratch:
         root = Path(args.keep) if args.keep else Path(scratch)
         started = time.perf_counter()
-        records = synthetic_records(args.records, backends=BACKENDS, scenarios=SCENARIOS, tiers=TIERS)
+        records = synthetic_records(args.records, backends=BACKENDS, conversations=CONVERSATIONS, tiers=TIERS)
         run_dir = write_results_folder(root / "run", records)
         prepared_s = time.perf_counter() - started
         print(f"prepared {len(records):,} records in {prepared_s:.1f} s (not counted)")

@@ -20,7 +20,11 @@ RUN_FILTER = '"run_id" =~ /^$run_id$/'
 # one comparison series per run, backend and model (a gateway may serve two models)
 SERIES_TAGS = ("run_id", "backend", "model")
 SERIES_GROUP = ", ".join(f'"{tag}"' for tag in SERIES_TAGS)
-REQUEST_FILTER = f'{RUN_FILTER} AND "backend" =~ /^$backend$/ AND "scenario" =~ /^$scenario$/ AND $timeFilter'
+KIND_FILTER = '"kind" =~ /^$kind$/'
+REQUEST_FILTER = (
+    f'{RUN_FILTER} AND "backend" =~ /^$backend$/ AND {KIND_FILTER} AND "conversation" =~ /^$conversation$/ '
+    "AND $timeFilter"
+)
 OK_REQUEST_FILTER = f"\"status\" = 'ok' AND {REQUEST_FILTER}"
 TIER_FILTER = REQUEST_FILTER
 ENGINE_FILTER = '"backend" =~ /^$backend$/ AND $timeFilter'
@@ -57,12 +61,24 @@ def backend_variable(measurement: str = "grill_request") -> dict[str, Any]:
     return variable("backend", query, "backend")
 
 
-def scenario_variable() -> dict[str, Any]:
+def kind_variable() -> dict[str, Any]:
     return variable(
-        "scenario",
-        f'SHOW TAG VALUES FROM "grill_request" WITH KEY = "scenario" WHERE {RUN_FILTER}',
-        "scenario",
+        "kind", f'SHOW TAG VALUES FROM "grill_request" WITH KEY = "kind" WHERE {RUN_FILTER}', "workload kind"
     )
+
+
+def conversation_variable() -> dict[str, Any]:
+    """The conversations of the selected runs and workload kinds."""
+    return variable(
+        "conversation",
+        f'SHOW TAG VALUES FROM "grill_request" WITH KEY = "conversation" WHERE {RUN_FILTER} AND {KIND_FILTER}',
+        "conversation",
+    )
+
+
+def request_variables() -> list[dict[str, Any]]:
+    """The variables of the boards that read grill_request and grill_tier."""
+    return [run_variable(), backend_variable(), kind_variable(), conversation_variable()]
 
 
 def target(
@@ -241,8 +257,8 @@ def engine_comparison() -> dict[str, Any]:
         {
             "id": 1,
             "type": "row",
-            "title": "Scenario $scenario",
-            "repeat": "scenario",
+            "title": "Conversation $conversation",
+            "repeat": "conversation",
             "collapsed": False,
             "gridPos": grid(0, 0, 24, 1),
             "panels": [],
@@ -253,19 +269,19 @@ def engine_comparison() -> dict[str, Any]:
         query = f'SELECT {select} FROM "grill_request" WHERE {OK_REQUEST_FILTER} GROUP BY {SERIES_GROUP}, "tier_users"'
         position = grid((index % 3) * 8, 1 + (index // 3) * 8, 8, 8)
         panels.append(
-            versus_users(panel_id, f"{title} vs users — $scenario", query, position, unit, description)
+            versus_users(panel_id, f"{title} vs users — $conversation", query, position, unit, description)
         )
         panel_id += 1
     for offset, (title, select, unit, description) in enumerate(TIER_METRICS, start=len(COMPARISON_METRICS)):
         query = f'SELECT {select} FROM "grill_tier" WHERE {TIER_FILTER} GROUP BY {SERIES_GROUP}, "tier_users"'
         position = grid((offset % 3) * 8, 1 + (offset // 3) * 8, 8, 8)
-        panels.append(versus_users(panel_id, f"{title} — $scenario", query, position, unit, description))
+        panels.append(versus_users(panel_id, f"{title} — $conversation", query, position, unit, description))
         panel_id += 1
     return dashboard(
         "grill-engine-comparison",
         "grill-locust — Engine comparison",
-        "Per scenario: TTFT, TPOT, tokens/s and E2E p50 against concurrent users, one line per run, backend and model.",
-        [run_variable(), backend_variable(), scenario_variable()],
+        "Per conversation: TTFT, TPOT, tokens/s and E2E p50 against concurrent users, one line per run, backend and model.",
+        request_variables(),
         panels,
         "now-24h",
         "30s",
@@ -384,7 +400,7 @@ def live_run() -> dict[str, Any]:
         "grill-live-run",
         "grill-locust — Live run",
         "Requests, users, latency percentiles and errors while a campaign runs; tiers as annotations.",
-        [run_variable(), backend_variable(), scenario_variable()],
+        request_variables(),
         panels,
         "now-30m",
         "5s",

@@ -148,7 +148,8 @@ class RequestRecord:
     backend: str
     engine: str
     model: str
-    scenario: str
+    conversation: str  # the conversation's name (older results folders call this column `scenario`)
+    kind: str  # the workload kind that produced the request (the conversation's `kind`)
     tier_index: int
     tier_users: int
     iteration: int
@@ -183,6 +184,23 @@ class RequestRecord:
 
 
 RECORD_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(RequestRecord))
+# The text labels that say what a record measured: a phase's row in phases.csv carries them too.
+LABEL_COLUMNS: tuple[str, ...] = ("run_id", "target", "backend", "engine", "model", "conversation", "kind")
+# Columns an older results folder names differently (old name -> name now), and labels it may lack
+# (read as ""): the readers of records and phases map them, rows here, frames in report/load.py.
+RENAMED_COLUMNS: dict[str, str] = {"scenario": "conversation"}
+ADDED_LABEL_COLUMNS: tuple[str, ...] = ("kind",)
+
+
+def with_current_names(row: dict[str, Any]) -> dict[str, Any]:
+    """A record or phase row of any results folder under today's column names."""
+    row = dict(row)
+    for old, new in RENAMED_COLUMNS.items():
+        if old in row and new not in row:
+            row[new] = row.pop(old)
+    for name in ADDED_LABEL_COLUMNS:
+        row.setdefault(name, "")
+    return row
 
 
 def _column_types() -> dict[str, type]:

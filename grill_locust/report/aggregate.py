@@ -19,6 +19,7 @@ import pandas as pd
 
 from grill_locust.record import (
     CANCELLED,
+    LABEL_COLUMNS,
     SATURATION_CPU_PCT,
     SATURATION_LAG_P99_MS,
     STATUS_OK,
@@ -45,7 +46,7 @@ FLAG_SATURATED = "saturated"
 FLAG_NO_SUCCESS = "no successful requests"
 SUMMARY_CSV = "summary.csv"
 
-LABEL_COLUMNS: list[str] = ["run_id", "backend", "engine", "model", "scenario"]
+TIER_LABEL_COLUMNS: list[str] = [c for c in LABEL_COLUMNS if c not in TIER_KEYS]  # a tier's own labels
 
 
 def summary_metric_columns() -> list[str]:
@@ -64,7 +65,8 @@ SUMMARY_COLUMNS: list[str] = [
     "backend",
     "engine",
     "model",
-    "scenario",
+    "conversation",
+    "kind",
     "tier_index",
     "tier_users",
     "requests",
@@ -94,7 +96,8 @@ INTERNAL_COLUMNS = ("ok_output_tokens", "records_span_s")  # worked on, never sh
 TURN_COLUMNS: list[str] = [
     "series",
     "target",
-    "scenario",
+    "conversation",
+    "kind",
     "tier_index",
     "tier_users",
     "turn",
@@ -217,12 +220,14 @@ def _summarize(run: RunData, stats: _Stats) -> pd.DataFrame:
     per_tier = per_tier.join(_turn_ratios(frame))
     per_tier = stats.by_name(per_tier)
 
-    labels = records[[*LABEL_COLUMNS]].iloc[per_tier["first_row"].to_numpy()].astype(object)
+    labels = records[TIER_LABEL_COLUMNS].iloc[per_tier["first_row"].to_numpy()].astype(object)
     labels.index = per_tier.index
     labels["tier_users"] = per_tier["users"].to_numpy()
-    phase_labels = phases[[*LABEL_COLUMNS, "tier_users"]].astype({c: object for c in LABEL_COLUMNS})
+    phase_labels = phases[[*TIER_LABEL_COLUMNS, "tier_users"]].astype(
+        dict.fromkeys(TIER_LABEL_COLUMNS, object)
+    )
     summary = phase_labels.replace("", np.nan).combine_first(labels)
-    summary[LABEL_COLUMNS] = summary[LABEL_COLUMNS].fillna("")
+    summary[TIER_LABEL_COLUMNS] = summary[TIER_LABEL_COLUMNS].fillna("")
     summary = summary.join(per_tier.drop(columns=["first_row", "users"]))
     counts = ["requests", "ok_requests", "cancelled"]
     summary[counts] = summary[counts].fillna(0).astype("int64")
@@ -247,7 +252,7 @@ def _summarize(run: RunData, stats: _Stats) -> pd.DataFrame:
     summary["tier_users"] = summary["tier_users"].astype("int64")
     extra = [c for c in summary.columns if c not in SUMMARY_COLUMNS and c not in INTERNAL_COLUMNS]
     summary = summary[SUMMARY_COLUMNS + extra]
-    for name in ("run_id", "series", "target", "backend", "engine", "model", "scenario", "flags", "note"):
+    for name in (*LABEL_COLUMNS, "series", "flags", "note"):
         summary[name] = summary[name].astype(str)
     return summary.sort_values(["target", "tier_users", "tier_index"], kind="stable").reset_index(drop=True)
 
@@ -286,7 +291,7 @@ def _summarize_turns(run: RunData, stats: _Stats) -> pd.DataFrame:
         return pd.DataFrame(columns=TURN_COLUMNS)
     first_rows = turns.pop("first_row").to_numpy()
     turns = stats.by_name(turns).reset_index()
-    for name in ("scenario", "backend", "model"):
+    for name in ("conversation", "kind", "backend", "model"):
         turns[name] = run.records[name].to_numpy()[first_rows].astype(str)
     for name in ("turn", "tier_index", "tier_users"):
         turns[name] = turns[name].astype("int64")

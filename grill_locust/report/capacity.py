@@ -1,7 +1,7 @@
-"""Capacity at an SLO: how many concurrent users each backend holds on each scenario.
+"""Capacity at an SLO: how many concurrent users each backend holds on each conversation.
 
 A tier meets the SLO when its TTFT p50, E2E p50 and success rate are all within bounds. The capacity
-of a series (backend, or run x backend in a comparison) on a scenario is the largest tier below the
+of a series (backend, or run x backend in a comparison) on a conversation is the largest tier below the
 first failing one; the estimate interpolates linearly in users between that tier and the first failing
 one, on the metric that crosses its bound first (the binding metric).
 """
@@ -22,7 +22,7 @@ METRIC_SUCCESS = "success_rate"
 
 FLAG_NAMES = {"ttft_p50_s": "--slo-ttft-p50", "e2e_p50_s": "--slo-e2e-p50", "success_rate": "--slo-success"}
 CAPACITY_COLUMNS: list[str] = [
-    "scenario",
+    "conversation",
     "series",
     "max_users_meeting_slo",
     "estimated_users",
@@ -80,22 +80,22 @@ def tier_failures(row: pd.Series, slo: Slo) -> list[str]:
 
 
 def capacity_at_slo(summary: pd.DataFrame, slo: Slo) -> pd.DataFrame:
-    """One row per scenario x series (CAPACITY_COLUMNS), scenarios in order, best series first."""
+    """One row per conversation x series (CAPACITY_COLUMNS), conversations in order, best series first."""
     rows = []
-    for (scenario, series), tiers in summary.groupby(["scenario", "series"], sort=True):
-        rows.append({"scenario": scenario, "series": series, **_series_capacity(tiers, slo)})
+    for (conversation, series), tiers in summary.groupby(["conversation", "series"], sort=True):
+        rows.append({"conversation": conversation, "series": series, **_series_capacity(tiers, slo)})
     capacity = pd.DataFrame(rows, columns=CAPACITY_COLUMNS)
     if not len(capacity):
         return capacity
     capacity["_rank"] = capacity["estimated_users"].fillna(0.0)
     capacity = capacity.sort_values(
-        ["scenario", "_rank", "series"], ascending=[True, False, True], kind="stable"
+        ["conversation", "_rank", "series"], ascending=[True, False, True], kind="stable"
     )
     return capacity.drop(columns="_rank").reset_index(drop=True)
 
 
 def _series_capacity(tiers: pd.DataFrame, slo: Slo) -> dict[str, Any]:
-    # several targets of one series on one scenario (e.g. two models) are not expected; take each tier once
+    # several targets of one series on one conversation (e.g. two models) are not expected; take each tier once
     ordered = tiers.sort_values(["tier_users", "tier_index"]).drop_duplicates("tier_users")
     ordered = ordered[ordered["requests"] > 0]
     tested_max = int(ordered["tier_users"].max()) if len(ordered) else 0
@@ -175,16 +175,16 @@ def _holds(row: pd.Series) -> str:
 
 
 def recommendations(capacity: pd.DataFrame) -> pd.DataFrame:
-    """The seed's table 1.3 in sentences: per scenario, how many developers each series holds."""
+    """The seed's table 1.3 in sentences: per conversation, how many developers each series holds."""
     rows = []
-    for scenario, group in capacity.groupby("scenario", sort=True):
+    for conversation, group in capacity.groupby("conversation", sort=True):
         parts = [_holds(row) for _, row in group.iterrows()]
         best = group.iloc[0]
         rows.append(
             {
-                "scenario": scenario,
+                "conversation": conversation,
                 "best": best["series"] if best["max_users_meeting_slo"] > 0 else "",
-                "recommendation": f"for {scenario}, " + ", ".join(parts),
+                "recommendation": f"for {conversation}, " + ", ".join(parts),
             }
         )
-    return pd.DataFrame(rows, columns=["scenario", "best", "recommendation"])
+    return pd.DataFrame(rows, columns=["conversation", "best", "recommendation"])

@@ -1,7 +1,7 @@
 """The seed study's figures, from a summary: metrics against concurrent users, one line per series.
 
-Figure 1.3: TTFT, TPOT, tokens/s and E2E p50 against users for one scenario (a 2 x 2 panel).
-Figure 1.4: the same metrics as a grid, one row per scenario. GPU utilisation and VRAM against users
+Figure 1.3: TTFT, TPOT, tokens/s and E2E p50 against users for one conversation (a 2 x 2 panel).
+Figure 1.4: the same metrics as a grid, one row per conversation. GPU utilisation and VRAM against users
 when telemetry columns exist. Users on a log axis; an optional band from p50 to p90; tiers where the
 load generator was saturated are ringed in red, incomplete tiers drawn hollow.
 """
@@ -174,14 +174,14 @@ def _legend_handles(summary: pd.DataFrame, colors: dict[str, str], band: bool) -
     return handles
 
 
-def figure_metrics(summary: pd.DataFrame, scenario: str, band: bool = True) -> Figure:
+def figure_metrics(summary: pd.DataFrame, conversation: str, band: bool = True) -> Figure:
     """Figure 1.3 of the seed: TTFT, TPOT, tokens/s and E2E p50 against users, one line per series."""
-    tiers = summary[summary["scenario"] == scenario]
+    tiers = summary[summary["conversation"] == conversation]
     colors = series_colors(summary)
     figure, axes = plt.subplots(2, 2, figsize=(11, 7.5), dpi=FIGURE_DPI)
     for panel, metric in zip(axes.flat, SEED_METRICS, strict=True):
         _plot_panel(panel, tiers, metric, colors, band)
-    figure.suptitle(f"{scenario}: latency and throughput against concurrent users", fontsize=12)
+    figure.suptitle(f"{conversation}: latency and throughput against concurrent users", fontsize=12)
     handles = _legend_handles(tiers, {s: colors[s] for s in sorted(tiers["series"].unique())}, band)
     figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
     figure.subplots_adjust(left=0.07, right=0.98, top=0.9, bottom=0.14, hspace=0.38, wspace=0.2)
@@ -189,29 +189,29 @@ def figure_metrics(summary: pd.DataFrame, scenario: str, band: bool = True) -> F
 
 
 def figure_grid(summary: pd.DataFrame, band: bool = True) -> Figure:
-    """Figure 1.4 of the seed: one row per scenario, one column per metric."""
-    scenarios = sorted(summary["scenario"].unique())
+    """Figure 1.4 of the seed: one row per conversation, one column per metric."""
+    conversations = sorted(summary["conversation"].unique())
     colors = series_colors(summary)
     figure, axes = plt.subplots(
-        len(scenarios),
+        len(conversations),
         len(SEED_METRICS),
-        figsize=(16, 3.2 * len(scenarios) + 1.0),
+        figsize=(16, 3.2 * len(conversations) + 1.0),
         dpi=FIGURE_DPI,
         squeeze=False,
     )
-    for row, scenario in enumerate(scenarios):
-        tiers = summary[summary["scenario"] == scenario]
+    for row, conversation in enumerate(conversations):
+        tiers = summary[summary["conversation"] == conversation]
         for column, metric in enumerate(SEED_METRICS):
             _plot_panel(axes[row][column], tiers, metric, colors, band, show_title=False)
-            if row < len(scenarios) - 1:
+            if row < len(conversations) - 1:
                 axes[row][column].set_xlabel("")
             if row == 0:
                 axes[row][column].set_title(metric.title, fontsize=10)
-        axes[row][0].set_ylabel(f"{scenario}\n{SEED_METRICS[0].unit}", fontsize=9)
-    figure.suptitle("All scenarios: p50 against concurrent users", fontsize=13)
+        axes[row][0].set_ylabel(f"{conversation}\n{SEED_METRICS[0].unit}", fontsize=9)
+    figure.suptitle("All conversations: p50 against concurrent users", fontsize=13)
     handles = _legend_handles(summary, colors, band)
     figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
-    height_in = 3.2 * len(scenarios) + 1.0
+    height_in = 3.2 * len(conversations) + 1.0
     # fixed margins (in inches, turned into fractions): tight_layout on a big grid costs seconds
     figure.subplots_adjust(
         left=0.06, right=0.99, top=1 - 0.75 / height_in, bottom=1.0 / height_in, hspace=0.3, wspace=0.25
@@ -223,15 +223,15 @@ def has_telemetry(summary: pd.DataFrame) -> bool:
     return any(m.p50_column in summary and summary[m.p50_column].notna().any() for m in TELEMETRY_METRICS)
 
 
-def figure_telemetry(summary: pd.DataFrame, scenario: str) -> Figure:
+def figure_telemetry(summary: pd.DataFrame, conversation: str) -> Figure:
     """GPU utilisation and VRAM against users (panels for the telemetry columns the run has)."""
-    tiers = summary[summary["scenario"] == scenario]
+    tiers = summary[summary["conversation"] == conversation]
     metrics = [m for m in TELEMETRY_METRICS if m.p50_column in tiers and tiers[m.p50_column].notna().any()]
     colors = series_colors(summary)
     figure, axes = plt.subplots(1, max(len(metrics), 1), figsize=(11, 4.2), dpi=FIGURE_DPI, squeeze=False)
     for index, metric in enumerate(metrics):
         _plot_panel(axes[0][index], tiers, metric, colors, band=False)
-    figure.suptitle(f"{scenario}: GPU against concurrent users", fontsize=12)
+    figure.suptitle(f"{conversation}: GPU against concurrent users", fontsize=12)
     handles = _legend_handles(tiers, {s: colors[s] for s in sorted(tiers["series"].unique())}, band=False)
     figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
     figure.subplots_adjust(left=0.07, right=0.98, top=0.86, bottom=0.24, wspace=0.25)
@@ -239,7 +239,7 @@ def figure_telemetry(summary: pd.DataFrame, scenario: str) -> Figure:
 
 
 def slug(text: str) -> str:
-    return re.sub(r"[^a-zA-Z0-9]+", "-", text).strip("-").lower() or "scenario"
+    return re.sub(r"[^a-zA-Z0-9]+", "-", text).strip("-").lower() or "conversation"
 
 
 def write_figures(summary: pd.DataFrame, out_dir: Path, band: bool = True, on_step=None) -> list[FigureFile]:
@@ -259,25 +259,25 @@ def write_figures(summary: pd.DataFrame, out_dir: Path, band: bool = True, on_st
             on_step(name)
 
     band_text = " Shaded: p50 to p90." if band else ""
-    for scenario in sorted(plotted["scenario"].unique()):
+    for conversation in sorted(plotted["conversation"].unique()):
         save(
-            figure_metrics(plotted, scenario, band),
-            f"metrics-{slug(scenario)}.png",
-            f"{scenario}: TTFT, TPOT, tokens/s and E2E against users",
+            figure_metrics(plotted, conversation, band),
+            f"metrics-{slug(conversation)}.png",
+            f"{conversation}: TTFT, TPOT, tokens/s and E2E against users",
             "p50 over successful requests, users on a log axis." + band_text,
         )
     save(
         figure_grid(plotted, band),
         "grid.png",
-        "All scenarios x metrics",
-        "Rows: scenarios; columns: TTFT, TPOT, tokens/s per request, E2E (p50)." + band_text,
+        "All conversations x metrics",
+        "Rows: conversations; columns: TTFT, TPOT, tokens/s per request, E2E (p50)." + band_text,
     )
     if has_telemetry(plotted):
-        for scenario in sorted(plotted["scenario"].unique()):
+        for conversation in sorted(plotted["conversation"].unique()):
             save(
-                figure_telemetry(plotted, scenario),
-                f"gpu-{slug(scenario)}.png",
-                f"{scenario}: GPU utilisation and VRAM against users",
+                figure_telemetry(plotted, conversation),
+                f"gpu-{slug(conversation)}.png",
+                f"{conversation}: GPU utilisation and VRAM against users",
                 "Per tier: mean GPU utilisation and peak VRAM from telemetry.",
             )
     return files
@@ -288,5 +288,5 @@ def figure_count(summary: pd.DataFrame) -> int:
     plotted = summary[summary["requests"] > 0]
     if not len(plotted):
         return 0
-    scenarios = plotted["scenario"].nunique()
-    return scenarios + 1 + (scenarios if has_telemetry(plotted) else 0)
+    conversations = plotted["conversation"].nunique()
+    return conversations + 1 + (conversations if has_telemetry(plotted) else 0)

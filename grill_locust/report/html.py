@@ -127,11 +127,11 @@ def _tiers_section(report: Report) -> str:
     if not len(summary):
         return "".join(parts) + "<p>No tiers.</p>"
     table = display_tiers(summary)
-    for scenario in sorted(summary["scenario"].unique()):
-        mask = summary["scenario"] == scenario
-        rows = table[mask].drop(columns=["scenario"])
+    for conversation in sorted(summary["conversation"].unique()):
+        mask = summary["conversation"] == conversation
+        rows = table[mask].drop(columns=["conversation"])
         parts.append(
-            f"<h3>{_e(scenario)}</h3>" + html_table(rows, (summary.loc[mask, "flags"] != "").tolist())
+            f"<h3>{_e(conversation)}</h3>" + html_table(rows, (summary.loc[mask, "flags"] != "").tolist())
         )
     return "".join(parts)
 
@@ -141,9 +141,9 @@ def _turns_section(report: Report) -> str:
         return ""
     table = display_turns(report.turns)
     parts = ["<h2>Multi-turn: per turn</h2>"]
-    for scenario in sorted(report.turns["scenario"].unique()):
-        rows = table[report.turns["scenario"] == scenario].drop(columns=["scenario"])
-        parts.append(f"<h3>{_e(scenario)}</h3>" + html_table(rows))
+    for conversation in sorted(report.turns["conversation"].unique()):
+        rows = table[report.turns["conversation"] == conversation].drop(columns=["conversation"])
+        parts.append(f"<h3>{_e(conversation)}</h3>" + html_table(rows))
     return "".join(parts)
 
 

@@ -4,6 +4,7 @@ A run that crashed (or is still running) leaves `records.jsonl` and `telemetry.j
 parquet copies, perhaps with a half-written last line, and perhaps no (or an empty) `phases.csv`: the
 report still reads what is there. The parquet files are written at a clean close and removed by
 `--resume`, so where one is there it holds every record; one that does not open is passed over.
+A folder written before a column was renamed is read under today's names (`with_current_columns`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from grill_locust.errors import GrillError
-from grill_locust.record import NUMERIC_RECORD_COLUMNS, RECORD_COLUMNS
+from grill_locust.record import LABEL_COLUMNS, NUMERIC_RECORD_COLUMNS, RECORD_COLUMNS, RENAMED_COLUMNS
 from grill_locust.sinks.results import (
     CONFIG_YAML,
     PHASE_COLUMNS,
@@ -28,8 +29,6 @@ from grill_locust.sinks.results import (
     TELEMETRY_JSONL,
     TELEMETRY_PARQUET,
 )
-
-LABEL_COLUMNS: tuple[str, ...] = ("run_id", "target", "backend", "engine", "model", "scenario")
 
 
 @dataclass(frozen=True)
@@ -98,9 +97,15 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
         return pd.DataFrame.from_records(rows)
 
 
+def with_current_columns(frame: pd.DataFrame) -> pd.DataFrame:
+    """A records or phases frame of any results folder under today's column names (RENAMED_COLUMNS)."""
+    renames = {old: new for old, new in RENAMED_COLUMNS.items() if old in frame and new not in frame}
+    return frame.rename(columns=renames)
+
+
 def normalize_records(frame: pd.DataFrame) -> pd.DataFrame:
     """Give a records frame every RECORD_COLUMNS column, numbers as floats, labels as strings."""
-    frame = frame.copy()
+    frame = with_current_columns(frame)
     for name in RECORD_COLUMNS:
         if name not in frame.columns:
             frame[name] = np.nan if name in NUMERIC_RECORD_COLUMNS else None
@@ -123,7 +128,7 @@ def _read_phases(folder: Path, records: pd.DataFrame) -> pd.DataFrame:
 
 
 def _normalize_phases(phases: pd.DataFrame) -> pd.DataFrame:
-    phases = phases.copy()
+    phases = with_current_columns(phases)
     for name in PHASE_COLUMNS:
         if name not in phases.columns:
             phases[name] = np.nan
@@ -162,7 +167,8 @@ def phases_from_records(records: pd.DataFrame) -> pd.DataFrame:
         backend=("backend", "first"),
         engine=("engine", "first"),
         model=("model", "first"),
-        scenario=("scenario", "first"),
+        conversation=("conversation", "first"),
+        kind=("kind", "first"),
         tier_users=("tier_users", "max"),  # a plain run: the count grows while users spawn
         start_wall=("wall_start", "min"),
         end_wall=("_end", "max"),

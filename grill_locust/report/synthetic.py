@@ -7,6 +7,7 @@ take a second or two.
 
 from __future__ import annotations
 
+import csv
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -16,13 +17,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from grill_locust.record import RECORD_COLUMNS, STATUS_OK
+from grill_locust.record import ADDED_LABEL_COLUMNS, RECORD_COLUMNS, RENAMED_COLUMNS, STATUS_OK
 from grill_locust.report.load import phases_from_records
 from grill_locust.sinks.results import PHASE_COLUMNS
 
 START_WALL = 1_767_225_600.0  # 2026-01-01 00:00 UTC: synthetic runs start here
 TIER_PAUSE_S = 30.0
-MULTI_TURN = "multi-turn-session"
+MULTI_TURN = "multi-turn-session"  # drawn as multi-turn; any other conversation as short-baseline
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ def make_record(**values: Any) -> dict[str, Any]:
         "backend": "sim",
         "engine": "sim",
         "model": "grill-sim",
-        "scenario": "short-baseline",
+        "conversation": "short-baseline",
+        "kind": "short-baseline",
         "tier_index": 0,
         "tier_users": 1,
         "iteration": 0,
@@ -95,7 +97,7 @@ def make_record(**values: Any) -> dict[str, Any]:
 def synthetic_records(
     n_records: int,
     backends: Sequence[str] = ("vllm", "llamacpp"),
-    scenarios: Sequence[str] = (MULTI_TURN, "short-baseline"),
+    conversations: Sequence[str] = (MULTI_TURN, "short-baseline"),
     tiers: Sequence[int] = (1, 5, 10, 20),
     run_id: str = "synthetic",
     model: str = "devstral-small",
@@ -103,13 +105,13 @@ def synthetic_records(
     seed: int = 0,
     shapes: dict[str, EngineShape] | None = None,
 ) -> pd.DataFrame:
-    """About `n_records` records over backends x scenarios x tiers (more for larger tiers), RECORD_COLUMNS.
+    """About `n_records` records over backends x conversations x tiers (more for larger tiers), RECORD_COLUMNS.
 
     Each backend is drawn with `shapes[backend]`, else ENGINE_SHAPES[backend], else vLLM's shape.
     """
     rng = np.random.default_rng(seed)
     groups = [
-        (b, s, t_index, users) for b in backends for s in scenarios for t_index, users in enumerate(tiers)
+        (b, c, t_index, users) for b in backends for c in conversations for t_index, users in enumerate(tiers)
     ]
     weights = np.array([users for *_, users in groups], dtype=float)
     counts = np.maximum(np.round(weights / weights.sum() * n_records).astype(int), 1)
@@ -118,7 +120,7 @@ def synthetic_records(
     position = np.arange(n) - np.repeat(np.cumsum(counts) - counts, counts)
 
     backend = np.array([g[0] for g in groups], dtype=object)[group_of]
-    scenario = np.array([g[1] for g in groups], dtype=object)[group_of]
+    conversation = np.array([g[1] for g in groups], dtype=object)[group_of]
     tier_index = np.array([g[2] for g in groups])[group_of]
     users = np.array([g[3] for g in groups], dtype=float)[group_of]
     known = {**ENGINE_SHAPES, **(shapes or {})}
@@ -128,7 +130,7 @@ def synthetic_records(
         table = np.array([getattr(shape_of_backend[g[0]], attribute) for g in groups], dtype=float)
         return table[group_of]
 
-    multi = scenario == MULTI_TURN
+    multi = conversation == MULTI_TURN
     turn = np.where(multi, position % turns, 0)
     prompt_tokens = np.where(multi, 600 + turn * 900, rng.integers(40, 120, n)).astype(float)
     cached_tokens = np.floor(np.where(turn > 0, (prompt_tokens - 900) * per_record("cache_hit"), 0.0))
@@ -146,7 +148,7 @@ def synthetic_records(
     wall_start = tier_start[group_of] + rng.random(n) * (tier_span[group_of] - e2e).clip(min=1.0)
 
     status = np.where(failed, "http_503", STATUS_OK).astype(object)
-    target = np.char.add(np.char.add(backend.astype(str), f"/{model}/"), scenario.astype(str))
+    target = np.char.add(np.char.add(backend.astype(str), f"/{model}/"), conversation.astype(str))
     frame = pd.DataFrame(
         {
             "record_id": np.char.add("r", np.arange(n).astype(str)),
@@ -155,7 +157,8 @@ def synthetic_records(
             "backend": backend,
             "engine": _map(backend, shape_of_backend),
             "model": model,
-            "scenario": scenario,
+            "conversation": conversation,
+            "kind": np.where(multi, "multi-turn", "short-baseline"),
             "tier_index": tier_index,
             "tier_users": users.astype(int),
             "iteration": position % 5,
@@ -227,3 +230,38 @@ def write_results_folder(
     run_meta.update(meta or {})
     (folder / "run.json").write_text(json.dumps(run_meta, indent=2), encoding="utf-8")
     return folder
+
+
+def to_older_column_names(run_dir: str | Path) -> None:
+    """Rewrite a results folder as one written before RENAMED_COLUMNS and ADDED_LABEL_COLUMNS: records
+    (jsonl and parquet, whichever are there) and phases.csv under the old names, without the added labels."""
+    folder = Path(run_dir)
+    older = {new: old for old, new in RENAMED_COLUMNS.items()}
+
+    def older_row(row: dict[str, Any]) -> dict[str, Any]:
+        return {
+            older.get(name, name): value for name, value in row.items() if name not in ADDED_LABEL_COLUMNS
+        }
+
+    jsonl = folder / "records.jsonl"
+    if jsonl.is_file():
+        rows = [
+            older_row(json.loads(line)) for line in jsonl.read_text(encoding="utf-8").splitlines() if line
+        ]
+        jsonl.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    parquet = folder / "records.parquet"
+    if parquet.is_file():
+        frame = pd.read_parquet(parquet)
+        frame.drop(columns=list(ADDED_LABEL_COLUMNS)).rename(columns=older).to_parquet(parquet, index=False)
+    phases = folder / "phases.csv"
+    if phases.is_file():
+        with phases.open(newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            header = [
+                older.get(name, name) for name in reader.fieldnames or () if name not in ADDED_LABEL_COLUMNS
+            ]
+            phase_rows = [older_row(row) for row in reader]
+        with phases.open("w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=header)
+            writer.writeheader()
+            writer.writerows(phase_rows)

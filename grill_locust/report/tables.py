@@ -137,23 +137,23 @@ def display_tiers(summary: pd.DataFrame, terminal: bool = False) -> pd.DataFrame
     spec = list(TIER_TABLE)
     if "cancelled" in summary and (summary["cancelled"] > 0).any():  # requests our own stop cut short
         spec.insert(2, ("cancelled", "cancelled", _integer))
-    table = _display(summary, spec + optional, ["series", "scenario"])
+    table = _display(summary, spec + optional, ["series", "conversation"])
     table["flags"] = summary["flags"].astype(str) if "flags" in summary else ""
     if terminal:
-        keep = ["series", "scenario", *[c for c in table.columns if c in TERMINAL_TIER_COLUMNS], "flags"]
+        keep = ["series", "conversation", *[c for c in table.columns if c in TERMINAL_TIER_COLUMNS], "flags"]
         table = table[keep]
     return table
 
 
 def display_turns(turns: pd.DataFrame) -> pd.DataFrame:
-    return _display(turns, TURN_TABLE, ["series", "scenario"])
+    return _display(turns, TURN_TABLE, ["series", "conversation"])
 
 
 def display_capacity(capacity: pd.DataFrame) -> pd.DataFrame:
     from grill_locust.report.capacity import users_phrase
 
     out = pd.DataFrame(index=capacity.index)
-    out["scenario"] = capacity["scenario"].astype(str)
+    out["conversation"] = capacity["conversation"].astype(str)
     out["series"] = capacity["series"].astype(str)
     out["largest tier meeting SLO"] = capacity["max_users_meeting_slo"].map(
         lambda v: str(int(v)) if v else "none"
@@ -193,18 +193,18 @@ def _looks_numeric(text: str) -> bool:
 
 
 def format_table(summary: pd.DataFrame) -> str:
-    """The tier summary as terminal text, one block per scenario x series."""
+    """The tier summary as terminal text, one block per conversation x series."""
     if not len(summary):
         return "(no tiers)"
     table = display_tiers(summary, terminal=True)
     blocks = []
-    for (scenario, series), rows in table.groupby(["scenario", "series"], sort=True):
-        body = rows.drop(columns=["scenario", "series"])
+    for (conversation, series), rows in table.groupby(["conversation", "series"], sort=True):
+        body = rows.drop(columns=["conversation", "series"])
         empty = [
             c for c in body.columns if (body[c] == MISSING).all() or (c == "flags" and (body[c] == "").all())
         ]
         body = body.drop(columns=empty)
-        blocks.append(f"{series} · {scenario}\n{format_text(body)}")
+        blocks.append(f"{series} · {conversation}\n{format_text(body)}")
     return "\n\n".join(blocks)
 
 
@@ -213,9 +213,9 @@ def format_turns(turns: pd.DataFrame) -> str:
         return ""
     table = display_turns(turns)
     blocks = []
-    for (scenario, series), rows in table.groupby(["scenario", "series"], sort=True):
+    for (conversation, series), rows in table.groupby(["conversation", "series"], sort=True):
         blocks.append(
-            f"{series} · {scenario} (per turn)\n{format_text(rows.drop(columns=['scenario', 'series']))}"
+            f"{series} · {conversation} (per turn)\n{format_text(rows.drop(columns=['conversation', 'series']))}"
         )
     return "\n\n".join(blocks)
 

@@ -20,7 +20,7 @@ import gevent.event
 from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
 from grill_locust.record import SATURATION_CPU_PCT, SATURATION_LAG_P99_MS
-from grill_locust.run.phase import Phase, plan_phases
+from grill_locust.run.phase import Phase, campaign_phases
 from grill_locust.run.worker import MSG_PHASE, runner_of
 from grill_locust.sinks.results import ResultsWriter
 
@@ -95,7 +95,7 @@ class Campaign:
         # this run, or this resumption of it: in every user's prompt keys, so that no run sends the
         # prompts of an earlier one, which the engine's prefix cache may still hold
         self.session = f"{run_id}.{len(writer.meta.get('resumed_wall') or [])}"
-        planned = plan_phases(scenario, run_id) if walk_tiers else []
+        planned = campaign_phases(scenario, run_id) if walk_tiers else []
         self.phases = [p for p in planned if (p.target, p.tier_index) not in (skip or set())]
         self.progress: dict[int, PhaseProgress] = {p.phase_id: PhaseProgress(p) for p in self.phases}
         self.targets = {t.name: t for t in scenario.targets}

@@ -23,14 +23,15 @@ class Phase:
         return self.tier_users * self.iterations_per_user
 
     def labels(self, target: Target) -> dict[str, Any]:
-        """The labels every record and tier row of this phase carries (run, target, tier)."""
+        """The labels every record and tier row of this phase carries: LABEL_COLUMNS and the tier."""
         return {
             "run_id": self.run_id,
             "target": target.name,
             "backend": target.backend.name,
             "engine": target.backend.engine,
             "model": target.model.name,
-            "scenario": target.conversation.name,
+            "conversation": target.conversation.name,
+            "kind": target.conversation.kind,
             "tier_index": self.tier_index,
             "tier_users": self.tier_users,
         }
@@ -43,7 +44,7 @@ class Phase:
         return cls(**data)
 
 
-def plan_phases(scenario: Scenario, run_id: str) -> list[Phase]:
+def campaign_phases(scenario: Scenario, run_id: str) -> list[Phase]:
     """Targets in scenario order, each through every tier."""
     load = scenario.load
     phases: list[Phase] = []

@@ -51,18 +51,18 @@ class GrillUser(User):
         """Send one conversation turn by turn, carrying the real replies forward."""
         workload = self.grill.workload_for(target)
         user_key = f"{self.grill.session}-p{phase.phase_id}-{self.grill.worker_id}-u{self.user_index}"
-        plan = workload.plan(user_key, iteration)
+        script = workload.script(user_key, iteration)
         messages: list[dict[str, str]] = []
-        if plan.system:
-            messages.append({"role": "system", "content": plan.system})
+        if script.system:
+            messages.append({"role": "system", "content": script.system})
         labels = {
             **phase.labels(target),
             "iteration": iteration,
             "user_id": self.user_index,
             "worker_id": self.grill.worker_id,
-            "conversation_id": plan.conversation_id,
+            "conversation_id": script.conversation_id,
         }
-        for turn, user_text in enumerate(plan.user_turns):
+        for turn, user_text in enumerate(script.user_turns):
             if turn > 0:
                 gevent.sleep(phase.think_time_s)
             messages.append({"role": "user", "content": user_text})

@@ -328,7 +328,7 @@ class SimServer:
         stream = bool(body.get("stream"))
         options = body.get("stream_options")
         include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
-        reply = Reply(
+        reply = ResponseWriter(
             self, conn, kind, request_id, response_id, stream, include_usage, fault, arrival, request.path
         )
         gap_s = self.faults.settings.trickle_gap_ms / 1000.0 if fault == "trickle" else 0.0
@@ -389,7 +389,7 @@ class SimServer:
         }
 
 
-class Reply:
+class ResponseWriter:
     """Writes one request's answer as its sequence produces tokens (streamed or all at the end)."""
 
     __slots__ = (

@@ -25,7 +25,7 @@ import gevent
 import gevent.threadpool
 from gevent import monkey
 
-from grill_locust.record import NUMERIC_RECORD_COLUMNS
+from grill_locust.record import LABEL_COLUMNS, NUMERIC_RECORD_COLUMNS
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ MEASUREMENT_GPU = "grill_gpu"
 MEASUREMENT_ENGINE = "grill_engine"
 
 # labels that may become tags (low cardinality only: never record, user or conversation ids)
-RUN_TAGS: tuple[str, ...] = ("run_id", "target", "backend", "engine", "model", "scenario", "tier_users")
+RUN_TAGS: tuple[str, ...] = (*LABEL_COLUMNS, "tier_users")
 REQUEST_TAGS: tuple[str, ...] = (*RUN_TAGS, "status")
 TELEMETRY_TAGS: tuple[str, ...] = ("run_id", "backend", "source", "host", "gpu_index", "gpu_uuid", "gpu_name")
 PHASE_TAGS: tuple[str, ...] = (*RUN_TAGS, "event")

@@ -18,7 +18,7 @@ import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 import yaml
 
-from grill_locust.record import RECORD_COLUMN_TYPES
+from grill_locust.record import LABEL_COLUMNS, RECORD_COLUMN_TYPES, with_current_names
 
 RECORDS_JSONL = "records.jsonl"
 RECORDS_PARQUET = "records.parquet"
@@ -31,12 +31,7 @@ RUN_JSON = "run.json"
 SUMMARY_CSV = "summary.csv"
 
 PHASE_COLUMNS = (
-    "run_id",
-    "target",
-    "backend",
-    "engine",
-    "model",
-    "scenario",
+    *LABEL_COLUMNS,
     "tier_index",
     "tier_users",
     "start_wall",
@@ -83,16 +78,21 @@ class ResultsWriter:
 
     def _set_aside_incomplete_tiers(self) -> None:
         """On --resume: tiers that did not complete will run again, so their earlier records move to
-        records.interrupted.jsonl (kept, but out of the statistics) and their phases.csv rows go."""
+        records.interrupted.jsonl (kept, but out of the statistics) and their phases.csv rows go. The
+        records of an older folder are written back under today's column names."""
         self.phases = [p for p in read_phases(self.run_dir) if p["complete"] == "True"]
         complete = {(p["target"], int(p["tier_index"])) for p in self.phases}
         kept: list[dict[str, Any]] = []
         set_aside: list[dict[str, Any]] = []
-        for record in read_records_jsonl(self.run_dir / RECORDS_JSONL):
+        renamed = False
+        for row in read_records_jsonl(self.run_dir / RECORDS_JSONL):
+            record = with_current_names(row)
+            renamed |= record.keys() != row.keys()
             (kept if (record["target"], record["tier_index"]) in complete else set_aside).append(record)
         if set_aside:
             with open(self.run_dir / RECORDS_INTERRUPTED_JSONL, "a", encoding="utf-8") as f:
                 f.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in set_aside))
+        if set_aside or renamed:
             with open(self.run_dir / RECORDS_JSONL, "w", encoding="utf-8") as f:
                 f.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept))
         self._seen = {r["record_id"] for r in kept}
@@ -175,4 +175,4 @@ def read_phases(run_dir: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     with open(path, newline="") as f:
-        return list(csv.DictReader(f))
+        return [with_current_names(row) for row in csv.DictReader(f)]

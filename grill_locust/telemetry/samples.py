@@ -11,7 +11,7 @@ from typing import Any
 KIND_ENGINE = "engine"
 KIND_GPU = "gpu"
 
-LABEL_COLUMNS: tuple[str, ...] = (
+SAMPLE_LABEL_COLUMNS: tuple[str, ...] = (
     "wall_time",  # Unix time of the scrape (or of the NVML reading, for the exporter's own samples)
     "kind",  # "engine" | "gpu"
     "source",  # backend name (engine) or the exporter's host:port (gpu)
@@ -45,7 +45,7 @@ GPU_COLUMNS: tuple[str, ...] = (
     "throttle_reasons",  # NVML clocks-event reasons bitmask
 )
 
-TELEMETRY_COLUMNS: tuple[str, ...] = LABEL_COLUMNS + ENGINE_COLUMNS + GPU_COLUMNS
+TELEMETRY_COLUMNS: tuple[str, ...] = SAMPLE_LABEL_COLUMNS + ENGINE_COLUMNS + GPU_COLUMNS
 
 
 def empty_sample(kind: str, wall_time: float, source: str, backend: str, host: str) -> dict[str, Any]:

@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from grill_locust.workload.calibrate import TokenCounter, backend_token_counter
-    from grill_locust.workload.generators import ConversationPlan, Workload, build_workload
+    from grill_locust.workload.generators import ConversationScript, Workload, build_workload
 
-__all__ = ["ConversationPlan", "TokenCounter", "Workload", "backend_token_counter", "build_workload"]
+__all__ = ["ConversationScript", "TokenCounter", "Workload", "backend_token_counter", "build_workload"]
 
 _HOMES = {
     "TokenCounter": "grill_locust.workload.calibrate",
     "backend_token_counter": "grill_locust.workload.calibrate",
-    "ConversationPlan": "grill_locust.workload.generators",
+    "ConversationScript": "grill_locust.workload.generators",
     "Workload": "grill_locust.workload.generators",
     "build_workload": "grill_locust.workload.generators",
 }

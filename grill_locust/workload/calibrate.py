@@ -9,7 +9,7 @@ after exactly the tokens it still needs (`MeasuredCorpus`). A message's size is 
 counts; the seams between the parts (after a newline, before a space-led word) are ones tokenizers
 do not merge across, which the real-engine test checks with one `/tokenize` per message (±2 %).
 Measured on gemma-3 through llama-server: every message of the four workloads exact (0 tokens off in
-180 messages); calibration ~1.5-3 s (~90k tokens of code, then ~2.5k spans), plans ~0.05 ms.
+180 messages); calibration ~1.5-3 s (~90k tokens of code, then ~2.5k spans), scripts ~0.05 ms.
 
 Scaled mode (the endpoint gives counts only, e.g. `grill sim`): the stream's count over the
 approximate tokenizer's (`tokens.py`) gives one ratio, and workloads aim at `target / ratio`
@@ -47,7 +47,7 @@ CALIBRATION_TIMEOUT_S = 30.0
 CALIBRATION_SEED = 20260101
 STREAM_CHARS = 320_000  # measured corpus: ~90k tokens of code, one /tokenize call (~1-2 s)
 STREAM_FILE_CHARS = 12_000  # at most this much of each file, so the stream spans many modules
-ID_POOL_SIZE = 2048  # request ids measured once; a plan draws one
+ID_POOL_SIZE = 2048  # request ids measured once; a script draws one
 ID_LETTERS = 8
 SPAN_LEFT = "w"  # a variable span is measured between a word end and a space-led word, as it is used
 SPAN_RIGHT = " x"

@@ -81,7 +81,7 @@ class Corpus:
         return found
 
     def preload(self) -> None:
-        """Read every file now (~0.2 s for the standard library), so no plan pays for a first read."""
+        """Read every file now (~0.2 s for the standard library), so no script pays for a first read."""
         for index in range(len(self._paths)):
             self.file(index)
 

@@ -1,8 +1,8 @@
 """The conversations users send: one generator per workload kind, sized in tokens, seeded.
 
-`build_workload(conversation, model)` returns a `Workload`; `workload.plan(user_key, iteration)` gives
-the messages of one whole conversation (a `ConversationPlan`). The same (seed, user_key, iteration)
-gives the same plan in every process, so master and workers agree without sending prompts around.
+`build_workload(conversation, model)` returns a `Workload`; `workload.script(user_key, iteration)` gives
+the messages of one whole conversation (a `ConversationScript`). The same (seed, user_key, iteration)
+gives the same script in every process, so master and workers agree without sending prompts around.
 
 Every sized message is a head (a question, a request id, names between backticks) and code from the
 standard library that starts at a definition. Sizing has two modes:
@@ -49,7 +49,7 @@ _SYSTEM_CODE_END = "\n```\n"
 
 
 @dataclass(frozen=True)
-class ConversationPlan:
+class ConversationScript:
     """Everything one iteration of one user sends: an optional system message and the user turns.
 
     The user sends the turns one by one, appending each real reply as an assistant message."""
@@ -93,7 +93,7 @@ class _Code:
 
 
 class Workload:
-    """Builds the plans of one conversation (kind, sizes, seed) for any user and iteration."""
+    """Builds the scripts of one conversation (kind, sizes, seed) for any user and iteration."""
 
     def __init__(
         self,
@@ -107,21 +107,21 @@ class Workload:
         self.token_counter = token_counter
         self.measured: MeasuredCorpus | None = token_counter.measured if token_counter else None
         self.corpus = corpus or stdlib_corpus()
-        self._shared: dict[str, Any] = {}  # parts every plan shares, built on first use
+        self._shared: dict[str, Any] = {}  # parts every script shares, built on first use
 
     @property
     def requests_per_iteration(self) -> int:
         return self.conversation.requests_per_iteration
 
-    def plan(self, user_key: str, iteration: int) -> ConversationPlan:
+    def script(self, user_key: str, iteration: int) -> ConversationScript:
         conversation = self.conversation
         conversation_id = f"{conversation.name}:{user_key}:{iteration}"
         rng = _rng(conversation.seed, conversation.name, user_key, str(iteration))
-        return _PLAN_BUILDERS[conversation.kind](self, conversation_id, rng)
+        return _SCRIPT_BUILDERS[conversation.kind](self, conversation_id, rng)
 
-    # ---- the kinds (grill_locust/workload/kinds.py): one plan builder each ------------------
+    # ---- the kinds (grill_locust/workload/kinds.py): one script builder each ------------------
 
-    def _multi_turn(self, conversation_id: str, rng: random.Random) -> ConversationPlan:
+    def _multi_turn(self, conversation_id: str, rng: random.Random) -> ConversationScript:
         conversation = self.conversation
         system_tokens = conversation.system_tokens or 1
         turn_tokens = conversation.turn_tokens or 1
@@ -140,19 +140,19 @@ class Workload:
             follow_up = self._pick(rng, turn_tokens, same_module_as=code)
             head = rng.choice(FOLLOW_UP_HEADS)
             turns.append(self._render(head, {"name": follow_up.name}, follow_up, turn_tokens, _CODE_END))
-        return ConversationPlan(conversation_id, system, turns)
+        return ConversationScript(conversation_id, system, turns)
 
-    def _shared_prefix_plan(self, conversation_id: str, rng: random.Random) -> ConversationPlan:
+    def _shared_prefix_script(self, conversation_id: str, rng: random.Random) -> ConversationScript:
         question = self._question(rng, self.conversation.question_tokens or 1)
-        return ConversationPlan(conversation_id, self._shared_prefix(), [question])
+        return ConversationScript(conversation_id, self._shared_prefix(), [question])
 
-    def _short_baseline(self, conversation_id: str, rng: random.Random) -> ConversationPlan:
-        return ConversationPlan(
+    def _short_baseline(self, conversation_id: str, rng: random.Random) -> ConversationScript:
+        return ConversationScript(
             conversation_id, None, [self._question(rng, self.conversation.prompt_tokens or 1)]
         )
 
-    def _unique_prompts(self, conversation_id: str, rng: random.Random) -> ConversationPlan:
-        return ConversationPlan(conversation_id, None, [self._unique_prompt(rng)])
+    def _unique_prompts(self, conversation_id: str, rng: random.Random) -> ConversationScript:
+        return ConversationScript(conversation_id, None, [self._unique_prompt(rng)])
 
     def _system_prompt(self, rng: random.Random, system_tokens: int, turn_tokens: int) -> tuple[str, _Code]:
         code = self._pick(rng, max(system_tokens, turn_tokens))  # the first turn asks about it too
@@ -192,7 +192,7 @@ class Workload:
         values = {"id": request_id, "module": code.module, "name": code.name}
         return self._render(head, values, code, size, _CODE_END)
 
-    def _fixed(self, conversation_id: str, rng: random.Random) -> ConversationPlan:
+    def _fixed(self, conversation_id: str, rng: random.Random) -> ConversationScript:
         turns = self.conversation.turns
         system_parts = [turn.content for turn in turns if turn.role == "system"]
         user_turns = [turn.content for turn in turns if turn.role == "user"]
@@ -204,7 +204,7 @@ class Workload:
                 system = salt_line + system
             else:
                 user_turns[0] = salt_line + user_turns[0]
-        return ConversationPlan(conversation_id, system, user_turns)
+        return ConversationScript(conversation_id, system, user_turns)
 
     # ---- code, ids and sizing ----------------------------------------------------------------
 
@@ -262,10 +262,10 @@ class Workload:
         return asked if self.token_counter is None else self.token_counter.approx_tokens(asked)
 
 
-# the kinds of workload/kinds.py, each with its plan builder
-_PLAN_BUILDERS: dict[str, Callable[[Workload, str, random.Random], ConversationPlan]] = {
+# the kinds of workload/kinds.py, each with its script builder
+_SCRIPT_BUILDERS: dict[str, Callable[[Workload, str, random.Random], ConversationScript]] = {
     "multi-turn": Workload._multi_turn,
-    "shared-prefix": Workload._shared_prefix_plan,
+    "shared-prefix": Workload._shared_prefix_script,
     "short-baseline": Workload._short_baseline,
     "unique-prompts": Workload._unique_prompts,
     "fixed": Workload._fixed,

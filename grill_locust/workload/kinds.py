@@ -1,6 +1,6 @@
 """The workload kinds, listed once: each kind's size fields with their defaults, and the built-in
 conversation of that kind. The scenario schema validates conversations against this table; the
-generators (generators.py) have one plan builder per kind."""
+generators (generators.py) have one script builder per kind."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`grill validate`: the plan for good files; one line and exit 2 for each broken one (tests/config/broken)."""
+"""`grill validate`: the estimate for good files; one line and exit 2 for each broken one (tests/config/broken)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grill_locust.run import plan
+from grill_locust.run import estimate
 
 REPO = Path(__file__).resolve().parents[2]
 BROKEN = sorted((Path(__file__).parent / "broken").glob("*.yaml"))
@@ -38,7 +38,7 @@ def test_each_broken_scenario_gives_one_line_naming_the_place(
     path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv(UNSET_VARIABLE, raising=False)
-    status = plan.main([str(path)])
+    status = estimate.main([str(path)])
     captured = capsys.readouterr()
     assert status == 2
     assert captured.out == ""
@@ -52,7 +52,7 @@ def test_each_broken_scenario_gives_one_line_naming_the_place(
 def test_all_broken_files_in_one_process_no_traceback() -> None:
     """One subprocess validates them all: one line per file, exit 2, never a traceback."""
     result = subprocess.run(
-        [sys.executable, "-m", "grill_locust.run.plan", *map(str, BROKEN)],
+        [sys.executable, "-m", "grill_locust.run.estimate", *map(str, BROKEN)],
         capture_output=True,
         text=True,
         env=clean_env(),
@@ -84,8 +84,8 @@ def test_grill_cli_validate_exits_2_with_one_line(name: str) -> None:
     assert expectation(path) in result.stderr
 
 
-def test_validate_prints_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
-    status = plan.main([str(REPO / "scenarios" / "demo.yaml")])
+def test_validate_prints_the_estimate(capsys: pytest.CaptureFixture[str]) -> None:
+    status = estimate.main([str(REPO / "scenarios" / "demo.yaml")])
     out = capsys.readouterr().out
     assert status == 0
     assert "2 targets x 3 tiers x 1 iteration = 6 tiers to run" in out
@@ -96,7 +96,7 @@ def test_validate_prints_the_plan(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_validate_applies_overrides(capsys: pytest.CaptureFixture[str]) -> None:
-    status = plan.main(
+    status = estimate.main(
         [str(REPO / "scenarios" / "demo.yaml"), "--tiers", "2", "--iterations", "3", "--pause", "0"]
     )
     out = capsys.readouterr().out
@@ -105,13 +105,13 @@ def test_validate_applies_overrides(capsys: pytest.CaptureFixture[str]) -> None:
     assert "requests to send: 24" in out  # 2 users x 3 iterations x 2 turns x 2 targets
 
 
-def test_plan_arithmetic() -> None:
+def test_estimate_arithmetic() -> None:
     from grill_locust.config import load_scenario
 
     scenario = load_scenario(REPO / "scenarios" / "demo.yaml").with_overrides(
         tiers=[1, 2], pause_s=10, think_time_s=1
     )
-    campaign = plan.make_plan(scenario, ttft_s=1.0, tpot_ms=0.0)
+    campaign = estimate.estimate_campaign(scenario, ttft_s=1.0, tpot_ms=0.0)
     # per user: 2 requests of 1 s + one think time of 1 s = 3 s per tier; 2 targets x 2 tiers; 3 pauses
     assert campaign.phases == 4 and campaign.requests == 2 * (1 + 2) * 2
     assert campaign.duration_s == pytest.approx(4 * 3.0 + 3 * 10.0)
@@ -129,6 +129,6 @@ def test_plan_arithmetic() -> None:
 def test_bad_cli_values_are_one_line(
     argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    status = plan.main([str(REPO / "scenarios" / "demo.yaml"), *argv])
+    status = estimate.main([str(REPO / "scenarios" / "demo.yaml"), *argv])
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and message in err

@@ -9,7 +9,8 @@ from typing import Any
 from grill_locust.record import RECORD_COLUMNS, RequestRecord
 
 BACKENDS = ("vllm", "sglang")
-SCENARIOS = ("multi-turn-session", "shared-prefix")
+CONVERSATIONS = {"multi-turn-session": "multi-turn", "shared-prefix": "shared-prefix"}  # name -> kind
+KINDS = tuple(CONVERSATIONS.values())
 TIERS = (1, 5, 10)
 WORKERS = ("w1", "w2")
 TIER_SPAN_S = 20.0
@@ -24,7 +25,8 @@ def make_record(**overrides: Any) -> dict[str, Any]:
         backend="vllm",
         engine="vllm",
         model="m",
-        scenario="multi-turn-session",
+        conversation="multi-turn-session",
+        kind="multi-turn",
         tier_index=0,
         tier_users=1,
         iteration=0,
@@ -59,7 +61,7 @@ class Campaign:
 
 
 def make_campaign(start_s: float, seed: int = 7, run_id: str = "run-a") -> Campaign:
-    """Every (scenario, backend, tier) for TIER_SPAN_S seconds each, requests from two workers.
+    """Every (conversation, backend, tier) for TIER_SPAN_S seconds each, requests from two workers.
 
     Start times are whole milliseconds; two requests (from different workers) share each start time.
     """
@@ -69,15 +71,16 @@ def make_campaign(start_s: float, seed: int = 7, run_id: str = "run-a") -> Campa
         campaign.records[worker] = []
     at_s = start_s
     record_number = 0
-    for scenario in SCENARIOS:
+    for conversation, kind in CONVERSATIONS.items():
         for backend in BACKENDS:
             for tier_index, users in enumerate(TIERS):
-                target = f"{backend}/m/{scenario}"
+                target = f"{backend}/m/{conversation}"
                 phase = {
                     "run_id": run_id,
                     "target": target,
                     "backend": backend,
-                    "scenario": scenario,
+                    "conversation": conversation,
+                    "kind": kind,
                     "tier_index": tier_index,
                     "tier_users": users,
                 }
@@ -100,7 +103,8 @@ def make_campaign(start_s: float, seed: int = 7, run_id: str = "run-a") -> Campa
                         target=target,
                         backend=backend,
                         engine=backend,
-                        scenario=scenario,
+                        conversation=conversation,
+                        kind=kind,
                         tier_index=tier_index,
                         tier_users=users,
                         iteration=index // users,

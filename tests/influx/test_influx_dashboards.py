@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from influx_dataset import BACKENDS, SCENARIOS, TIERS, WORKERS, Campaign, make_campaign
+from influx_dataset import BACKENDS, CONVERSATIONS, KINDS, TIERS, WORKERS, Campaign, make_campaign
 from influx_servers import InfluxD
 
 from grill_locust.sinks.influx import _SeriesClock, phase_point, request_point, telemetry_point, tier_point
@@ -89,7 +89,8 @@ def expand(query: str, campaign: Campaign, selection: dict[str, list[str]]) -> s
 ALL = {
     "run_id": ["run-a"],
     "backend": list(BACKENDS),
-    "scenario": list(SCENARIOS),
+    "kind": list(KINDS),
+    "conversation": list(CONVERSATIONS),
     "host": ["gpu-node-1"],
 }
 
@@ -167,7 +168,7 @@ def test_boards_have_stable_uids_and_the_shared_variables() -> None:
         expected = (
             {"run_id", "backend", "host"}
             if name == "gpus-engines.json"
-            else {"run_id", "backend", "scenario"}
+            else {"run_id", "backend", "kind", "conversation"}
         )
         assert variables == expected, name
         for _, query in all_queries(board):
@@ -182,7 +183,11 @@ def test_boards_have_stable_uids_and_the_shared_variables() -> None:
 @pytest.mark.parametrize("name", sorted(EXPECTED_UIDS))
 def test_every_query_runs_and_answers(loaded: InfluxD, campaign: Campaign, name: str) -> None:
     board = load_dashboards()[name]
-    selections = [ALL, {**ALL, "backend": ["sglang"], "scenario": ["shared-prefix"]}]
+    selections = [
+        ALL,
+        {**ALL, "backend": ["sglang"], "conversation": ["shared-prefix"]},
+        {**ALL, "kind": ["multi-turn"], "conversation": ["multi-turn-session"]},
+    ]
     for selection in selections:
         for where, query in all_queries(board):
             series = loaded.query(expand(query, campaign, selection))
@@ -191,7 +196,12 @@ def test_every_query_runs_and_answers(loaded: InfluxD, campaign: Campaign, name:
 
 def test_variables_list_the_campaign_labels(loaded: InfluxD, campaign: Campaign) -> None:
     board = load_dashboards()["engine-comparison.json"]
-    expected = {"run_id": ["run-a"], "backend": sorted(BACKENDS), "scenario": sorted(SCENARIOS)}
+    expected = {
+        "run_id": ["run-a"],
+        "backend": sorted(BACKENDS),
+        "kind": sorted(KINDS),
+        "conversation": sorted(CONVERSATIONS),
+    }
     for variable in board["templating"]["list"]:
         series = loaded.query(expand(variable["query"], campaign, ALL))
         values = sorted(row[1] for one in series for row in one["values"])
@@ -216,30 +226,31 @@ def test_engine_comparison_p50_per_backend_and_tier(
     board = load_dashboards()["engine-comparison.json"]
     query = panel_query(board, title)
     column = query.split(' AS "', 1)[1].split('"', 1)[0]
-    for scenario in SCENARIOS:  # the row repeats per scenario: one scenario per panel
-        series = loaded.query(expand(query, campaign, {**ALL, "scenario": [scenario]}))
+    for conversation in CONVERSATIONS:  # the row repeats per conversation: one conversation per panel
+        series = loaded.query(expand(query, campaign, {**ALL, "conversation": [conversation]}))
         got = {key: values[0][1] for key, values in by_tags(series, column).items()}
         expected = {  # one series per run, backend and model (tags in key order), never pooled
             (backend, "m", "run-a", str(users)): statistics.median(
-                r[field] for r in ok_records(campaign, scenario=scenario, backend=backend, tier_users=users)
+                r[field]
+                for r in ok_records(campaign, conversation=conversation, backend=backend, tier_users=users)
             )
             for backend in BACKENDS
             for users in TIERS
         }
         assert got.keys() == expected.keys()
         for key, value in expected.items():
-            assert got[key] == pytest.approx(value, rel=1e-9), (scenario, key)
+            assert got[key] == pytest.approx(value, rel=1e-9), (conversation, key)
 
 
 def test_engine_comparison_tier_panels_read_the_master_summary(loaded: InfluxD, campaign: Campaign) -> None:
     board = load_dashboards()["engine-comparison.json"]
     query = panel_query(board, "Success rate")
-    series = loaded.query(expand(query, campaign, {**ALL, "scenario": ["shared-prefix"]}))
+    series = loaded.query(expand(query, campaign, {**ALL, "conversation": ["shared-prefix"]}))
     got = {key: values[0][1] for key, values in by_tags(series, "success_rate").items()}
     expected = {
         (row["backend"], row["model"], row["run_id"], str(row["tier_users"])): row["success_rate"]
         for row in campaign.tiers
-        if row["scenario"] == "shared-prefix"
+        if row["conversation"] == "shared-prefix"
     }
     assert got == pytest.approx(expected)
 
@@ -255,6 +266,21 @@ def test_live_requests_per_second_per_interval(loaded: InfluxD, campaign: Campai
                 counts[bucket_ms(record["wall_start"])] += 1
         answered = {time_ms: value for time_ms, value in got[(backend,)] if value}
         assert answered == {time_ms: count / INTERVAL_S for time_ms, count in counts.items()}
+
+
+def test_the_kind_variable_narrows_conversations_and_requests(loaded: InfluxD, campaign: Campaign) -> None:
+    board = load_dashboards()["live-run.json"]
+    conversations = next(v for v in board["templating"]["list"] if v["name"] == "conversation")
+    series = loaded.query(expand(conversations["query"], campaign, {**ALL, "kind": ["multi-turn"]}))
+    assert [row[1] for one in series for row in one["values"]] == ["multi-turn-session"]
+    query = panel_query(board, "Requests/s")
+    series = loaded.query(expand(query, campaign, {**ALL, "kind": ["shared-prefix"]}))
+    for backend in BACKENDS:
+        answered = sum(value for _, value in by_tags(series, "requests_per_s")[(backend,)] if value)
+        of_kind = [
+            r for r in campaign.all_records() if r["backend"] == backend and r["kind"] == "shared-prefix"
+        ]
+        assert of_kind and answered * INTERVAL_S == pytest.approx(len(of_kind))  # the other kind left out
 
 
 def test_live_errors_by_kind(loaded: InfluxD, campaign: Campaign) -> None:

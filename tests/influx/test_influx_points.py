@@ -33,7 +33,7 @@ def test_request_point_has_only_label_tags_and_numeric_fields() -> None:
     measurement, tags, fields, time_ms = parse_line(point.line())
     assert measurement == "grill_request"
     assert set(tags) == {
-        "run_id", "target", "backend", "engine", "model", "scenario", "tier_users", "status", "worker",
+        "run_id", "target", "backend", "engine", "model", "conversation", "kind", "tier_users", "status", "worker",
     }  # fmt: skip
     assert tags["worker"] == "worker-3" and tags["tier_users"] == "1"
     assert fields["ttft_s"] == 0.25 and fields["output_tokens"] == 7.0 and fields["http_status"] == 200.0
@@ -83,13 +83,13 @@ def test_phase_point_is_stamped_at_the_event_and_carries_users() -> None:
 
 def test_tier_point_keeps_numbers_and_users_as_a_number() -> None:
     row = {
-        "run_id": "r", "target": "t", "backend": "b", "scenario": "s", "tier_users": 5, "tier_index": 1,
+        "run_id": "r", "target": "t", "backend": "b", "conversation": "s", "kind": "fixed", "tier_users": 5, "tier_index": 1,
         "ttft_p50_s": 0.5, "success_rate": 1.0, "complete": True, "note": "text", "flags": "", "end_wall": 42.0,
     }  # fmt: skip
     point = tier_point(row, "master")
     assert point is not None
     _, tags, fields, time_ms = parse_line(point.line())
-    assert tags["tier_users"] == "5" and tags["scenario"] == "s"
+    assert tags["tier_users"] == "5" and tags["conversation"] == "s" and tags["kind"] == "fixed"
     assert fields == {
         "tier_index": 1.0,
         "ttft_p50_s": 0.5,

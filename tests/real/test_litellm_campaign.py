@@ -35,9 +35,9 @@ def campaign(
 def test_every_request_through_the_proxy_is_recorded_ok(campaign: CampaignRun) -> None:
     records = pd.read_parquet(campaign.run_dir / "records.parquet")
     assert (records["status"] == "ok").all(), records.loc[
-        records.status != "ok", ["scenario", "status", "error"]
+        records.status != "ok", ["conversation", "status", "error"]
     ]
-    counts = records.groupby(["scenario", "tier_users"]).size().to_dict()
+    counts = records.groupby(["conversation", "tier_users"]).size().to_dict()
     assert counts == {
         (name, users): users * per for name, per in REQUESTS_PER_ITERATION.items() for users in TIERS
     }
@@ -45,7 +45,7 @@ def test_every_request_through_the_proxy_is_recorded_ok(campaign: CampaignRun) -
     assert (records["tokens_source"] == "usage").all()
     assert (records["ttft_s"] > 0).all() and (records["ttft_s"] < records["e2e_s"]).all()
     # LiteLLM passes llama-server's cached_tokens through: the multi-turn history hits the slot cache
-    later_turns = records[(records.scenario == "mt") & (records.turn >= 1)]
+    later_turns = records[(records.conversation == "mt") & (records.turn >= 1)]
     assert (later_turns["cached_tokens"] > 0).all(), later_turns[["turn", "prompt_tokens", "cached_tokens"]]
 
 

@@ -44,9 +44,9 @@ def records(campaign: CampaignRun) -> pd.DataFrame:
 
 def test_every_request_of_every_tier_is_recorded_ok(records: pd.DataFrame) -> None:
     assert (records["status"] == "ok").all(), records.loc[
-        records.status != "ok", ["scenario", "status", "error"]
+        records.status != "ok", ["conversation", "status", "error"]
     ]
-    counts = records.groupby(["scenario", "tier_users"]).size().to_dict()
+    counts = records.groupby(["conversation", "tier_users"]).size().to_dict()
     expected = {(name, users): users * per for name, per in REQUESTS_PER_ITERATION.items() for users in TIERS}
     assert counts == expected
     assert records["record_id"].is_unique
@@ -66,7 +66,7 @@ def test_ttft_is_positive_and_below_e2e(records: pd.DataFrame) -> None:
 
 
 def test_multi_turn_history_is_served_from_the_slot_cache(records: pd.DataFrame) -> None:
-    multi_turn = records[records.scenario == CONVERSATIONS["multi-turn"]["name"]]
+    multi_turn = records[records.conversation == CONVERSATIONS["multi-turn"]["name"]]
     later = multi_turn[multi_turn.turn >= 1]  # turn is 0-based: the second and later turns
     assert len(later) == 2 * sum(TIERS)
     assert (later["cached_tokens"] > 0).all(), later[["turn", "prompt_tokens", "cached_tokens"]]
@@ -89,7 +89,7 @@ def test_prompt_sizes_hit_their_targets_through_the_chat_template(
     template_tokens = reply["usage"]["prompt_tokens"] - len(tokenized["tokens"])
     assert 0 < template_tokens < 20
 
-    unique = records[records.scenario == CONVERSATIONS["unique-prompts"]["name"]]
+    unique = records[records.conversation == CONVERSATIONS["unique-prompts"]["name"]]
     target = CONVERSATIONS["unique-prompts"]["prompt_tokens"]
     message_tokens = unique["prompt_tokens"] - template_tokens
     assert (abs(message_tokens - target) <= CALIBRATION_TOLERANCE * target).all(), list(message_tokens)

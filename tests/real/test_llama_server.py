@@ -92,18 +92,18 @@ def test_prompt_sizes_calibrated_on_its_tokenize_hit_their_targets(
     counter = backend_token_counter(llama_backend(llama_server))
     assert counter is not None, "calibration through /tokenize failed"
     spec = Conversation.model_validate(conversation)
-    plan = build_workload(spec, Model(name=SERVED_MODEL), token_counter=counter).plan("user-1", 0)
+    script = build_workload(spec, Model(name=SERVED_MODEL), token_counter=counter).script("user-1", 0)
     targets: list[tuple[str, str, int]] = []
     if spec.kind == "multi-turn":
-        targets.append(("system", plan.system or "", spec.system_tokens or 0))
-        targets += [(f"turn {i}", turn, spec.turn_tokens or 0) for i, turn in enumerate(plan.user_turns)]
+        targets.append(("system", script.system or "", spec.system_tokens or 0))
+        targets += [(f"turn {i}", turn, spec.turn_tokens or 0) for i, turn in enumerate(script.user_turns)]
     elif spec.kind == "shared-prefix":
         targets += [
-            ("prefix", plan.system or "", spec.prefix_tokens or 0),
-            ("question", plan.user_turns[0], spec.question_tokens or 0),
+            ("prefix", script.system or "", spec.prefix_tokens or 0),
+            ("question", script.user_turns[0], spec.question_tokens or 0),
         ]
     else:
-        targets.append(("prompt", plan.user_turns[0], spec.prompt_tokens or 0))
+        targets.append(("prompt", script.user_turns[0], spec.prompt_tokens or 0))
     for part, text, target in targets:
         measured = remote_tokens(llama_server, text)
         allowed = max(CALIBRATION_TOLERANCE * target, SHORT_MESSAGE_SLACK_TOKENS)

@@ -16,13 +16,13 @@ from grill_locust.report.synthetic import make_record, write_results_folder
 DEFAULT_SLO = Slo()
 
 
-def tiers(series: str, scenario: str, rows: list[tuple[int, float, float, float]]) -> pd.DataFrame:
+def tiers(series: str, conversation: str, rows: list[tuple[int, float, float, float]]) -> pd.DataFrame:
     """(users, ttft_p50_s, e2e_p50_s, success_rate) per tier."""
     return pd.DataFrame(
         [
             {
                 "series": series,
-                "scenario": scenario,
+                "conversation": conversation,
                 "tier_index": index,
                 "tier_users": users,
                 "requests": 100,
@@ -164,7 +164,7 @@ def test_capacity_from_hand_made_records_is_exact(tmp_path):
     run = load_run(tmp_path)
     capacity = capacity_at_slo(summarize(run), slo_of_run(run.meta))
     row = capacity.iloc[0]
-    assert row["series"] == "sim" and row["scenario"] == "short-baseline"
+    assert row["series"] == "sim" and row["conversation"] == "short-baseline"
     assert row["max_users_meeting_slo"] == 10
     assert row["estimated_users"] == pytest.approx(10 + (2.0 - 1.8) / (2.6 - 1.8) * 10)
 

@@ -14,9 +14,14 @@ from report_chromium import view_page
 
 from grill_locust.errors import GrillError
 from grill_locust.report import cli
-from grill_locust.report.synthetic import ENGINE_SHAPES, synthetic_records, write_results_folder
+from grill_locust.report.synthetic import (
+    ENGINE_SHAPES,
+    synthetic_records,
+    to_older_column_names,
+    write_results_folder,
+)
 
-SCENARIOS = ("multi-turn-session", "short-baseline")
+CONVERSATIONS = ("multi-turn-session", "short-baseline")
 
 
 def grill(*argv: str) -> int:
@@ -33,12 +38,12 @@ def two_runs(tmp_path_factory) -> tuple[Path, Path]:
     """The seed's vLLM with and without prefix caching: same backend name, two runs."""
     root = tmp_path_factory.mktemp("results")
     with_cache = synthetic_records(
-        1500, backends=("vllm", "llamacpp"), scenarios=SCENARIOS, run_id="r-cache", seed=1
+        1500, backends=("vllm", "llamacpp"), conversations=CONVERSATIONS, run_id="r-cache", seed=1
     )
     without_cache = synthetic_records(
         1500,
         backends=("vllm",),
-        scenarios=SCENARIOS,
+        conversations=CONVERSATIONS,
         run_id="r-nocache",
         seed=2,
         shapes={"vllm": ENGINE_SHAPES["vllm-no-prefix-cache"]},
@@ -67,9 +72,9 @@ def test_report_writes_html_summaries_and_figures(report_dir):
     ]
     summary = json.loads((report_dir / "summary.json").read_text())
     assert {t["series"] for t in summary["tiers"]} == {"vllm", "llamacpp"}
-    assert len(summary["tiers"]) == 2 * 2 * 4  # backends x scenarios x tiers
+    assert len(summary["tiers"]) == 2 * 2 * 4  # backends x conversations x tiers
     assert summary["slo"] == {"ttft_p50_s": 2.0, "e2e_p50_s": 10.0, "success_rate": 0.99}
-    assert {c["scenario"] for c in summary["capacity"]} == set(SCENARIOS)
+    assert {c["conversation"] for c in summary["capacity"]} == set(CONVERSATIONS)
     assert any(t["turn"] == 3 for t in summary["turns"])
     assert summary["recommendations"][0]["recommendation"].startswith("for multi-turn-session, vllm holds")
 
@@ -84,14 +89,14 @@ def test_report_html_is_self_contained(report_dir):
 
 def test_report_defaults_to_a_folder_inside_the_run(two_runs, tmp_path):
     run = write_results_folder(
-        tmp_path / "run", synthetic_records(200, backends=("vllm",), scenarios=SCENARIOS)
+        tmp_path / "run", synthetic_records(200, backends=("vllm",), conversations=CONVERSATIONS)
     )
     assert grill("report", str(run), "--no-progress") == 0
     assert (run / "report" / "report.html").is_file()
 
 
 def test_format_table_prints_tables_and_writes_nothing(capsys, tmp_path):
-    records = synthetic_records(1500, backends=("vllm", "llamacpp"), scenarios=SCENARIOS, seed=1)
+    records = synthetic_records(1500, backends=("vllm", "llamacpp"), conversations=CONVERSATIONS, seed=1)
     run = write_results_folder(tmp_path / "run", records)
     assert grill("report", str(run), "--format", "table", "--slo-ttft-p50", "1.5") == 0
     printed = capsys.readouterr().out
@@ -118,13 +123,49 @@ def test_compare_has_one_series_per_run_and_backend(two_runs, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert {t["series"] for t in summary["tiers"]} == {"cache-on/vllm", "cache-on/llamacpp", "cache-off/vllm"}
     assert [r["label"] for r in summary["runs"]] == ["cache-on", "cache-off"]
-    capacity = {(c["scenario"], c["series"]) for c in summary["capacity"]}
+    capacity = {(c["conversation"], c["series"]) for c in summary["capacity"]}
     assert ("multi-turn-session", "cache-off/vllm") in capacity and (
         "multi-turn-session",
         "cache-on/vllm",
     ) in capacity
     page = (out / "report.html").read_text()
     assert "cache-off/vllm" in page and "cache-on/vllm" in page and "grill-locust comparison" in page
+
+
+def test_report_and_compare_read_folders_from_before_the_conversation_column(tmp_path):
+    """`scenario` was the conversation's column and `kind` did not exist: such folders read as
+    `conversation` with an empty kind, whether their records are in parquet or only in jsonl."""
+    now = write_results_folder(
+        tmp_path / "now",
+        synthetic_records(400, backends=("vllm",), conversations=CONVERSATIONS, run_id="now"),
+    )
+    older = {}
+    for records_format in ("parquet", "jsonl"):
+        folder = write_results_folder(
+            tmp_path / records_format,
+            synthetic_records(400, backends=("sglang",), conversations=CONVERSATIONS, run_id=records_format),
+            records_format=records_format,
+        )
+        to_older_column_names(folder)
+        assert "scenario" in (folder / "phases.csv").read_text().splitlines()[0].split(",")
+        older[records_format] = folder
+        assert grill("report", str(folder), "--no-progress") == 0
+        tiers = json.loads((folder / "report" / "summary.json").read_text())["tiers"]
+        assert {t["conversation"] for t in tiers} == set(CONVERSATIONS)
+        assert {t["kind"] for t in tiers} == {""} and all("scenario" not in t for t in tiers)
+
+    out = tmp_path / "cmp"
+    assert grill("compare", str(now), *map(str, older.values()), "--out", str(out), "--no-progress") == 0
+    summary = json.loads((out / "summary.json").read_text())
+    kinds = {(t["series"], t["conversation"]): t["kind"] for t in summary["tiers"]}
+    assert kinds[("now/vllm", "multi-turn-session")] == "multi-turn"
+    assert kinds[("jsonl/sglang", "multi-turn-session")] == kinds[("parquet/sglang", "short-baseline")] == ""
+    capacity = {(c["conversation"], c["series"]) for c in summary["capacity"]}
+    assert capacity == {
+        (conversation, series)
+        for conversation in CONVERSATIONS
+        for series in ("now/vllm", "jsonl/sglang", "parquet/sglang")
+    }
 
 
 def test_compare_names_unlabelled_runs_by_run_id(two_runs, tmp_path):
@@ -183,9 +224,9 @@ def test_a_run_that_recorded_nothing_still_reports(tmp_path, capsys):
     assert grill("report", str(run), "--format", "table") == 0
     assert "(no tiers)" in capsys.readouterr().out
     (run / "phases.csv").write_text(
-        "run_id,target,backend,engine,model,scenario,tier_index,tier_users,start_wall,end_wall,"
+        "run_id,target,backend,engine,model,conversation,kind,tier_index,tier_users,start_wall,end_wall,"
         "iterations_target,iterations_done,complete,note\n"
-        "r,vllm/m/s,vllm,vllm,m,short-baseline,0,1,100,110,1,0,False,crashed\n"
+        "r,vllm/m/s,vllm,vllm,m,short-baseline,short-baseline,0,1,100,110,1,0,False,crashed\n"
     )
     assert grill("report", str(run), "--no-progress") == 0
     printed = capsys.readouterr().out
@@ -198,7 +239,7 @@ def test_a_run_that_recorded_nothing_still_reports(tmp_path, capsys):
 def test_compare_judges_all_runs_by_one_slo_and_says_so(two_runs, tmp_path):
     strict = write_results_folder(
         tmp_path / "strict",
-        synthetic_records(300, backends=("sglang",), scenarios=SCENARIOS, run_id="strict"),
+        synthetic_records(300, backends=("sglang",), conversations=CONVERSATIONS, run_id="strict"),
         meta={"slo": {"ttft_p50_s": 0.5, "e2e_p50_s": 10.0, "success_rate": 0.99}},
     )
     out = tmp_path / "out"

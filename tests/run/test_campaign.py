@@ -89,9 +89,16 @@ def test_shared_prefix_and_unique_prompts_show_their_cache_behaviour(tmp_path: P
     )
     assert done.returncode == 0, done.stderr[-3000:]
     records = pd.read_parquet(only_run_dir(tmp_path / "r") / "records.parquet")
-    shared = records[records.scenario == "sp"].sort_values("wall_start")
-    unique = records[records.scenario == "up"]
+    shared = records[records.conversation == "sp"].sort_values("wall_start")
+    unique = records[records.conversation == "up"]
     assert len(shared) == 6 and len(unique) == 6
+    # each record names the workload kind that produced it, and each tier row too
+    assert set(shared["kind"]) == {"shared-prefix"} and set(unique["kind"]) == {"unique-prompts"}
+    phases = pd.read_csv(only_run_dir(tmp_path / "r") / "phases.csv")
+    assert dict(zip(phases["conversation"], phases["kind"], strict=True)) == {
+        "sp": "shared-prefix",
+        "up": "unique-prompts",
+    }
     # every shared-prefix request sent after the first one's prefill (its first token) finds the prefix
     # cached (block granularity); one sent while it was still in prefill may not, as on vLLM
     first = shared.iloc[0]
@@ -165,7 +172,7 @@ def test_plain_user_runs_without_a_scenario(tmp_path: Path) -> None:
     cut = records[records.status != "ok"]
     assert len(ok) >= 2 and len(cut) >= 1
     assert set(cut["status"]) == {"stream_cut"} and set(cut["error"]) == {"cancelled"}
-    assert set(records["scenario"]) == {"short-baseline"}
+    assert set(records["conversation"]) == set(records["kind"]) == {"short-baseline"}
 
 
 def test_users_rate_and_run_time_flags_are_ignored_with_one_warning_when_a_scenario_drives(

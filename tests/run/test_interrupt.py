@@ -14,10 +14,12 @@ import pandas as pd
 import pytest
 
 from grill_locust.record import SATURATION_LAG_P99_MS
+from grill_locust.report.synthetic import to_older_column_names
 from tests.run.conftest import (
     LOCUSTFILE,
     only_run_dir,
     read_truth,
+    run_locust,
     sim_scenario,
     truth_once_it_holds,
     write_scenario,
@@ -179,3 +181,27 @@ def test_resume_runs_only_the_tiers_not_complete_into_the_same_folder(tmp_path: 
     assert sorted(phases["complete"]) == [True, True]
     # what the interrupted attempt of tier 2 had sent is kept aside, not mixed into the statistics
     assert (run_dir / "records.interrupted.jsonl").exists()
+
+
+def test_resume_of_a_folder_from_before_the_conversation_column(tmp_path: Path) -> None:
+    """Its `scenario` column is read as `conversation`, and its missing `kind` as empty: the folder is
+    written back under today's names, so the resumed tiers and the earlier ones are one table."""
+    data = sim_scenario(conversation=SHORT, tiers=[1], iterations=2, max_tokens=8)
+    results = ["--results-dir", str(tmp_path / "results")]
+    first = run_locust(["--scenario", str(write_scenario(tmp_path / "s.yaml", data)), *results], tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path / "results")
+    to_older_column_names(run_dir)
+    (run_dir / "records.parquet").unlink()  # a run that stopped before its close leaves only the jsonl
+
+    data["load"]["tiers"] = [1, 2]
+    scenario = write_scenario(tmp_path / "s.yaml", data)
+    resumed = run_locust(["--scenario", str(scenario), *results, "--resume", str(run_dir)], tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    records = pd.read_parquet(run_dir / "records.parquet")
+    assert "scenario" not in records and set(records["conversation"]) == {"short"}
+    kinds = records.groupby("tier_users")["kind"].agg(lambda k: set(k)).to_dict()
+    assert kinds == {1: {""}, 2: {"short-baseline"}} and len(records) == 2 + 2 * 2
+    phases = pd.read_csv(run_dir / "phases.csv", keep_default_na=False)
+    assert "scenario" not in phases and list(phases["conversation"]) == ["short", "short"]
+    assert list(phases["kind"]) == ["", "short-baseline"] and list(phases["complete"]) == [True, True]

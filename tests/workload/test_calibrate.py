@@ -39,27 +39,27 @@ def backend(**fields: Any) -> Backend:
     return Backend.model_validate({"name": "b", **fields})
 
 
-def sized_messages(conversation: Conversation, plan: Any) -> list[tuple[str, int, str]]:
-    """(part, target tokens, text) for every sized message of one plan."""
+def sized_messages(conversation: Conversation, script: Any) -> list[tuple[str, int, str]]:
+    """(part, target tokens, text) for every sized message of one script."""
     parts: list[tuple[str, int, str]] = []
-    if plan.system is not None:
-        parts.append(("system", conversation.system_tokens or conversation.prefix_tokens or 0, plan.system))
+    if script.system is not None:
+        parts.append(("system", conversation.system_tokens or conversation.prefix_tokens or 0, script.system))
     asked = conversation.turn_tokens or conversation.question_tokens or conversation.prompt_tokens or 0
     name = {"multi-turn": "turn", "shared-prefix": "question"}.get(conversation.kind, "prompt")
-    parts += [(f"{name} {index}", asked, text) for index, text in enumerate(plan.user_turns)]
+    parts += [(f"{name} {index}", asked, text) for index, text in enumerate(script.user_turns)]
     return parts
 
 
 def sizes_on_backend(
     counter: Any, kinds: dict[str, dict[str, int]] | None = None, users: int = 3
 ) -> list[tuple[str, int, int]]:
-    """(workload and part, asked, measured by the backend) for every message of a few plans of each kind."""
+    """(workload and part, asked, measured by the backend) for every message of a few scripts of each kind."""
     found = []
     for name, sizes in (kinds or {name: {} for name in DEFAULT_WORKLOADS}).items():
         conversation = Conversation.model_validate({"name": name, **sizes})
         workload = build_workload(conversation, token_counter=counter)
         for user in range(users):
-            for part, asked, text in sized_messages(conversation, workload.plan(f"u{user}", 0)):
+            for part, asked, text in sized_messages(conversation, workload.script(f"u{user}", 0)):
                 found.append((f"{name} {part}", asked, counter.remote_count(text)))
     return found
 

@@ -20,7 +20,7 @@ from grill_locust.workload.calibrate import MeasuredCorpus, measure_corpus, name
 from grill_locust.workload.heads import HEAD_REFERENCE, measured_heads
 from grill_locust.workload.tokens import count_tokens, tokenize
 
-PLAN_BUDGET_MS = 5.0
+SCRIPT_BUDGET_MS = 5.0
 BYTE_LEVEL_SPACE = "\u0120"  # GPT-2's byte-level alphabet: a space
 BYTE_LEVEL_NEWLINE = "\u010a"
 
@@ -70,14 +70,14 @@ def test_measured_sizes_are_exact(
 ) -> None:
     workload = build_workload(conversation(**fields), token_counter=counter())
     for user in range(6):
-        plan = workload.plan(f"u{user}", user % 2)
-        assert (count_tokens(plan.system) if plan.system is not None else None) == system_tokens
-        assert [count_tokens(turn) for turn in plan.user_turns] == turn_tokens
+        script = workload.script(f"u{user}", user % 2)
+        assert (count_tokens(script.system) if script.system is not None else None) == system_tokens
+        assert [count_tokens(turn) for turn in script.user_turns] == turn_tokens
 
 
 def test_measured_messages_are_code_with_questions_and_distinct() -> None:
     workload = build_workload(conversation(name="unique-prompts", prompt_tokens=300), token_counter=counter())
-    prompts = [workload.plan(f"u{user}", 0).user_turns[0] for user in range(100)]
+    prompts = [workload.script(f"u{user}", 0).user_turns[0] for user in range(100)]
     assert len(set(prompts)) == len(prompts)
     assert len({tokenize(prompt)[0] for prompt in prompts}) > 90  # ids from a measured pool of 2048
     for prompt in prompts[:10]:
@@ -85,9 +85,9 @@ def test_measured_messages_are_code_with_questions_and_distinct() -> None:
         code = prompt.split("```python\n", 1)[1]
         assert code.lstrip().startswith(("def ", "class ", "async def ")), code[:40]
     shared = build_workload(conversation(name="shared-prefix"), token_counter=counter())
-    plans = [shared.plan(f"u{user}", iteration) for user in range(5) for iteration in range(2)]
-    assert len({plan.system for plan in plans}) == 1
-    assert len({plan.user_turns[0] for plan in plans}) == len(plans)
+    scripts = [shared.script(f"u{user}", iteration) for user in range(5) for iteration in range(2)]
+    assert len({script.system for script in scripts}) == 1
+    assert len({script.user_turns[0] for script in scripts}) == len(scripts)
 
 
 def test_follow_ups_stay_in_the_module_under_discussion() -> None:
@@ -96,10 +96,10 @@ def test_follow_ups_stay_in_the_module_under_discussion() -> None:
     names_by_module = {}
     for definition in measured.definitions:
         names_by_module.setdefault(definition.module, set()).add(definition.name)
-    plan = workload.plan("u", 0)
-    assert plan.system is not None
-    module = plan.system.split("module `")[1].split("`")[0]
-    for turn in plan.user_turns:
+    script = workload.script("u", 0)
+    assert script.system is not None
+    module = script.system.split("module `")[1].split("`")[0]
+    for turn in script.user_turns:
         name = turn.split("`")[1]
         if len(names_by_module[module]) > 1:
             assert name in names_by_module[module]
@@ -111,23 +111,23 @@ def test_a_target_past_the_measured_corpus_is_sized_approximately(caplog: pytest
         conversation(name="c", kind="unique-prompts", prompt_tokens=too_many), token_counter=counter()
     )
     with caplog.at_level(logging.WARNING):
-        prompt = workload.plan("u", 0).user_turns[0]
+        prompt = workload.script("u", 0).user_turns[0]
     assert count_tokens(prompt) == too_many  # scale 1.0: the approximation is exact here
     assert "exceed the measured corpus" in caplog.text
 
 
-def test_measured_plan_generation_is_fast() -> None:
-    """Warm plans of every kind take under 5 ms of CPU (best of three rounds: the machine is shared)."""
+def test_measured_script_generation_is_fast() -> None:
+    """Warm scripts of every kind take under 5 ms of CPU (best of three rounds: the machine is shared)."""
     for name in ("multi-turn-session", "shared-prefix", "short-baseline", "unique-prompts"):
         workload = build_workload(conversation(name=name), token_counter=counter())
-        workload.plan("warm", 0)
+        workload.script("warm", 0)
         best_ms = float("inf")
         for attempt in range(3):
             start = time.process_time()
             for user in range(30):
-                workload.plan(f"timed-{attempt}-{user}", 1)
+                workload.script(f"timed-{attempt}-{user}", 1)
             best_ms = min(best_ms, (time.process_time() - start) * 1000 / 30)
-        assert best_ms < PLAN_BUDGET_MS, f"{name}: {best_ms:.2f} ms per plan"
+        assert best_ms < SCRIPT_BUDGET_MS, f"{name}: {best_ms:.2f} ms per script"
 
 
 def test_spans_that_a_tokenizer_merges_are_left_out() -> None:

@@ -12,31 +12,31 @@ from typing import Any
 import pytest
 
 from grill_locust.config import Conversation
-from grill_locust.workload import ConversationPlan, TokenCounter, build_workload
+from grill_locust.workload import ConversationScript, TokenCounter, build_workload
 from grill_locust.workload.generators import _fit
 from grill_locust.workload.heads import QUESTIONS
 from grill_locust.workload.kinds import WORKLOAD_KINDS
 from grill_locust.workload.tokens import count_tokens, seam_change, tokenize
 
 BLOCK_TOKENS = 16  # prefix caches share whole blocks of this many tokens (vLLM's default)
-PLAN_BUDGET_MS = 5.0
+SCRIPT_BUDGET_MS = 5.0
 
 
 def conversation(**fields: Any) -> Conversation:
     return Conversation.model_validate(fields)
 
 
-def plans(conv: Conversation, users: int, iterations: int = 1) -> list[ConversationPlan]:
+def scripts(conv: Conversation, users: int, iterations: int = 1) -> list[ConversationScript]:
     workload = build_workload(conv)
     return [
-        workload.plan(f"w0-u{user}", iteration) for user in range(users) for iteration in range(iterations)
+        workload.script(f"w0-u{user}", iteration) for user in range(users) for iteration in range(iterations)
     ]
 
 
 def test_multi_turn_sizes_are_exact() -> None:
-    for plan in plans(conversation(name="multi-turn-session"), users=5, iterations=2):
-        assert plan.system is not None and count_tokens(plan.system) == 1500
-        assert [count_tokens(turn) for turn in plan.user_turns] == [150, 150, 150, 150]
+    for script in scripts(conversation(name="multi-turn-session"), users=5, iterations=2):
+        assert script.system is not None and count_tokens(script.system) == 1500
+        assert [count_tokens(turn) for turn in script.user_turns] == [150, 150, 150, 150]
 
 
 @pytest.mark.parametrize(
@@ -58,22 +58,22 @@ def test_multi_turn_sizes_are_exact() -> None:
 def test_sizes_hit_their_target_exactly(
     fields: dict[str, Any], system_tokens: int | None, turn_tokens: list[int]
 ) -> None:
-    for plan in plans(conversation(**fields), users=4):
-        assert (count_tokens(plan.system) if plan.system is not None else None) == system_tokens
-        assert [count_tokens(turn) for turn in plan.user_turns] == turn_tokens
+    for script in scripts(conversation(**fields), users=4):
+        assert (count_tokens(script.system) if script.system is not None else None) == system_tokens
+        assert [count_tokens(turn) for turn in script.user_turns] == turn_tokens
 
 
 @pytest.mark.parametrize("kind", list(WORKLOAD_KINDS))
-def test_every_kind_of_the_table_plans_to_its_default_sizes(kind: str) -> None:
+def test_every_kind_of_the_table_scripts_to_its_default_sizes(kind: str) -> None:
     fields: dict[str, Any] = {"name": "c", "kind": kind}
     if kind == "fixed":
         fields["turns"] = [{"role": "user", "content": "hello"}]
     conv = conversation(**fields)
     for size, default in WORKLOAD_KINDS[kind].sizes.items():
         assert getattr(conv, size) == default
-    plan = build_workload(conv).plan("w0-u0", 0)
-    assert len(plan.user_turns) == conv.requests_per_iteration >= 1
-    assert all(turn for turn in plan.user_turns)
+    script = build_workload(conv).script("w0-u0", 0)
+    assert len(script.user_turns) == conv.requests_per_iteration >= 1
+    assert all(turn for turn in script.user_turns)
 
 
 def test_fit_is_exact_across_awkward_seams() -> None:
@@ -113,31 +113,31 @@ def test_seam_change_counts_joined_texts_as_a_whole_reading_does() -> None:
 
 
 def test_multi_turn_system_is_distinct_per_conversation_unless_shared() -> None:
-    distinct = plans(conversation(name="multi-turn-session"), users=20, iterations=2)
-    assert len({plan.system for plan in distinct}) == len(distinct)
-    shared = plans(conversation(name="chat", kind="multi-turn", shared_system=True), users=5, iterations=2)
-    assert len({plan.system for plan in shared}) == 1
-    assert len({tuple(plan.user_turns) for plan in shared}) == len(shared)  # the questions still differ
+    distinct = scripts(conversation(name="multi-turn-session"), users=20, iterations=2)
+    assert len({script.system for script in distinct}) == len(distinct)
+    shared = scripts(conversation(name="chat", kind="multi-turn", shared_system=True), users=5, iterations=2)
+    assert len({script.system for script in shared}) == 1
+    assert len({tuple(script.user_turns) for script in shared}) == len(shared)  # the questions still differ
     # and so does every first turn, from its first token: the sessions share the system prompt only
-    many = plans(conversation(name="chat", kind="multi-turn", shared_system=True), users=100, iterations=2)
-    first_turns = [plan.user_turns[0] for plan in many]
+    many = scripts(conversation(name="chat", kind="multi-turn", shared_system=True), users=100, iterations=2)
+    first_turns = [script.user_turns[0] for script in many]
     assert len({turn.split(None, 1)[0] for turn in first_turns}) == len(first_turns)
 
 
 def test_shared_prefix_is_identical_for_every_user_and_iteration() -> None:
-    all_plans = plans(conversation(name="shared-prefix"), users=10, iterations=3)
-    assert len({plan.system for plan in all_plans}) == 1
-    questions = [plan.user_turns[0] for plan in all_plans]
+    all_scripts = scripts(conversation(name="shared-prefix"), users=10, iterations=3)
+    assert len({script.system for script in all_scripts}) == 1
+    questions = [script.user_turns[0] for script in all_scripts]
     assert len(set(questions)) == len(questions)
-    assert all(len(plan.user_turns) == 1 for plan in all_plans)  # each request is its own conversation
+    assert all(len(script.user_turns) == 1 for script in all_scripts)  # each request is its own conversation
     # a fresh workload (another worker process) builds the same prefix
-    assert plans(conversation(name="shared-prefix"), users=1)[0].system == all_plans[0].system
+    assert scripts(conversation(name="shared-prefix"), users=1)[0].system == all_scripts[0].system
 
 
 def test_unique_prompts_differ_from_the_first_token() -> None:
     prompts = [
-        plan.user_turns[0]
-        for plan in plans(conversation(name="unique-prompts", prompt_tokens=200), users=300)
+        script.user_turns[0]
+        for script in scripts(conversation(name="unique-prompts", prompt_tokens=200), users=300)
     ]
     first_tokens = [tokenize(prompt)[0] for prompt in prompts]
     assert len(set(first_tokens)) == len(prompts)
@@ -147,20 +147,21 @@ def test_unique_prompts_differ_from_the_first_token() -> None:
 
 def test_short_baseline_shares_nothing() -> None:
     prompts = [
-        plan.user_turns[0] for plan in plans(conversation(name="short-baseline"), users=50, iterations=2)
+        script.user_turns[0]
+        for script in scripts(conversation(name="short-baseline"), users=50, iterations=2)
     ]
     assert len({tokenize(prompt)[0] for prompt in prompts}) == len(prompts)
-    assert all(plan.system is None for plan in plans(conversation(name="short-baseline"), users=2))
+    assert all(script.system is None for script in scripts(conversation(name="short-baseline"), users=2))
 
 
-def test_plans_are_deterministic_by_seed() -> None:
+def test_scripts_are_deterministic_by_seed() -> None:
     for name in ("multi-turn-session", "shared-prefix", "short-baseline", "unique-prompts"):
-        first = build_workload(conversation(name=name)).plan("worker-1/user-3", 2)
-        again = build_workload(conversation(name=name)).plan("worker-1/user-3", 2)
+        first = build_workload(conversation(name=name)).script("worker-1/user-3", 2)
+        again = build_workload(conversation(name=name)).script("worker-1/user-3", 2)
         assert first == again
-        other_seed = build_workload(conversation(name=name, seed=12345)).plan("worker-1/user-3", 2)
+        other_seed = build_workload(conversation(name=name, seed=12345)).script("worker-1/user-3", 2)
         assert other_seed != first
-        other_user = build_workload(conversation(name=name)).plan("worker-1/user-4", 2)
+        other_user = build_workload(conversation(name=name)).script("worker-1/user-4", 2)
         assert other_user.user_turns != first.user_turns
         assert first.conversation_id == f"{name}:worker-1/user-3:2"
 
@@ -168,27 +169,27 @@ def test_plans_are_deterministic_by_seed() -> None:
 def test_content_is_standard_library_code_with_questions_about_it() -> None:
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     question_starts = tuple(question.split("`")[0] for question in QUESTIONS)
-    plan = plans(conversation(name="multi-turn-session"), users=1)[0]
-    assert plan.system is not None and "```python\n" in plan.system
-    module = plan.system.split("module `")[1].split("`")[0]
+    script = scripts(conversation(name="multi-turn-session"), users=1)[0]
+    assert script.system is not None and "```python\n" in script.system
+    module = script.system.split("module `")[1].split("`")[0]
     module_path = stdlib / (module.replace(".", "/") + ".py")
     package_path = stdlib / module.replace(".", "/") / "__init__.py"
     assert module_path.exists() or package_path.exists(), module
-    code = plan.system.split("```python\n", 1)[1]
+    code = script.system.split("```python\n", 1)[1]
     first_line = code.splitlines()[0].strip()
     assert first_line.startswith(("def ", "class ", "async def ")), first_line
-    session_id, first_turn = plan.user_turns[0].split(": ", 1)
+    session_id, first_turn = script.user_turns[0].split(": ", 1)
     assert session_id.isalpha() and first_turn.startswith(question_starts)
     # every prompt names a definition between backticks and carries code
-    for any_plan in plans(conversation(name="unique-prompts", prompt_tokens=300), users=5):
-        text = any_plan.user_turns[0]
+    for any_script in scripts(conversation(name="unique-prompts", prompt_tokens=300), users=5):
+        text = any_script.user_turns[0]
         assert "`" in text and "```python\n" in text and "lorem" not in text.lower()
 
 
 def test_a_whole_definition_is_valid_python() -> None:
     """Excerpts start at a definition: with enough tokens the first definition parses as Python."""
     workload = build_workload(conversation(name="c", kind="short-baseline", prompt_tokens=4000))
-    text = workload.plan("u", 0).user_turns[0]
+    text = workload.script("u", 0).user_turns[0]
     code = text.split("```python\n", 1)[1]
     lines = code.splitlines()
     indent = len(lines[0]) - len(lines[0].lstrip())
@@ -207,24 +208,24 @@ def test_fixed_turns_salt_and_replies() -> None:
         {"role": "assistant", "content": "scripted reply, never sent"},
         {"role": "user", "content": "Now add tests."},
     ]
-    salted = plans(conversation(name="review", turns=turns), users=3, iterations=2)
-    assert all(plan.user_turns == ["Review `mean`.", "Now add tests."] for plan in salted)
-    systems = [plan.system for plan in salted]
+    salted = scripts(conversation(name="review", turns=turns), users=3, iterations=2)
+    assert all(script.user_turns == ["Review `mean`.", "Now add tests."] for script in salted)
+    systems = [script.system for script in salted]
     assert all(system is not None and system.startswith("[session ") for system in systems)
     assert all(system is not None and system.endswith("\nBe brief.") for system in systems)
     assert len(set(systems)) == len(systems)  # each user and iteration its own salt
-    plain = plans(conversation(name="review", turns=turns, salt=False), users=2)
-    assert all(plan.system == "Be brief." for plan in plain)
+    plain = scripts(conversation(name="review", turns=turns, salt=False), users=2)
+    assert all(script.system == "Be brief." for script in plain)
     # with no system turn, the salt goes before the first user message
-    no_system = plans(conversation(name="r", turns=turns[1:]), users=1)[0]
+    no_system = scripts(conversation(name="r", turns=turns[1:]), users=1)[0]
     assert no_system.system is None and no_system.user_turns[0].startswith("[session ")
     assert no_system.user_turns[0].endswith("\nReview `mean`.")
 
 
 def test_messages_carry_the_real_replies_forward() -> None:
-    plan = ConversationPlan("c", "sys", ["q0", "q1", "q2"])
-    assert plan.messages(0, []) == [{"role": "system", "content": "sys"}, {"role": "user", "content": "q0"}]
-    assert plan.messages(2, ["a0", "a1"]) == [
+    script = ConversationScript("c", "sys", ["q0", "q1", "q2"])
+    assert script.messages(0, []) == [{"role": "system", "content": "sys"}, {"role": "user", "content": "q0"}]
+    assert script.messages(2, ["a0", "a1"]) == [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "q0"},
         {"role": "assistant", "content": "a0"},
@@ -232,16 +233,16 @@ def test_messages_carry_the_real_replies_forward() -> None:
         {"role": "assistant", "content": "a1"},
         {"role": "user", "content": "q2"},
     ]
-    assert ConversationPlan("c", None, ["q"]).messages(0, []) == [{"role": "user", "content": "q"}]
-    assert ConversationPlan("c", "sys", ["q"]).prompt(0, []) == "System: sys\n\nUser: q\n\nAssistant:"
+    assert ConversationScript("c", None, ["q"]).messages(0, []) == [{"role": "user", "content": "q"}]
+    assert ConversationScript("c", "sys", ["q"]).prompt(0, []) == "System: sys\n\nUser: q\n\nAssistant:"
     with pytest.raises(ValueError):
-        plan.messages(2, ["only one"])
+        script.messages(2, ["only one"])
 
 
 def test_a_token_counter_scales_the_targets() -> None:
     counter = TokenCounter("b", "http://127.0.0.1:1/tokenize", "vllm", backend_tokens_per_approx_token=1.25)
     workload = build_workload(conversation(name="unique-prompts", prompt_tokens=1000), token_counter=counter)
-    prompt = workload.plan("u", 0).user_turns[0]
+    prompt = workload.script("u", 0).user_turns[0]
     assert count_tokens(prompt) == 800  # 1000 backend tokens at 1.25 per approximate token
     assert counter.count(prompt) == 1000
     assert "headers" not in repr(
@@ -249,8 +250,8 @@ def test_a_token_counter_scales_the_targets() -> None:
     )
 
 
-def test_plan_generation_is_fast() -> None:
-    """Warm plans of every kind take under 5 ms of CPU (CPU time, best of three rounds: the machine is shared)."""
+def test_script_generation_is_fast() -> None:
+    """Warm scripts of every kind take under 5 ms of CPU (CPU time, best of three rounds: the machine is shared)."""
     for name in ("multi-turn-session", "shared-prefix", "short-baseline", "unique-prompts"):
         workload = build_workload(conversation(name=name))
         workload.corpus.preload()  # files are read once per process; this measures the steady state
@@ -258,9 +259,9 @@ def test_plan_generation_is_fast() -> None:
         for attempt in range(3):
             start = time.process_time()
             for user in range(30):
-                workload.plan(f"timed-{attempt}-{user}", 1)
+                workload.script(f"timed-{attempt}-{user}", 1)
             best_ms = min(best_ms, (time.process_time() - start) * 1000 / 30)
-        assert best_ms < PLAN_BUDGET_MS, f"{name}: {best_ms:.2f} ms per plan"
+        assert best_ms < SCRIPT_BUDGET_MS, f"{name}: {best_ms:.2f} ms per script"
 
 
 def test_the_corpus_leaves_out_codec_tables_and_the_measured_stream_spans_it() -> None:

@@ -1,6 +1,6 @@
-"""`grill validate FILE…`: check scenario files and print each campaign's plan, sending nothing.
+"""`grill validate FILE…`: check scenario files and print an estimate of each campaign, sending nothing.
 
-The plan is targets × tiers × iterations, the requests that makes, and a duration estimate from
+The estimate is targets × tiers × iterations, the requests that makes, and a duration estimate from
 stated assumptions (time to first token, time per output token), since the engines' speed is
 exactly what the campaign is there to measure.
 """
@@ -23,7 +23,7 @@ ASSUMED_TPOT_MS = 20.0
 
 
 @dataclass(frozen=True)
-class TargetPlan:
+class TargetEstimate:
     target: Target
     requests_per_iteration: int
     first_prompt_tokens: int  # approximate tokens of the first request's messages (system + first turn)
@@ -32,23 +32,23 @@ class TargetPlan:
 
 
 @dataclass(frozen=True)
-class CampaignPlan:
+class CampaignEstimate:
     scenario: Scenario
-    targets: list[TargetPlan]
+    targets: list[TargetEstimate]
     phases: int  # target × tier pairs
     requests: int
     duration_s: float  # including pauses between phases
 
 
-def make_plan(
+def estimate_campaign(
     scenario: Scenario, ttft_s: float = ASSUMED_TTFT_S, tpot_ms: float = ASSUMED_TPOT_MS
-) -> CampaignPlan:
+) -> CampaignEstimate:
     """The campaign's size and an estimate of its length (every tier waits for its slowest user)."""
     load = scenario.load
-    plans = []
+    estimates = []
     for target in scenario.targets:
         workload = build_workload(target.conversation, target.model)
-        first = workload.plan("validate", 0)
+        first = workload.script("validate", 0)
         first_prompt_tokens = count_tokens(first.system or "") + count_tokens(first.user_turns[0])
         per_iteration = workload.requests_per_iteration
         request_s = ttft_s + target.model.max_tokens * tpot_ms / 1000.0
@@ -60,25 +60,25 @@ def make_plan(
             tier_s = spawn_s + user_requests * request_s + max(0, user_requests - 1) * load.think_time_s
             duration_s += min(tier_s, load.tier_timeout_s)
             requests += users * user_requests
-        plans.append(TargetPlan(target, per_iteration, first_prompt_tokens, requests, duration_s))
+        estimates.append(TargetEstimate(target, per_iteration, first_prompt_tokens, requests, duration_s))
     phases = len(scenario.targets) * len(load.tiers)
     pauses_s = max(0, phases - 1) * load.pause_s
-    return CampaignPlan(
+    return CampaignEstimate(
         scenario=scenario,
-        targets=plans,
+        targets=estimates,
         phases=phases,
-        requests=sum(plan.requests for plan in plans),
-        duration_s=sum(plan.duration_s for plan in plans) + pauses_s,
+        requests=sum(estimate.requests for estimate in estimates),
+        duration_s=sum(estimate.duration_s for estimate in estimates) + pauses_s,
     )
 
 
-def format_plan(plan: CampaignPlan, ttft_s: float, tpot_ms: float) -> str:
-    scenario = plan.scenario
+def format_estimate(estimate: CampaignEstimate, ttft_s: float, tpot_ms: float) -> str:
+    scenario = estimate.scenario
     load = scenario.load
     iterations = f"{load.iterations} iteration{'s' if load.iterations != 1 else ''}"
     lines = [
         f"scenario {scenario.name} ({scenario.source}): {len(scenario.targets)} targets x "
-        f"{len(load.tiers)} tiers x {iterations} = {plan.phases} tiers to run",
+        f"{len(load.tiers)} tiers x {iterations} = {estimate.phases} tiers to run",
     ]
     header = (
         "target",
@@ -91,8 +91,8 @@ def format_plan(plan: CampaignPlan, ttft_s: float, tpot_ms: float) -> str:
         "requests",
     )
     rows = [header]
-    for target_plan in plan.targets:
-        target = target_plan.target
+    for target_estimate in estimate.targets:
+        target = target_estimate.target
         engine = target.backend.engine
         if target.backend.profile:
             engine += f" ({target.backend.profile})"
@@ -102,10 +102,10 @@ def format_plan(plan: CampaignPlan, ttft_s: float, tpot_ms: float) -> str:
                 engine,
                 target.model.name,
                 f"{target.conversation.name} [{target.conversation.kind}]",
-                str(target_plan.requests_per_iteration),
-                str(target_plan.first_prompt_tokens),
+                str(target_estimate.requests_per_iteration),
+                str(target_estimate.first_prompt_tokens),
                 str(target.model.max_tokens),
-                f"{target_plan.requests:,}",
+                f"{target_estimate.requests:,}",
             )
         )
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
@@ -121,9 +121,9 @@ def format_plan(plan: CampaignPlan, ttft_s: float, tpot_ms: float) -> str:
         f"pause {load.pause_s:g} s; think time {load.think_time_s:g} s; spawn: {spawn}; "
         f"tier time cap {load.tier_timeout_s:g} s"
     )
-    lines.append(f"requests to send: {plan.requests:,}")
+    lines.append(f"requests to send: {estimate.requests:,}")
     lines.append(
-        f"duration estimate: ~{format_duration(plan.duration_s)} (assuming {ttft_s:g} s to first token and "
+        f"duration estimate: ~{format_duration(estimate.duration_s)} (assuming {ttft_s:g} s to first token and "
         f"{tpot_ms:g} ms per output token at max_tokens, and engines that keep up; more when they queue)"
     )
     return "\n".join(lines)
@@ -157,7 +157,7 @@ def configure_parser(parser: argparse.ArgumentParser, name: str = "validate") ->
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None = None) -> int:
-    """Validate every file; print its plan or one error line. Exit 2 if any file is bad."""
+    """Validate every file; print its estimate or one error line. Exit 2 if any file is bad."""
     out = out or sys.stdout
     err = err or sys.stderr
     tiers = parse_tiers(args.tiers) if args.tiers else None
@@ -171,7 +171,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
     for index, path in enumerate(args.files):
         try:
             scenario = load_scenario(path).with_overrides(tiers, iterations, pause_s, think_time_s)
-            text = format_plan(make_plan(scenario, ttft_s, tpot_ms), ttft_s, tpot_ms)
+            text = format_estimate(estimate_campaign(scenario, ttft_s, tpot_ms), ttft_s, tpot_ms)
         except GrillError as error:
             print(f"grill validate: {error}", file=err)
             status = error.exit_code
@@ -196,7 +196,7 @@ def _number(text: str | None, option: str, kind: type[int] | type[float], minimu
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m grill_locust.run.plan`: the same as `grill validate`."""
+    """`python -m grill_locust.run.estimate`: the same as `grill validate`."""
     from grill_locust.cli import main_for
 
     return main_for("validate", argv)

@@ -1,10 +1,10 @@
-"""CPU per `Workload.plan` (one conversation's prompts) for the four coding workloads, long and short.
+"""CPU per `Workload.script` (one conversation's prompts) for the four coding workloads, long and short.
 
-Every request a user sends starts with a plan, in the user's greenlet: its cost is CPU per request and,
+Every request a user sends starts with a script, in the user's greenlet: its cost is CPU per request and,
 for long prompts, a stall of the worker's event loop. Prompts are sized on the approximate tokenizer
 (as against `grill sim`), so the figures include sizing to the exact token count.
 
-    python bench/workload_plan.py [--plans 200] [--repeats 3]
+    python bench/workload_script.py [--scripts 200] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -25,19 +25,19 @@ CASES = [
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--plans", type=int, default=200)
+    parser.add_argument("--scripts", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    print(f"CPU per plan, best of {args.repeats} x {args.plans} plans (distinct users and iterations)")
+    print(f"CPU per script, best of {args.repeats} x {args.scripts} scripts (distinct users and iterations)")
     for fields in CASES:
         workload = build_workload(Conversation.model_validate(fields))
-        workload.plan("warm-up", 0)  # shared parts (a shared prefix) are built once, on first use
+        workload.script("warm-up", 0)  # shared parts (a shared prefix) are built once, on first use
         best = float("inf")
         for repeat in range(args.repeats):
             start = time.process_time()
-            for index in range(args.plans):
-                workload.plan(f"user{repeat}-{index}", index)
-            best = min(best, (time.process_time() - start) / args.plans)
+            for index in range(args.scripts):
+                workload.script(f"user{repeat}-{index}", index)
+            best = min(best, (time.process_time() - start) / args.scripts)
         sizes = ", ".join(
             f"{key} {value}" for key, value in fields.items() if key.endswith(("tokens", "turns"))
         )
