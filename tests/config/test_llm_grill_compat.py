@@ -141,7 +141,7 @@ def test_an_llm_grill_file_with_duplicate_keys_loads_the_last_with_a_warning(
 def test_grill_validate_shows_the_duplicate_key_warning_on_stderr(tmp_path: Path) -> None:
     path = write(tmp_path, DUPLICATED)
     result = subprocess.run(
-        [sys.executable, "-m", "grill_locust.run.plan", str(path)],
+        [sys.executable, "-m", "grill_locust.run.estimate", str(path)],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")},
