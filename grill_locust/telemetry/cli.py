@@ -71,8 +71,12 @@ def run(args: argparse.Namespace) -> int:
     if args.influx_url:
         from grill_locust.telemetry.influx_push import influx_push
 
-        push = influx_push(args.influx_url, args.influx_org, args.influx_bucket, args.influx_token, reader.host)
-    exporter = GpuExporter(reader, interval_s=args.interval, on_samples=push.write_telemetry if push else None)
+        push = influx_push(
+            args.influx_url, args.influx_org, args.influx_bucket, args.influx_token, reader.host
+        )
+    exporter = GpuExporter(
+        reader, interval_s=args.interval, on_samples=push.write_telemetry if push else None
+    )
     try:
         server, port = exporter.serve(args.host, args.port)
     except OSError as error:
