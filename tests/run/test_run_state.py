@@ -13,7 +13,6 @@ from locust.event import Events
 
 import grill_locust.run.listeners  # noqa: F401  (registers the options and listeners, as the locustfile does)
 from grill_locust.config import parse_scenario
-from grill_locust.record import RECORD_COLUMNS
 from grill_locust.run.campaign import Campaign
 from grill_locust.run.shape import CampaignShape
 from grill_locust.run.state import run_state
@@ -21,6 +20,7 @@ from grill_locust.run.user import CampaignUser
 from grill_locust.sinks import PhaseEvent
 from grill_locust.sinks.results import ResultsWriter
 from grill_locust.telemetry.samples import KIND_ENGINE, empty_sample
+from tests.influx.influx_dataset import make_record
 
 UNREACHABLE_URL = "http://127.0.0.1:9"  # nothing is sent in these tests
 
@@ -84,21 +84,14 @@ class RecordingSink:
 def a_record(campaign: Campaign, record_id: str) -> dict[str, Any]:
     assert campaign.current is not None
     phase = campaign.current.phase
-    record: dict[str, Any] = dict.fromkeys(RECORD_COLUMNS)
-    record.update(
+    return make_record(
         record_id=record_id,
         run_id=campaign.run_id,
         target=phase.target,
         tier_index=phase.tier_index,
         tier_users=phase.tier_users,
-        worker_id="w",
-        status="ok",
-        wall_start=1_700_000_000.0,
-        ttft_s=0.1,
         e2e_s=0.5,
-        output_tokens=8,
     )
-    return record
 
 
 def test_the_campaign_sends_phases_tiers_and_telemetry_to_every_sink_and_records_to_the_folder(
