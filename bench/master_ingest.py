@@ -1,7 +1,7 @@
 """Records per second the master ingests through the real message path while writing the results folder.
 
 The master is a real Locust `MasterRunner` in this process, with grill's own handler of the
-"grill_records" message (`locust_plugin._on_records` -> `Campaign.on_records` -> `ResultsWriter`,
+"grill_records" message (`listeners.on_records` -> `Campaign.on_records` -> `ResultsWriter`,
 which appends records.jsonl and de-duplicates by record_id). N workers are separate processes, each a
 real `WorkerRunner` on loopback that sends batches of realistic record dicts (built by
 `record.build_record` from a measured 200-event stream) with `runner.send_message`, as
@@ -126,7 +126,8 @@ def main() -> None:
         return
 
     from grill_locust.run.campaign import Campaign
-    from grill_locust.run.locust_plugin import _on_records
+    from grill_locust.run.listeners import on_records
+    from grill_locust.run.state import run_state
     from grill_locust.sinks.results import ResultsWriter
 
     port = free_port()
@@ -136,9 +137,9 @@ def main() -> None:
     run_dir = Path(tempfile.mkdtemp(prefix="grill-ingest-")) / LABELS["run_id"]
     writer = ResultsWriter(run_dir, {"run_id": LABELS["run_id"]}, scenario.redacted())
     campaign = Campaign(environment, scenario, writer, LABELS["run_id"])
-    environment.grill_campaign = campaign  # type: ignore[attr-defined]
+    run_state(environment).campaign = campaign
     runner.register_message(
-        MSG_RECORDS, lambda environment, msg, **kw: _on_records(environment, msg.data, msg.node_id)
+        MSG_RECORDS, lambda environment, msg, **kw: on_records(environment, msg.data, msg.node_id)
     )
     campaign._start_phase(campaign.phases[0])  # records arrive for the current tier, as in a run
     first_seen: list[float] = []

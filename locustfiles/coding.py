@@ -7,7 +7,8 @@ load shape drives CampaignUser through targets x tiers. With --host and a user c
 
 import locust  # noqa: F401  (gevent's monkey patching happens here, before any network library)
 
-from grill_locust.run.locust_plugin import CampaignShape  # noqa: F401  (registers options and listeners)
+import grill_locust.run.listeners  # noqa: F401  (registers the options and the event listeners)
+from grill_locust.run.shape import CampaignShape  # noqa: F401
 from grill_locust.run.user import (  # noqa: F401
     CampaignUser,
     MultiTurnUser,

@@ -11,6 +11,7 @@ import logging
 import math
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,12 +23,14 @@ from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterR
 from grill_locust.record import SATURATION_CPU_PCT, SATURATION_LAG_P99_MS
 from grill_locust.run.phase import Phase, campaign_phases
 from grill_locust.run.worker import MSG_PHASE, runner_of
+from grill_locust.sinks import PhaseEvent
 from grill_locust.sinks.results import ResultsWriter
 
 if TYPE_CHECKING:
     from locust.env import Environment
 
     from grill_locust.config import Scenario
+    from grill_locust.sinks import Sink
 
 log = logging.getLogger("grill")
 
@@ -77,24 +80,31 @@ class PhaseProgress:
 
 
 class Campaign:
-    """The campaign of one run: its phases, their progress, and the results folder."""
+    """The campaign of one run: its phases, their progress, and its sinks (the results folder first).
+
+    Phases, tier rows and telemetry go to every sink. Records go to the results folder only: each
+    worker's own sinks took them from its users.
+    """
 
     def __init__(
         self,
         environment: Environment,
         scenario: Scenario,
-        writer: ResultsWriter,
+        results: ResultsWriter,
         run_id: str,
+        sinks: Sequence[Sink] = (),
         skip: set[tuple[str, int]] | None = None,
         walk_tiers: bool = True,
     ) -> None:
         self.environment = environment
         self.scenario = scenario
-        self.writer = writer
+        self.results = results
+        self.sinks: list[Sink] = [results, *sinks]
+        self._live = any(sink.live for sink in self.sinks)  # someone wants a summary row per tier
         self.run_id = run_id
         # this run, or this resumption of it: in every user's prompt keys, so that no run sends the
         # prompts of an earlier one, which the engine's prefix cache may still hold
-        self.session = f"{run_id}.{len(writer.meta.get('resumed_wall') or [])}"
+        self.session = f"{run_id}.{len(results.meta.get('resumed_wall') or [])}"
         planned = campaign_phases(scenario, run_id) if walk_tiers else []
         self.phases = [p for p in planned if (p.target, p.tier_index) not in (skip or set())]
         self.progress: dict[int, PhaseProgress] = {p.phase_id: PhaseProgress(p) for p in self.phases}
@@ -105,8 +115,8 @@ class Campaign:
         self._drain_until: float | None = None  # set when the last tier has ended
         self._final_wait_until: float | None = None
         self._changed = gevent.event.Event()
-        self.finished = False
-        self.influx: Any = None  # an InfluxSink on the master when the live sink is on
+        self.finished = False  # the shape walked every tier
+        self.closed = False  # the sinks are closed: the run is over
         self.worker_names: dict[str, str] = {}  # Locust client id -> our worker id
         self._users_seen: dict[str, int] = {}  # client id -> most users it ran in the current phase
         self._gone: set[str] = set()  # workers lost (missing heartbeat) or quit during the run
@@ -115,12 +125,13 @@ class Campaign:
     def on_records(
         self, worker: str, records: list[dict[str, Any]], iterations: dict[str, int], client_id: str = "local"
     ) -> None:
-        fresh = self.writer.write_records(records)
+        fresh = self.results.unseen(records)
+        self.results.write_records(fresh)
         for record in fresh:
             progress = self._progress_of(record)
             if progress is not None:
                 progress.records += 1
-                if progress is self.current and self.influx is not None:
+                if progress is self.current and self._live:
                     progress.tier_records.append(record)
                 if record["status"] != "ok":
                     progress.errors += 1
@@ -157,9 +168,8 @@ class Campaign:
         return None
 
     def on_telemetry(self, samples: list[dict[str, Any]]) -> None:
-        self.writer.write_telemetry(samples)
-        if self.influx is not None:
-            self.influx.write_telemetry(samples)
+        for sink in self.sinks:
+            sink.write_telemetry(samples)
 
     # -- the shape --------------------------------------------------------------------------------
     def tick(self) -> tuple[int, float] | None:
@@ -252,7 +262,7 @@ class Campaign:
         progress.started, progress.started_wall = time.monotonic(), time.time()
         self.current = progress
         self.broadcast()
-        self._write_phase_row(progress)
+        self._write_phase("start", progress)
         log.info(
             "tier %d/%d start: %s at %d users, %d iterations to do",
             phase.phase_id + 1,
@@ -261,8 +271,6 @@ class Campaign:
             phase.tier_users,
             phase.iterations_target,
         )
-        if self.influx is not None:
-            self.influx.write_phase("start", self._phase_row(progress))
 
     def _end_phase(self, complete: bool, note: str) -> None:
         progress = self.current
@@ -274,7 +282,7 @@ class Campaign:
         note = progress.note
         self.current = None
         self.broadcast()
-        self._write_phase_row(progress)
+        self._write_phase("end", progress)
         self._pause_until = time.monotonic() + self.scenario.load.pause_s
         self._users_seen = {cid: 0 for cid in self._users_seen if cid not in self._gone}
         phase = progress.phase
@@ -293,13 +301,12 @@ class Campaign:
         )
         if progress.saturation:
             log.warning("tier %d/%d: %s", phase.phase_id + 1, len(self.phases), progress.saturation)
-        if self.influx is not None:
-            self.influx.write_phase("end", self._phase_row(progress))
+        if self._live:
             self._write_tier_row(progress)
         progress.tier_records = []
 
     def _write_tier_row(self, progress: PhaseProgress) -> None:
-        """The finished tier's summary row, live to InfluxDB (grill_tier), from the records it received."""
+        """The finished tier's summary row, from the records it received, to the sinks read live."""
         import pandas as pd
 
         from grill_locust.record import RECORD_COLUMNS
@@ -309,7 +316,8 @@ class Campaign:
         records = pd.DataFrame(progress.tier_records, columns=list(RECORD_COLUMNS))
         phases = pd.DataFrame([self._phase_row(progress)])
         for row in summarize(RunData(records, phases, None, {"run_id": self.run_id})).to_dict("records"):
-            self.influx.write_tier(row)
+            for sink in self.sinks:
+                sink.write_tier(row)
 
     def _phase_row(self, progress: PhaseProgress) -> dict[str, Any]:
         phase = progress.phase
@@ -324,8 +332,10 @@ class Campaign:
             "note": progress.note,
         }
 
-    def _write_phase_row(self, progress: PhaseProgress) -> None:
-        self.writer.set_phase(self._phase_row(progress))
+    def _write_phase(self, event: PhaseEvent, progress: PhaseProgress) -> None:
+        row = self._phase_row(progress)
+        for sink in self.sinks:
+            sink.write_phase(event, row)
 
     # -- messages to workers ----------------------------------------------------------------------
     def phase_message(self, with_scenario: bool) -> dict[str, Any]:
@@ -346,7 +356,7 @@ class Campaign:
         current = self.current
         if current is None:
             done = sum(1 for p in self.progress.values() if p.ended_wall is not None)
-            return f"between tiers: {done}/{len(self.phases)} tiers done, {self.writer.record_count} records"
+            return f"between tiers: {done}/{len(self.phases)} tiers done, {self.results.record_count} records"
         phase = current.phase
         elapsed = time.monotonic() - current.started
         rate = current.iterations_done / elapsed if elapsed > 0 else 0.0
@@ -362,6 +372,13 @@ class Campaign:
         """Mark a tier cut short by a stop as incomplete."""
         if self.current is not None:
             self._end_phase(complete=False, note="run stopped")
+
+    def close(self) -> None:
+        """The run is over: a tier cut short is marked, every sink writes what it holds."""
+        self.closed = True
+        self.end()
+        for sink in self.sinks:
+            sink.close()
 
 
 def progress_printer(campaign: Campaign) -> None:

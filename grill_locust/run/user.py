@@ -17,6 +17,7 @@ from grill_locust.client import CHAT_PATH, COMPLETIONS_PATH, EngineClient, chat_
 from grill_locust.config import Scenario, Target
 from grill_locust.record import CANCELLED, STATUS_OK, build_record, measure
 from grill_locust.run.phase import Phase
+from grill_locust.run.state import run_state
 from grill_locust.run.worker import WorkerState
 from grill_locust.workload.generators import completion_prompt
 
@@ -32,7 +33,9 @@ class GrillUser(User):
     wait_time = constant(0)  # think time is the scenario's, applied between requests below
 
     def on_start(self) -> None:
-        self.grill: WorkerState = self.environment.grill_worker  # type: ignore[attr-defined]
+        worker = run_state(self.environment).worker
+        assert worker is not None, "a user runs only where init made the worker state"
+        self.grill: WorkerState = worker
         self.user_index = self.grill.next_user_index()
         self._clients: dict[str, EngineClient] = {}
 

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from locust.env import Environment
 
     from grill_locust.config import Scenario, Target
+    from grill_locust.sinks import Sink
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +67,7 @@ class WorkerState:
         self._record_prefix = f"{self.worker_id}-{uuid.uuid4().hex[:8]}"
         self._user_seq = 0
         self._flusher: gevent.Greenlet | None = None
-        self.influx: Any = None  # an InfluxSink when the live sink is on
+        self.sinks: list[Sink] = []  # where this process's records go besides the master (InfluxDB)
 
     # -- called by users -------------------------------------------------------------------------
     def next_record_id(self) -> str:
@@ -163,8 +164,9 @@ class WorkerState:
             self._records = records + self._records
             self._iterations.update(iterations)
             raise
-        if self.influx is not None and records:
-            self.influx.write_records(records)
+        if records:
+            for sink in self.sinks:
+                sink.write_records(records)
 
 
 def runner_of(environment: Environment) -> Runner:

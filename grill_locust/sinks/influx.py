@@ -6,9 +6,7 @@ line protocol and writes them with influxdb-client's synchronous write API, retr
 InfluxDB is slow or down. influxdb-client's own batching write API is not used: its reactivex scheduler
 threads become greenlets under gevent and it can hang at exit.
 
-Schema (shared/DESIGN.md): measurements `grill_request`, `grill_tier`, `grill_phase`, `grill_gpu`,
-`grill_engine`; tags are low-cardinality labels only, every field is written as a float (one type per field
-whatever the value, and no strings: some Influx-protocol stores turn them into 0), timestamps in ms.
+The points themselves (schema and encoding) come from `line_protocol`.
 """
 
 from __future__ import annotations
@@ -17,37 +15,18 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import gevent
 import gevent.threadpool
 from gevent import monkey
 
-from grill_locust.record import LABEL_COLUMNS, NUMERIC_RECORD_COLUMNS
+from grill_locust.sinks import PhaseEvent
+from grill_locust.sinks.line_protocol import Point, phase_point, request_point, telemetry_point, tier_point
 
 logger = logging.getLogger(__name__)
-
-MEASUREMENT_REQUEST = "grill_request"
-MEASUREMENT_TIER = "grill_tier"
-MEASUREMENT_PHASE = "grill_phase"
-MEASUREMENT_GPU = "grill_gpu"
-MEASUREMENT_ENGINE = "grill_engine"
-
-# labels that may become tags (low cardinality only: never record, user or conversation ids)
-RUN_TAGS: tuple[str, ...] = (*LABEL_COLUMNS, "tier_users")
-REQUEST_TAGS: tuple[str, ...] = (*RUN_TAGS, "status")
-TELEMETRY_TAGS: tuple[str, ...] = ("run_id", "backend", "source", "host", "gpu_index", "gpu_uuid", "gpu_name")
-PHASE_TAGS: tuple[str, ...] = (*RUN_TAGS, "event")
-WORKER_TAG = "worker"
-
-# columns that hold a time, not a measurement: never fields; a point's timestamp comes from one of them
-TIME_COLUMNS: tuple[str, ...] = ("wall_start", "wall_time", "start_wall", "end_wall", "time")
-# record columns written as fields of grill_request (numbers only)
-REQUEST_FIELDS: tuple[str, ...] = tuple(
-    c for c in NUMERIC_RECORD_COLUMNS if c not in (*RUN_TAGS, *TIME_COLUMNS)
-)
 
 DEFAULT_MAX_BUFFERED_POINTS = 100_000  # about 40 MB of line protocol; ~100 s of 1,000 requests/s
 DEFAULT_BATCH_POINTS = 5_000
@@ -64,148 +43,6 @@ _real_sleep: Callable[[float], None] = monkey.get_original("time", "sleep")
 _real_lock_factory: Callable[[], Any] = monkey.get_original("_thread", "allocate_lock")
 
 
-# ---------------------------------------------------------------- line protocol (pure functions)
-
-
-def _escape_key(text: str) -> str:
-    return text.replace("\\", "\\\\").replace(",", r"\,").replace("=", r"\=").replace(" ", r"\ ")
-
-
-def _escape_measurement(text: str) -> str:
-    return text.replace("\\", "\\\\").replace(",", r"\,").replace(" ", r"\ ")
-
-
-def _field_value(value: Any) -> float | None:
-    """A field as a float, or None where it is not a finite number (strings, None, NaN)."""
-    if isinstance(value, bool):
-        return 1.0 if value else 0.0
-    if isinstance(value, int | float):
-        number = float(value)
-        return number if math.isfinite(number) else None
-    # numpy / pandas scalars
-    if hasattr(value, "item") and not isinstance(value, str | bytes):
-        try:
-            return _field_value(value.item())
-        except (TypeError, ValueError):
-            return None
-    return None
-
-
-def _tag_value(value: Any) -> str | None:
-    if value is None or isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)  # tier_users 10.0 -> "10"
-    text = str(value)
-    return text or None  # Influx rejects empty tag values
-
-
-@dataclass(frozen=True, slots=True)
-class PointSpec:
-    """One point before serialisation: the series key (measurement + tags), fields and time in ms."""
-
-    series: str
-    fields: dict[str, float]
-    time_ms: int
-
-    def line(self) -> str:
-        field_text = ",".join(f"{_escape_key(name)}={value!r}" for name, value in self.fields.items())
-        return f"{self.series} {field_text} {self.time_ms}"
-
-
-def series_key(measurement: str, tags: Mapping[str, Any]) -> str:
-    """`measurement,tag=value,...` with tags sorted by key (Influx's canonical order), empty ones left out."""
-    parts = [_escape_measurement(measurement)]
-    for key in sorted(tags):
-        text = _tag_value(tags[key])
-        if text is not None:
-            parts.append(f"{_escape_key(key)}={_escape_key(text)}")
-    return ",".join(parts)
-
-
-def _time_ms(row: Mapping[str, Any], columns: tuple[str, ...], fallback_s: float) -> int:
-    for column in columns:
-        value = _field_value(row.get(column))
-        if value is not None:
-            return int(round(value * 1000.0))
-    return int(round(fallback_s * 1000.0))
-
-
-def request_point(record: Mapping[str, Any], worker: str) -> PointSpec | None:
-    """A grill_request point from a record dict (record.py RECORD_COLUMNS)."""
-    tags = {key: record.get(key) for key in REQUEST_TAGS}
-    tags[WORKER_TAG] = worker
-    fields = {}
-    for name in REQUEST_FIELDS:
-        value = _field_value(record.get(name))
-        if value is not None:
-            fields[name] = value
-    if not fields:
-        return None
-    return PointSpec(
-        series_key(MEASUREMENT_REQUEST, tags), fields, _time_ms(record, ("wall_start",), time.time())
-    )
-
-
-def _labelled_point(
-    measurement: str,
-    row: Mapping[str, Any],
-    tag_keys: Iterable[str],
-    extra_tags: Mapping[str, Any],
-    time_columns: tuple[str, ...],
-) -> PointSpec | None:
-    """Tags from `tag_keys` present in the row, every other numeric column a field (times excepted).
-
-    The point's time is the first of `time_columns` that holds a number (else now).
-    """
-    tag_set = set(tag_keys)
-    tags = {key: row[key] for key in tag_set if key in row}
-    tags.update(extra_tags)
-    fields = {}
-    for name, value in row.items():
-        if name in tag_set or name in TIME_COLUMNS or name in extra_tags:
-            continue
-        number = _field_value(value)
-        if number is not None:
-            fields[name] = number
-    if not fields:
-        return None
-    return PointSpec(series_key(measurement, tags), fields, _time_ms(row, time_columns, time.time()))
-
-
-def tier_point(row: Mapping[str, Any], worker: str) -> PointSpec | None:
-    """A grill_tier point from a summary row; `users` repeats tier_users as a number for x axes."""
-    fields_row = dict(row)
-    users = _field_value(row.get("tier_users"))
-    if users is not None:
-        fields_row["users"] = users
-    return _labelled_point(
-        MEASUREMENT_TIER, fields_row, RUN_TAGS, {WORKER_TAG: worker}, ("end_wall", "start_wall", "time")
-    )
-
-
-def phase_point(event: str, phase: Mapping[str, Any], worker: str, at_s: float) -> PointSpec | None:
-    """A grill_phase point (an annotation): event tag, `users` = tier users while the tier runs, 0 after."""
-    row = dict(phase)
-    row["time"] = at_s  # the moment of the event, whatever start_wall / end_wall the row carries
-    users = _field_value(phase.get("tier_users")) or 0.0
-    row["users"] = 0.0 if event in ("end", "stop", "stopped") else users
-    return _labelled_point(
-        MEASUREMENT_PHASE, row, PHASE_TAGS, {WORKER_TAG: worker, "event": event}, ("time",)
-    )
-
-
-def telemetry_point(sample: Mapping[str, Any], run_id: str | None) -> PointSpec | None:
-    """grill_gpu or grill_engine from a telemetry sample (kind "gpu" | "engine")."""
-    kind = sample.get("kind")
-    measurement = MEASUREMENT_GPU if kind == "gpu" else MEASUREMENT_ENGINE
-    extra: dict[str, Any] = {}
-    if run_id and not sample.get("run_id"):
-        extra["run_id"] = run_id
-    row = {key: value for key, value in sample.items() if key != "kind"}
-    return _labelled_point(measurement, row, TELEMETRY_TAGS, extra, ("wall_time",))
-
-
 class _SeriesClock:
     """Keeps two points of one series from sharing a millisecond (Influx would keep only the last one).
 
@@ -218,7 +55,7 @@ class _SeriesClock:
         self._order: deque[tuple[str, int]] = deque()
         self._memory_points = memory_points
 
-    def place(self, point: PointSpec) -> PointSpec:
+    def place(self, point: Point) -> Point:
         used = self._used.setdefault(point.series, set())
         time_ms = point.time_ms
         while time_ms in used:
@@ -232,9 +69,7 @@ class _SeriesClock:
                 old_set.discard(old_ms)
                 if not old_set:
                     del self._used[old_series]
-        if time_ms == point.time_ms:
-            return point
-        return PointSpec(point.series, point.fields, time_ms)
+        return point.at(time_ms)
 
 
 # ---------------------------------------------------------------- the sink
@@ -244,7 +79,7 @@ class _SeriesClock:
 class _Chunk:
     """Rows handed over by one call, converted to points by the writer thread."""
 
-    to_point: Callable[[Any], PointSpec | None]
+    to_point: Callable[[Any], Point | None]
     rows: list[Any]
 
 
@@ -252,7 +87,10 @@ class InfluxSink:
     """Buffers points and writes them from a background OS thread; no method blocks the caller.
 
     `dropped` counts points lost: buffer full, rejected by the server (4xx), or still unsent at close.
+    A `Sink`; `worker` tags its request, phase and tier points, `run_id` its telemetry.
     """
+
+    live: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -303,7 +141,7 @@ class InfluxSink:
         worker = self.worker
         self._offer(lambda record: request_point(record, worker), list(records))
 
-    def write_phase(self, event: str, phase: dict[str, Any]) -> None:
+    def write_phase(self, event: PhaseEvent, phase: dict[str, Any]) -> None:
         worker, at_s = self.worker, time.time()
         self._offer(lambda row: phase_point(event, row, worker, at_s), [dict(phase)])
 
@@ -348,7 +186,7 @@ class InfluxSink:
             self._incoming.clear()
         self._report_problems(force=True)
 
-    def _offer(self, to_point: Callable[[Any], PointSpec | None], rows: list[Any]) -> None:
+    def _offer(self, to_point: Callable[[Any], Point | None], rows: list[Any]) -> None:
         if not rows:
             return
         if self._closed:  # too late to send: counted and said, never silent

@@ -10,7 +10,7 @@ import csv
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 import pyarrow as pa
@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 import yaml
 
 from grill_locust.record import LABEL_COLUMNS, RECORD_COLUMN_TYPES, with_current_names
+from grill_locust.sinks import PhaseEvent
 
 RECORDS_JSONL = "records.jsonl"
 RECORDS_PARQUET = "records.parquet"
@@ -52,7 +53,9 @@ def new_run_id(scenario_name: str) -> str:
 
 
 class ResultsWriter:
-    """Writes one run's folder. Not thread-safe: call it from the master's greenlets only."""
+    """Writes one run's folder, a `Sink`. Not thread-safe: call it from the master's greenlets only."""
+
+    live: ClassVar[bool] = False  # summary.csv is made from every record at the end (report.summarize_run)
 
     def __init__(
         self, run_dir: Path, meta: dict[str, Any], redacted_config: dict[str, Any], resume: bool = False
@@ -104,29 +107,35 @@ class ResultsWriter:
     def write_meta(self) -> None:
         (self.run_dir / RUN_JSON).write_text(json.dumps(self.meta, indent=2, default=str))
 
-    def write_records(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Append the records not written before; returns those (a record is never written twice)."""
+    def unseen(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The records not in the folder yet, each once (a worker resends a batch it could not confirm)."""
+        batch_ids: set[str] = set()
         fresh = []
         for record in records:
             record_id = record["record_id"]
-            if record_id not in self._seen:
-                self._seen.add(record_id)
+            if record_id not in self._seen and record_id not in batch_ids:
+                batch_ids.add(record_id)
                 fresh.append(record)
+        return fresh
+
+    def write_records(self, records: list[dict[str, Any]]) -> None:
+        """Append the records not written before (a record is never written twice)."""
+        fresh = self.unseen(records)
         if fresh:
+            self._seen.update(record["record_id"] for record in fresh)
             # orjson: json.dumps was 60 % of the master's CPU per record (bench/master_ingest.py)
             self._records.write(b"".join(orjson.dumps(r) + b"\n" for r in fresh))
             self._records.flush()
-        return fresh
 
     def write_telemetry(self, samples: list[dict[str, Any]]) -> None:
         if samples:
             self._telemetry.write(b"".join(orjson.dumps(s) + b"\n" for s in samples))
             self._telemetry.flush()
 
-    def set_phase(self, row: dict[str, Any]) -> None:
-        """Add or update the row of one target x tier in phases.csv."""
-        key = (row["target"], row["tier_index"])
-        self.phases = [p for p in self.phases if (p["target"], int(p["tier_index"])) != key] + [row]
+    def write_phase(self, event: PhaseEvent, phase: dict[str, Any]) -> None:
+        """Add or update the row of one target x tier in phases.csv (the row says whether it ended)."""
+        key = (phase["target"], phase["tier_index"])
+        self.phases = [p for p in self.phases if (p["target"], int(p["tier_index"])) != key] + [phase]
         partial = self.run_dir / (PHASES_CSV + ".partial")
         with open(partial, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=PHASE_COLUMNS)
@@ -134,8 +143,14 @@ class ResultsWriter:
             writer.writerows(self.phases)
         partial.replace(self.run_dir / PHASES_CSV)  # whole or not at all, if the run is killed meanwhile
 
+    def write_tier(self, row: dict[str, Any]) -> None:
+        """Nothing to do while the run goes: summary.csv is made from every record at the end."""
+
     def close(self) -> None:
-        """Finish the folder: records.parquet and telemetry.parquet from the jsonl files."""
+        """Finish the folder: the end time in run.json, records.parquet and telemetry.parquet from the
+        jsonl files."""
+        self.meta["ended_wall"] = time.time()
+        self.write_meta()
         self._records.close()
         self._telemetry.close()
         pq.write_table(read_records_table(self.run_dir / RECORDS_JSONL), self.run_dir / RECORDS_PARQUET)

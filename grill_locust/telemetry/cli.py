@@ -67,14 +67,16 @@ def run(args: argparse.Namespace) -> int:
         raise GrillError(f"--interval: expected seconds > 0, got {args.interval}")
     reader = NvmlReader()
     gpus = reader.open()
-    push, close_push = None, None
+    push = None
     if args.influx_url:
-        from grill_locust.telemetry.influx_push import influx_writer
+        from grill_locust.telemetry.influx_push import influx_push
 
-        push, close_push = influx_writer(
+        push = influx_push(
             args.influx_url, args.influx_org, args.influx_bucket, args.influx_token, reader.host
         )
-    exporter = GpuExporter(reader, interval_s=args.interval, on_samples=push)
+    exporter = GpuExporter(
+        reader, interval_s=args.interval, on_samples=push.write_telemetry if push else None
+    )
     try:
         server, port = exporter.serve(args.host, args.port)
     except OSError as error:
@@ -101,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         exporter.stop()
         server.shutdown()
-        if close_push is not None:
-            close_push()
+        if push is not None:
+            push.close()
         reader.close()
     return 0
 

@@ -20,7 +20,8 @@ import pytest
 from influx_dataset import BACKENDS, CONVERSATIONS, KINDS, TIERS, WORKERS, Campaign, make_campaign
 from influx_servers import InfluxD
 
-from grill_locust.sinks.influx import _SeriesClock, phase_point, request_point, telemetry_point, tier_point
+from grill_locust.sinks.influx import _SeriesClock
+from grill_locust.sinks.line_protocol import phase_point, request_point, telemetry_point, tier_point
 
 REPO = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = REPO / "grafana" / "dashboards"

@@ -6,13 +6,8 @@ import math
 
 from influx_dataset import make_record
 
-from grill_locust.sinks.influx import (
-    _SeriesClock,
-    phase_point,
-    request_point,
-    telemetry_point,
-    tier_point,
-)
+from grill_locust.sinks.influx import _SeriesClock
+from grill_locust.sinks.line_protocol import phase_point, request_point, telemetry_point, tier_point
 
 
 def parse_line(line: str) -> tuple[str, dict[str, str], dict[str, float], int]:

@@ -12,7 +12,8 @@ from typing import Any
 from influx_dataset import WORKERS, make_campaign, make_record
 from influx_servers import VictoriaMetrics, free_port
 
-from grill_locust.sinks.influx import REQUEST_FIELDS, REQUEST_TAGS, InfluxSink
+from grill_locust.sinks.influx import InfluxSink
+from grill_locust.sinks.line_protocol import REQUEST_FIELDS, REQUEST_TAGS
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -314,7 +314,7 @@ def test_a_stale_or_broken_parquet_gives_way_to_the_jsonl(tmp_path):
     records = ten_ok_and_one_failure()
     writer = ResultsWriter(tmp_path, {"run_id": "run"}, {})
     writer.write_records(records[:5])
-    writer.set_phase(phase(0, 1, START_WALL, START_WALL + 20, complete=True))
+    writer.write_phase("end", phase(0, 1, START_WALL, START_WALL + 20, complete=True))
     writer.close()  # a clean close: records.parquet holds the five
     writer = ResultsWriter(tmp_path, {"run_id": "run"}, {}, resume=True)
     assert not (tmp_path / "records.parquet").exists()

@@ -49,6 +49,7 @@ import atexit, json, time, gevent
 from locust import events
 exec(open({str(LOCUSTFILE)!r}).read())
 import grill_locust.run.selfcheck as selfcheck
+from grill_locust.run.state import run_state
 
 WINDOWS = []
 _add = selfcheck.LagHistogram.add
@@ -78,7 +79,7 @@ def stall_once(worker):
 
 @events.test_start.add_listener
 def start_stalling(environment, **kw):
-    gevent.spawn(stall_once, environment.grill_worker)
+    gevent.spawn(stall_once, run_state(environment).worker)
 """
 
 

@@ -14,9 +14,9 @@ import pynvml
 import pytest
 from telemetry_helpers import FakeGpu, FakeNvml, fixture_text
 
+from grill_locust.sinks.line_protocol import telemetry_point
 from grill_locust.telemetry.exporter import GpuExporter
 from grill_locust.telemetry.gpu_metrics import parse_gpu_text
-from grill_locust.telemetry.influx_push import telemetry_point
 from grill_locust.telemetry.nvml import NvmlReader, NvmlUnavailable
 
 REPO = Path(__file__).resolve().parents[2]
@@ -156,10 +156,12 @@ def test_gpu_sample_becomes_a_grill_gpu_point_with_numeric_fields_only(h100_pair
     reader = NvmlReader(FakeNvml(h100_pair), host="gpu-node-1")
     reader.open()
     samples, _failed = reader.read(wall_time=1700000000.5)
-    line = telemetry_point(samples[0]).to_line_protocol()
+    point = telemetry_point(samples[0])
+    assert point is not None
+    line = point.line()
     assert line.startswith(
         "grill_gpu,gpu_index=0,gpu_name=NVIDIA\\ H100\\ 80GB\\ HBM3,gpu_uuid=GPU-aaaa-0000,"
         "host=gpu-node-1,source=gpu-node-1 "
     )
     assert "power_w=512.25" in line and "energy_mj=987654321" in line
-    assert line.endswith(" 1700000000500000000")
+    assert line.endswith(" 1700000000500")  # milliseconds, as every grill point

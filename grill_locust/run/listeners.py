@@ -1,0 +1,301 @@
+"""grill-locust's listeners on Locust's events: init, test start/stop, quitting, and the messages
+between master and workers.
+
+Only Locust's extension points are used (events, register_message); Locust itself is never patched.
+Importing this module registers the listeners and the options (`locustfiles/coding.py` does).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import gevent
+from locust import events
+from locust.runners import STATE_INIT, STATE_STOPPED, LocalRunner, MasterRunner, WorkerRunner
+
+from grill_locust.errors import GrillError
+from grill_locust.run.campaign import FINAL_RECORDS_WAIT_S, Campaign, progress_printer, run_dir_for
+from grill_locust.run.options import check_options, live_sinks, load_scenario_of, redacted_argv
+from grill_locust.run.state import run_state
+from grill_locust.run.user import CampaignUser, standalone_scenario
+from grill_locust.run.web_ui import extend_web_ui
+from grill_locust.run.worker import MSG_HELLO, MSG_PHASE, MSG_RECORDS, WorkerState, options_of, runner_of
+
+if TYPE_CHECKING:
+    from locust.env import Environment
+
+    from grill_locust.config import Scenario
+
+log = logging.getLogger("grill")
+
+
+@events.init.add_listener
+def on_init(environment: Environment, runner: Any = None, **_: Any) -> None:
+    options = environment.parsed_options
+    if options is None:
+        return
+    try:
+        _init(environment, options)
+    except GrillError as error:
+        print(f"grill: {error}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _init(environment: Environment, options: Any) -> None:
+    state = run_state(environment)
+    runner = runner_of(environment)
+    if isinstance(runner, (WorkerRunner, LocalRunner)):
+        worker = state.worker = WorkerState(environment)
+
+        def on_phase(environment: Environment, msg: Any, **_: Any) -> None:
+            worker.on_phase_message(msg.data)
+            _open_worker_sinks(environment)
+
+        runner.register_message(MSG_PHASE, on_phase)
+    if isinstance(runner, WorkerRunner):
+        runner.send_message(MSG_HELLO, {})
+        return
+    check_options(options)
+    # listen before the (slow) start of simulated engines: workers of --processes say hello at once
+    runner.register_message(
+        MSG_RECORDS, lambda environment, msg, **kw: on_records(environment, msg.data, msg.node_id)
+    )
+    runner.register_message(MSG_HELLO, lambda environment, msg, **kw: _on_hello(environment, msg.node_id))
+    scenario_drives = bool(options.scenario or options.resume or not options.host)
+    if scenario_drives:
+        scenario, path = load_scenario_of(options)
+        given = [
+            flag
+            for flag, value in (
+                ("-u", options.num_users),
+                ("-r", options.spawn_rate),
+                ("-t", options.run_time),
+            )
+            if value
+        ]
+        if given:
+            log.warning("%s ignored: the scenario's load shape drives the run", "/".join(given))
+            options.run_time = None
+        # hide -u/-r in the web UI (the class attribute stays True so Locust does not warn a second time)
+        environment.shape_class.use_common_options = False  # type: ignore[misc,union-attr]
+        scenario = state.start_simulated_backends(scenario)
+    else:
+        environment.shape_class = None  # plain Locust run: -u/-r/-t rule
+        environment.user_classes = [c for c in environment.user_classes if c is not CampaignUser]
+        scenario, path = (
+            standalone_scenario(options.host, options.model, options.engine, options.think_time),
+            "",
+        )
+    state.campaign = _new_campaign(environment, scenario, path, options)
+    if options.headless:
+        # Ctrl+C: stop the way a finished campaign stops (workers told, in-flight requests given
+        # --stop-timeout, their records shipped), not by Locust's abrupt quit.
+        # Locust installs its SIGTERM handler only after a shape run ends: until then SIGTERM would kill
+        # the process on the spot, losing the last records and leaving simulated engines behind.
+        gevent.signal_handler(signal.SIGINT, _interrupt, environment)
+        gevent.signal_handler(signal.SIGTERM, _interrupt, environment)
+    for client_id in state.hello_waiters:  # workers that said hello while the engines started
+        _on_hello(environment, client_id)
+    state.hello_waiters.clear()
+    if environment.web_ui is not None:
+        extend_web_ui(environment)
+
+    def print_closing_words(**_: Any) -> None:
+        """The summary table is the last thing a headless run prints, after Locust's own statistics."""
+        while state.closing_words:
+            print(state.closing_words.pop(0), flush=True)
+
+    environment.events.quit.add_listener(print_closing_words)
+
+
+def _new_campaign(environment: Environment, scenario: Scenario, path: str, options: Any) -> Campaign:
+    from grill_locust.sinks.results import ResultsWriter, new_run_id, read_phases
+
+    skip: set[tuple[str, int]] = set()
+    if options.resume:
+        run_dir = Path(options.resume)
+        if not (run_dir / "phases.csv").exists():
+            raise GrillError(f"--resume {run_dir}: no phases.csv there (is it a results/<run_id> folder?)")
+        run_id = run_dir.name
+        skip = {(p["target"], int(p["tier_index"])) for p in read_phases(run_dir) if p["complete"] == "True"}
+        log.info("resuming %s: %d tiers already complete are skipped", run_id, len(skip))
+    else:
+        run_id = new_run_id(scenario.name)
+        run_dir = run_dir_for(options.results_dir, run_id)
+    meta: dict[str, Any] = {
+        "run_id": run_id,
+        "scenario": scenario.name,
+        "scenario_path": str(Path(path).resolve()) if path else None,
+        "started_wall": time.time(),
+        "ended_wall": None,
+        "slo": scenario.slo.model_dump(),
+        "argv": redacted_argv(sys.argv),
+    }
+    if options.resume:
+        earlier = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
+        meta = {**meta, "started_wall": earlier.get("started_wall", meta["started_wall"])}
+        meta["resumed_wall"] = [*earlier.get("resumed_wall", []), time.time()]
+    results = ResultsWriter(run_dir, meta, scenario.redacted(), resume=bool(options.resume))
+    walk_tiers = environment.shape_class is not None  # plain users (-u/-r/-t) have no tiers
+    campaign = Campaign(
+        environment,
+        scenario,
+        results,
+        run_id,
+        sinks=live_sinks(options, scenario, "master", run_id=run_id),
+        skip=skip,
+        walk_tiers=walk_tiers,
+    )
+    worker = run_state(environment).worker
+    if worker is not None:  # the local runner is its own worker
+        worker.run_id = run_id
+        worker.set_scenario(scenario)
+        _open_worker_sinks(environment)
+    log.info("results of this run: %s", run_dir)
+    return campaign
+
+
+def _open_worker_sinks(environment: Environment) -> None:
+    """The worker's sinks for its records, once it knows the scenario and the options. A worker started
+    on its own gets the master's --influx-* options with the first spawn (just before test_start), after
+    the first phase message: both call this."""
+    worker = run_state(environment).worker
+    if worker is not None and not worker.sinks and worker.scenario is not None:
+        worker.sinks = live_sinks(options_of(environment), worker.scenario, worker.worker_id)
+
+
+def _close_worker_sinks(environment: Environment) -> None:
+    worker = run_state(environment).worker
+    if worker is not None:
+        for sink in worker.sinks:
+            sink.close()
+        worker.sinks = []
+
+
+def on_records(environment: Environment, data: dict[str, Any], msg_node: str) -> None:
+    """A worker's batch of records (MSG_RECORDS) reaches the campaign."""
+    campaign = run_state(environment).campaign
+    assert campaign is not None, "records before the campaign: workers send none before its phase message"
+    campaign.on_records(data["worker"], data["records"], data["iterations"], client_id=msg_node)
+
+
+def _on_hello(environment: Environment, client_id: str) -> None:
+    state = run_state(environment)
+    if state.campaign is None:
+        state.hello_waiters.append(client_id)
+        return
+    runner_of(environment).send_message(
+        MSG_PHASE, state.campaign.phase_message(with_scenario=True), client_id=client_id
+    )
+
+
+@events.test_start.add_listener
+def on_test_start(environment: Environment, **_: Any) -> None:
+    state = run_state(environment)
+    if state.worker is not None:
+        state.worker.start()
+        _open_worker_sinks(environment)
+    campaign = state.campaign
+    if campaign is not None and not isinstance(environment.runner, WorkerRunner):
+        if campaign.finished:  # a new run from the web UI after the last one ended
+            _finish(environment)
+            state.campaign = campaign = _new_campaign(
+                environment,
+                campaign.scenario,
+                campaign.results.meta.get("scenario_path") or "",
+                environment.parsed_options,
+            )
+        if options_of(environment).headless and campaign.phases and state.progress_greenlet is None:
+            state.progress_greenlet = gevent.spawn(progress_printer, campaign)
+        _start_telemetry(environment, campaign)
+
+
+def _start_telemetry(environment: Environment, campaign: Campaign) -> None:
+    """Scrape each backend's /metrics and each GPU exporter while the run lasts (master or local only)."""
+    state = run_state(environment)
+    interval = options_of(environment).telemetry_interval
+    if not interval or state.telemetry is not None:
+        return
+    from grill_locust.telemetry import TelemetryScraper
+
+    state.telemetry = TelemetryScraper(
+        campaign.scenario.backends, (), interval_s=interval, on_samples=campaign.on_telemetry
+    )
+    state.telemetry.start()
+
+
+@events.test_stopping.add_listener
+def on_test_stopping(environment: Environment, **_: Any) -> None:
+    """Locust's `Runner.stop()` holds the hub before it cuts the users (it formats the caller's stack
+    for a debug line: tens of ms): lag from here on is the stop's, not the load's."""
+    worker = run_state(environment).worker
+    if worker is not None:
+        worker.stopping = True
+
+
+@events.test_stop.add_listener
+def on_test_stop(environment: Environment, **_: Any) -> None:
+    state = run_state(environment)
+    if state.worker is not None:
+        state.worker.stop()  # the last records: to the master and to the sinks, then the sinks close
+        _close_worker_sinks(environment)
+    if state.campaign is not None:
+        state.campaign.end()
+
+
+@events.quitting.add_listener
+def on_quitting(environment: Environment, **_: Any) -> None:
+    if isinstance(environment.runner, WorkerRunner):
+        # SIGTERM: Locust fires quitting before it stops the users; stop them first, so that their last
+        # records are flushed (test_stop) while the sink is open
+        _stop_runner(environment)
+    _close_worker_sinks(environment)
+    if not isinstance(environment.runner, WorkerRunner):
+        _finish(environment)
+    run_state(environment).stop_simulated_backends()
+
+
+def _interrupt(environment: Environment) -> None:
+    log.warning(
+        "interrupted: stopping; in-flight requests get --stop-timeout (%s s), then count as cut",
+        environment.stop_timeout,
+    )
+    gevent.spawn(_stop_runner, environment)
+
+
+def _stop_runner(environment: Environment) -> None:
+    """Stop users everywhere and wait until their last records have reached this process."""
+    runner = runner_of(environment)
+    if runner is None or runner.state in (STATE_STOPPED, STATE_INIT):
+        return
+    runner.stop()
+    if isinstance(runner, MasterRunner):
+        gevent.sleep(FINAL_RECORDS_WAIT_S)  # workers flush before they report stopped; let the batch land
+
+
+def _finish(environment: Environment) -> None:
+    """Close the run: its sinks (the results folder: parquet files, summary.csv), the summary on stdout."""
+    state = run_state(environment)
+    campaign = state.campaign
+    if campaign is None or campaign.closed:
+        return
+    _stop_runner(environment)  # SIGTERM reaches us here with the users still running
+    state.stop_telemetry()
+    campaign.close()
+    from grill_locust.report import format_table, summarize_run
+
+    results = campaign.results
+    summary = summarize_run(results.run_dir)  # also writes summary.csv
+    state.closing_words.append(
+        f"{format_table(summary)}\n\n{results.record_count} requests recorded. Results: {results.run_dir}\n"
+        f"Report: grill report {results.run_dir}"
+    )
+
+
+__all__ = ["on_records"]

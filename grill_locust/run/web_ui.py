@@ -1,0 +1,74 @@
+"""The web UI's 'Campaign' tab: target, tier, iterations done / to do, errors, for every tier."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from grill_locust.run.state import run_state
+
+if TYPE_CHECKING:
+    from locust.env import Environment
+
+    from grill_locust.run.campaign import Campaign
+
+CAMPAIGN_TAB_KEY = "grill-campaign"
+
+
+def extend_web_ui(environment: Environment) -> None:
+    """Add the tab; its rows ride on Locust's own /stats/requests answers (extended_stats)."""
+    from flask import Response, request
+
+    web_ui = environment.web_ui
+    assert web_ui is not None and web_ui.app is not None
+    web_ui.template_args["extendedTabs"] = [{"title": "Campaign", "key": CAMPAIGN_TAB_KEY}]
+    web_ui.template_args["extendedTables"] = [
+        {
+            "key": CAMPAIGN_TAB_KEY,
+            "structure": [
+                {"key": "tier", "title": "Tier"},
+                {"key": "target", "title": "Target"},
+                {"key": "users", "title": "Users"},
+                {"key": "iterations", "title": "Iterations done / to do"},
+                {"key": "requests", "title": "Requests"},
+                {"key": "errors", "title": "Errors"},
+                {"key": "state", "title": "State"},
+            ],
+        }
+    ]
+
+    @web_ui.app.after_request
+    def add_campaign_stats(response: Response) -> Response:
+        if request.path != "/stats/requests" or not response.is_json:
+            return response
+        campaign = run_state(environment).campaign
+        payload = response.get_json()
+        rows = campaign_rows(campaign) if campaign is not None else []
+        payload["extended_stats"] = [{"key": CAMPAIGN_TAB_KEY, "data": rows}]
+        response.set_data(json.dumps(payload))
+        return response
+
+
+def campaign_rows(campaign: Campaign) -> list[dict[str, Any]]:
+    rows = []
+    for progress in campaign.progress.values():
+        phase = progress.phase
+        state = (
+            "running"
+            if progress is campaign.current
+            else ("done" if progress.complete else "incomplete")
+            if progress.ended_wall
+            else "waiting"
+        )
+        rows.append(
+            {
+                "tier": f"{phase.phase_id + 1}/{len(campaign.phases)}",
+                "target": phase.target,
+                "users": phase.tier_users,
+                "iterations": f"{progress.iterations_done}/{phase.iterations_target}",
+                "requests": progress.records,
+                "errors": progress.errors,
+                "state": state,
+            }
+        )
+    return rows
