@@ -56,6 +56,7 @@ class PhaseProgress:
     errors: int = 0
     by_worker: Counter[str] = field(default_factory=Counter)
     complete: bool = False
+    end_reason: str = ""  # why it ended incomplete ("time cap ... reached", "run stopped")
     note: str = ""
     lost_by_worker: Counter[str] = field(default_factory=Counter)
     tier_records: list[dict[str, Any]] = field(default_factory=list)  # for the live tier row, while it runs
@@ -147,9 +148,18 @@ class Campaign:
             if progress is not None:
                 progress.iterations_done += count
                 progress.by_worker[client_id] += count
+                if progress.lost_by_worker.get(worker):
+                    self._delivered_late(progress, worker, count)
         self.worker_names[client_id] = worker
         if iterations:
             self._changed.set()
+
+    def _delivered_late(self, progress: PhaseProgress, worker: str, iterations: int) -> None:
+        """A worker counted lost was cut off, not gone: the iterations it delivers were not lost."""
+        progress.lost_by_worker[worker] = max(0, progress.lost_by_worker[worker] - iterations)
+        if progress.ended_wall is not None:  # its row is written: correct it
+            progress.note = self._note(progress)
+            self._write_phase_row(progress)
 
     def _progress_of(self, record: dict[str, Any]) -> PhaseProgress | None:
         current = self.current
@@ -237,7 +247,7 @@ class Campaign:
             quota = self._users_seen[client_id] * phase.iterations_per_user
             lost = max(0, quota - current.by_worker[client_id])
             name = self.worker_names.get(client_id, client_id)
-            current.lost_by_worker[name] += lost
+            current.lost_by_worker[name] = lost
             log.warning(
                 "worker %s lost during tier %d (%s at %d users): %d of its %d iterations not done; "
                 "its users are spread over the remaining workers",
@@ -277,9 +287,8 @@ class Campaign:
         assert progress is not None
         progress.ended_wall = time.time()
         progress.complete = complete
-        lost = "; ".join(f"{n} iterations lost on worker {w}" for w, n in progress.lost_by_worker.items())
-        progress.note = "; ".join(part for part in (note, lost) if part)
-        note = progress.note
+        progress.end_reason = note
+        progress.note = note = self._note(progress)
         self.current = None
         self.broadcast()
         self._write_phase("end", progress)
@@ -304,6 +313,13 @@ class Campaign:
         if self._live:
             self._write_tier_row(progress)
         progress.tier_records = []
+
+    @staticmethod
+    def _note(progress: PhaseProgress) -> str:
+        lost = "; ".join(
+            f"{n} iterations lost on worker {w}" for w, n in progress.lost_by_worker.items() if n
+        )
+        return "; ".join(part for part in (progress.end_reason, lost) if part)
 
     def _write_tier_row(self, progress: PhaseProgress) -> None:
         """The finished tier's summary row, from the records it received, to the sinks read live."""

@@ -42,6 +42,7 @@ STOP_TIMEOUT_S = 5.0  # SIGTERM, then SIGKILL
 PREFIX = "grill-"
 SUBNET = "10.77"  # every link and LAN is a /24 of 10.77.0.0/16: namespaces keep it off the host's network
 NETNS_DIR = Path("/var/run/netns")
+SET_HOSTNAME = 'hostname "$0" && exec "$@"'  # sh -c SET_HOSTNAME MACHINE ARGV...
 
 
 def require_namespaces() -> None:
@@ -250,10 +251,13 @@ class Network:
     def popen(
         self, machine: str, argv: Sequence[str], log: Path, env: dict[str, str] | None = None
     ) -> subprocess.Popen[str]:
-        """Start `argv` inside `machine`'s namespace, output to `log`; killed by close() at the latest."""
+        """Start `argv` on `machine` (its network namespace, its hostname), output to `log`; killed by
+        close() at the latest."""
         with open(log, "w") as out:
             process = subprocess.Popen(
-                ["ip", "netns", "exec", self.namespace(machine), *argv],
+                # its own hostname too (a UTS namespace): a worker's id starts with its machine's name
+                ["ip", "netns", "exec", self.namespace(machine), "unshare", "--uts", "sh", "-c", SET_HOSTNAME]
+                + [machine, *argv],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
