@@ -261,7 +261,9 @@ class Accounting:
     def lost_in_phases(self) -> dict[tuple[int, str], int]:
         """Iterations phases.csv counts as lost: by tier index and machine."""
         lost: dict[tuple[int, str], int] = {}
-        for tier, note in zip(self.phases["tier_index"], self.phases["note"].fillna(""), strict=True):
+        for tier, note in zip(
+            self.phases["tier_index"], self.phases["note"].astype("string").fillna(""), strict=True
+        ):
             for count, worker in LOST_NOTE.findall(note):
                 lost[(int(tier), _machine_of(worker))] = int(count)
         return lost
