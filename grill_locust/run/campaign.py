@@ -157,9 +157,9 @@ class Campaign:
     def _delivered_late(self, progress: PhaseProgress, worker: str, iterations: int) -> None:
         """A worker counted lost was cut off, not gone: the iterations it delivers were not lost."""
         progress.lost_by_worker[worker] = max(0, progress.lost_by_worker[worker] - iterations)
-        if progress.ended_wall is not None:  # its row is written: correct it
+        if progress.ended_wall is not None:  # phases.csv has its row: correct it (live sinks had their "end")
             progress.note = self._note(progress)
-            self._write_phase_row(progress)
+            self.results.write_phase("end", self._phase_row(progress))
 
     def _progress_of(self, record: dict[str, Any]) -> PhaseProgress | None:
         current = self.current

@@ -21,7 +21,6 @@ import fcntl
 import os
 import re
 import select
-import shutil
 import signal
 import struct
 import subprocess
@@ -34,9 +33,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
-import pytest
-
-IP_TIMEOUT_S = 10.0  # any one `ip`/`tc` command
+IP_TIMEOUT_S = 10.0  # any one `ip` command
 READY_TIMEOUT_S = 10.0  # a delay line's TAPs, a process's "ready" line
 STOP_TIMEOUT_S = 5.0  # SIGTERM, then SIGKILL
 PREFIX = "grill-"
@@ -47,19 +44,16 @@ SET_HOSTNAME = 'hostname "$0" && exec "$@"'  # sh -c SET_HOSTNAME MACHINE ARGV..
 
 def require_namespaces() -> None:
     """Skip (fail under GRILL_REQUIRE_REAL=1) where this process cannot make network namespaces."""
-    reason = ""
+    from tests.real_binaries import require_binary, unavailable  # here: the delay line runs this file alone
+
     if not sys.platform.startswith("linux"):
-        reason = "network namespaces need Linux"
-    elif shutil.which("ip") is None:
-        reason = "`ip` (iproute2) is not installed"
-    elif os.geteuid() != 0:
-        reason = "making network namespaces needs root"
-    elif not os.path.exists("/dev/net/tun"):
-        reason = "/dev/net/tun is missing (the delay line needs TAP devices)"
-    if reason:
-        if os.environ.get("GRILL_REQUIRE_REAL") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        unavailable("network namespaces need Linux")
+    require_binary("ip", install="apt-get install iproute2")
+    require_binary("unshare", install="apt-get install util-linux")
+    if os.geteuid() != 0:
+        unavailable("making network namespaces needs root")
+    if not os.path.exists("/dev/net/tun"):
+        unavailable("/dev/net/tun is missing (the delay line needs TAP devices)")
 
 
 def ip(*args: str, namespace: str | None = None, check: bool = True) -> str:
