@@ -22,6 +22,7 @@ from grill_locust.record import LABEL_COLUMNS, NUMERIC_RECORD_COLUMNS, RECORD_CO
 from grill_locust.sinks.results import (
     CONFIG_YAML,
     PHASE_COLUMNS,
+    PHASE_NUMBER_COLUMNS,
     PHASES_CSV,
     RECORDS_JSONL,
     RECORDS_PARQUET,
@@ -132,14 +133,7 @@ def _normalize_phases(phases: pd.DataFrame) -> pd.DataFrame:
     for name in PHASE_COLUMNS:
         if name not in phases.columns:
             phases[name] = np.nan
-    for name in (
-        "tier_index",
-        "tier_users",
-        "start_wall",
-        "end_wall",
-        "iterations_target",
-        "iterations_done",
-    ):
+    for name in PHASE_NUMBER_COLUMNS:
         phases[name] = pd.to_numeric(phases[name], errors="coerce").astype("float64")
     phases["complete"] = phases["complete"].map(_as_bool)
     for name in (*LABEL_COLUMNS, "note"):
