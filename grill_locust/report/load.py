@@ -29,6 +29,7 @@ from grill_locust.sinks.results import (
     RUN_JSON,
     TELEMETRY_JSONL,
     TELEMETRY_PARQUET,
+    read_records_jsonl,
 )
 
 
@@ -88,14 +89,7 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
     try:
         return pd.read_json(path, lines=True, dtype=False)
     except ValueError:
-        rows = []
-        with path.open(encoding="utf-8") as handle:
-            for line in handle:
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-        return pd.DataFrame.from_records(rows)
+        return pd.DataFrame.from_records(read_records_jsonl(path))
 
 
 def with_current_columns(frame: pd.DataFrame) -> pd.DataFrame:
