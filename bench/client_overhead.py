@@ -27,13 +27,13 @@ import json  # noqa: E402
 import os  # noqa: E402
 import resource  # noqa: E402
 import time  # noqa: E402
-from dataclasses import dataclass, field  # noqa: E402
 
 import gevent  # noqa: E402
 
 from grill_locust.client import CHAT_PATH, EngineClient, StreamReader, StreamTimer, chat_payload  # noqa: E402
 from grill_locust.client._arrival import read_event  # noqa: E402
 from grill_locust.client._poller import poller  # noqa: E402
+from grill_locust.config import Backend, Model  # noqa: E402
 from grill_locust.record import RawTiming, measure  # noqa: E402
 
 TARGET_US_PER_EVENT = 15.0
@@ -136,33 +136,6 @@ LIVE_PROMPT = "Write a Python function that parses a CSV line. " * 8
 WARMUP_S = 3.0  # after the last stream started, before the window opens
 
 
-@dataclass(frozen=True)
-class _Timeouts:
-    connect_s: float = 10.0
-    first_token_s: float = 60.0
-    total_s: float = 120.0
-
-
-@dataclass(frozen=True)
-class _Backend:
-    """The attributes of `config.Backend` that `EngineClient` reads."""
-
-    url: str
-    timeouts: _Timeouts = field(default_factory=_Timeouts)
-    api_key: str | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    tokenize_url: str | None = None
-
-
-@dataclass(frozen=True)
-class _Model:
-    """The attributes of `config.Model` that `chat_payload` reads."""
-
-    name: str
-    max_tokens: int
-    ignore_eos: bool = True
-
-
 def _cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
@@ -176,9 +149,10 @@ def run_live(streams: int, window_s: float, max_tokens: int) -> None:
         "--step-d-ms=0", "--reasoning-tokens=0", "--spin-ms=0", f"--max-num-seqs={streams + 8}",
         f"--kv-blocks={streams * (max_tokens + 200) // 16 + 4096}",
     ]  # fmt: skip
-    model = _Model("grill-sim", max_tokens)
+    model = Model(name="grill-sim", max_tokens=max_tokens, ignore_eos=True)
     with SimProcess.start("vllm", served_model_name="grill-sim", extra_args=step_args) as sim:
-        backend = _Backend(url=sim.url)
+        timeouts = {"connect_s": 10.0, "first_token_s": 60.0, "total_s": 120.0}
+        backend = Backend(name="sim", url=sim.url, engine="openai", timeouts=timeouts)
         results: list[RawTiming] = []
         stop = False
 

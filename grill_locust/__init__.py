@@ -1,6 +1,6 @@
 """grill-locust: distributed load tests of LLM inference engines for coding assistants, built on Locust.
 
-Public entry points (the layout of the package follows shared/DESIGN.md):
+Public entry points (docs/ARCHITECTURE.md shows how the packages join):
 - `load_scenario`, `Scenario` — scenario files (grill_locust.config)
 - `RequestRecord`, `measure` — one row per request and the metric definitions (grill_locust.record)
 - `EngineClient` — the streaming, per-event timed OpenAI client (grill_locust.client)

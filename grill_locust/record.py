@@ -1,4 +1,4 @@
-"""RequestRecord: one row per request, and the metric definitions of shared/DESIGN.md in one place.
+"""RequestRecord: one row per request, and the metric definitions (docs/metrics.md) in one place.
 
 The client collects raw timestamps (`RawTiming`); `measure()` turns them into the metrics; the user adds
 labels and the load generator's own health, giving a `RequestRecord`.
@@ -55,7 +55,7 @@ class RawTiming:
 
 @dataclass(slots=True)
 class Measurement:
-    """The metrics of one request, as DESIGN.md defines them."""
+    """The metrics of one request, as `measure` defines them."""
 
     wall_start: float
     ttft_s: float | None
@@ -140,7 +140,7 @@ def measure(raw: RawTiming) -> Measurement:
 
 @dataclass(slots=True)
 class RequestRecord:
-    """One row of records.jsonl / records.parquet (the schema of DESIGN.md, in its order)."""
+    """One row of records.jsonl / records.parquet; the field order is the column order."""
 
     record_id: str
     run_id: str

@@ -36,7 +36,14 @@ from grill_locust.client._http import Head
 from grill_locust.client._poller import DONE, RECV_BYTES, SETTLED, WAITING, phase_of, poller, read_ready
 from grill_locust.client._reader import StreamReader
 from grill_locust.client._timer import StreamTimer
-from grill_locust.client.backend_http import TokenizeError, auth_headers, headers_for, secret_value, tokenize
+from grill_locust.client.backend_http import (
+    StreamingBackend,
+    TokenizeError,
+    auth_headers,
+    headers_for,
+    secret_value,
+    tokenize,
+)
 from grill_locust.record import (
     CANCELLED,
     STATUS_CONNECT,
@@ -130,7 +137,7 @@ class EngineClient:
     they are a status in `result.raw`. A `GreenletExit` (the user being stopped) marks the request
     `stream_cut` / "cancelled", leaves it in `last_result`, and is re-raised."""
 
-    def __init__(self, backend: Any) -> None:
+    def __init__(self, backend: StreamingBackend) -> None:
         self.backend = backend
         self.origin = Origin.parse(str(backend.url))
         timeouts = backend.timeouts

@@ -102,7 +102,7 @@ class StreamReader:
         if self.head is None:
             self.timer.fail(t, STATUS_STREAM_CUT, "connection closed before a response" + why)
         elif self._mode in (_SSE, _ERROR):
-            # a stream closed after its finish_reason is complete (DESIGN.md); otherwise it is cut
+            # a stream closed after its finish_reason is complete (E2E ends there); otherwise it is cut
             self._end_body(t)
         else:
             self.timer.fail(t, STATUS_STREAM_CUT, "connection closed mid-body" + why)

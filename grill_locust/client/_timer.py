@@ -1,4 +1,4 @@
-"""StreamTimer: applies the metric contract (shared/DESIGN.md) to a stream's events as they arrive.
+"""StreamTimer: applies the metric contract (docs/metrics.md) to a stream's events as they arrive.
 
 Sans-IO: the caller passes each event's arrival time `t` (monotonic seconds) and its data; the
 timer fills a `RawTiming` that `grill_locust.record.measure()` turns into metrics. An output event

@@ -37,6 +37,38 @@ class BackendAddress(Protocol):
     def headers(self) -> Mapping[str, str]: ...
 
 
+class StreamTimeouts(Protocol):
+    """A backend's per-request time limits in seconds (`config.Timeouts` has them)."""
+
+    @property
+    def connect_s(self) -> float: ...
+
+    @property
+    def first_token_s(self) -> float: ...
+
+    @property
+    def total_s(self) -> float: ...
+
+
+class StreamingBackend(BackendAddress, Protocol):
+    """What the streaming client (`EngineClient`) reads of a backend (`config.Backend` has it)."""
+
+    @property
+    def engine(self) -> str: ...
+
+    @property
+    def timeouts(self) -> StreamTimeouts: ...
+
+    @property
+    def tokenize_url(self) -> str | None: ...
+
+    @property
+    def extra_body(self) -> Mapping[str, Any]: ...  # scanned for secrets to scrub from errors
+
+    @property
+    def sim_args(self) -> Mapping[str, Any]: ...  # likewise
+
+
 class NoReply(OSError):
     """No whole HTTP reply: the server cannot be reached, or its reply was late, cut or not HTTP."""
 

@@ -11,7 +11,7 @@ import argparse
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grill_locust.client._engine import EngineClient
 from grill_locust.client._replies import scrub
@@ -20,6 +20,9 @@ from grill_locust.client.payloads import CHAT_PATH, COMPLETIONS_PATH, chat_paylo
 from grill_locust.engines import engine_facts
 from grill_locust.errors import GrillError
 from grill_locust.record import STATUS_OK, measure
+
+if TYPE_CHECKING:
+    from grill_locust.config import Backend
 
 PING_MAX_TOKENS = 8
 PING_PROMPT = "Write a Python function that returns the sum of two numbers."
@@ -89,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 @contextlib.contextmanager
-def _running(backend: Any, models: list[str]) -> Iterator[Any]:
+def _running(backend: Backend, models: list[str]) -> Iterator[Backend]:
     """The backend, started first if it is a simulated engine that only runs during a run."""
     if not backend.managed:
         yield backend
@@ -103,8 +106,10 @@ def _running(backend: Any, models: list[str]) -> Iterator[Any]:
         sim.stop()
 
 
-def check_backend(backend: Any, models: list[str], *, timeout_s: float = DEFAULT_TIMEOUT_S) -> BackendCheck:
-    """Probe one backend (any object with config.Backend's attributes)."""
+def check_backend(
+    backend: Backend, models: list[str], *, timeout_s: float = DEFAULT_TIMEOUT_S
+) -> BackendCheck:
+    """Probe one backend."""
     check = BackendCheck(name=backend.name, engine=backend.engine, url=backend.url)
     client = EngineClient(backend)
     client.connect_s = min(client.connect_s, timeout_s)
@@ -152,16 +157,16 @@ def check_backend(backend: Any, models: list[str], *, timeout_s: float = DEFAULT
         else:
             notes.append(f"stream: {measurement.status} {raw.error}".strip())
 
-    if getattr(backend, "tokenize_url", None):
+    if backend.tokenize_url:
         check.tokenize = client.count_tokens("def add(a, b):\n    return a + b\n", model) is not None
-    if getattr(backend, "metrics_url", None):
+    if backend.metrics_url:
         check.metrics = _metrics_answer(backend, backend.metrics_url, timeout_s)
     client.close()
     check.note = scrub("; ".join(notes), client.secrets)
     return check
 
 
-def _metrics_answer(backend: Any, url: str, timeout_s: float) -> bool:
+def _metrics_answer(backend: Backend, url: str, timeout_s: float) -> bool:
     try:
         text = fetch_text(url, headers=headers_for(backend, url), timeout_s=timeout_s)
     except OSError:

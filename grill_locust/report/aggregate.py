@@ -61,12 +61,7 @@ def summary_metric_columns() -> list[str]:
 SUMMARY_COLUMNS: list[str] = [
     "run_id",
     "series",
-    "target",
-    "backend",
-    "engine",
-    "model",
-    "conversation",
-    "kind",
+    *(c for c in LABEL_COLUMNS if c != "run_id"),  # the record's labels, in their order
     "tier_index",
     "tier_users",
     "requests",

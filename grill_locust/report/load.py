@@ -22,12 +22,14 @@ from grill_locust.record import LABEL_COLUMNS, NUMERIC_RECORD_COLUMNS, RECORD_CO
 from grill_locust.sinks.results import (
     CONFIG_YAML,
     PHASE_COLUMNS,
+    PHASE_NUMBER_COLUMNS,
     PHASES_CSV,
     RECORDS_JSONL,
     RECORDS_PARQUET,
     RUN_JSON,
     TELEMETRY_JSONL,
     TELEMETRY_PARQUET,
+    read_records_jsonl,
 )
 
 
@@ -87,14 +89,7 @@ def _read_jsonl(path: Path) -> pd.DataFrame:
     try:
         return pd.read_json(path, lines=True, dtype=False)
     except ValueError:
-        rows = []
-        with path.open(encoding="utf-8") as handle:
-            for line in handle:
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    continue
-        return pd.DataFrame.from_records(rows)
+        return pd.DataFrame.from_records(read_records_jsonl(path))
 
 
 def with_current_columns(frame: pd.DataFrame) -> pd.DataFrame:
@@ -132,14 +127,7 @@ def _normalize_phases(phases: pd.DataFrame) -> pd.DataFrame:
     for name in PHASE_COLUMNS:
         if name not in phases.columns:
             phases[name] = np.nan
-    for name in (
-        "tier_index",
-        "tier_users",
-        "start_wall",
-        "end_wall",
-        "iterations_target",
-        "iterations_done",
-    ):
+    for name in PHASE_NUMBER_COLUMNS:
         phases[name] = pd.to_numeric(phases[name], errors="coerce").astype("float64")
     phases["complete"] = phases["complete"].map(_as_bool)
     for name in (*LABEL_COLUMNS, "note"):

@@ -216,12 +216,9 @@ class StandaloneUser(GrillUser):
         self.iteration += 1
 
 
-STANDALONE_CONVERSATIONS = ("multi-turn-session", "shared-prefix", "short-baseline", "unique-prompts")
-
-
 def standalone_scenario(host: str, model: str | None, engine: str, think_time_s: float | None) -> Scenario:
     """The scenario of a plain run on --host: one target per built-in workload."""
-    from grill_locust.config import ConfigError, parse_scenario
+    from grill_locust.config import BUILTIN_CONVERSATION_KINDS, ConfigError, parse_scenario
 
     url = host.rstrip("/")
     model = model or first_listed_model(url)
@@ -229,7 +226,9 @@ def standalone_scenario(host: str, model: str | None, engine: str, think_time_s:
         "name": "standalone",
         "backends": [{"name": "host", "url": url, "engine": engine}],
         "models": [{"name": model}],
-        "targets": [{"backend": "host", "model": model, "conversation": c} for c in STANDALONE_CONVERSATIONS],
+        "targets": [
+            {"backend": "host", "model": model, "conversation": c} for c in BUILTIN_CONVERSATION_KINDS
+        ],
     }
     if think_time_s is not None:
         data["load"] = {"think_time_s": think_time_s}

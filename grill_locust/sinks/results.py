@@ -31,17 +31,16 @@ CONFIG_YAML = "config.yaml"
 RUN_JSON = "run.json"
 SUMMARY_CSV = "summary.csv"
 
-PHASE_COLUMNS = (
-    *LABEL_COLUMNS,
+# phases.csv: one row per target x tier; its numbers, then whether the tier completed and why not
+PHASE_NUMBER_COLUMNS = (
     "tier_index",
     "tier_users",
     "start_wall",
     "end_wall",
     "iterations_target",
     "iterations_done",
-    "complete",
-    "note",
 )
+PHASE_COLUMNS = (*LABEL_COLUMNS, *PHASE_NUMBER_COLUMNS, "complete", "note")
 
 _ARROW_TYPES = {str: pa.string(), int: pa.int64(), float: pa.float64()}
 RECORD_SCHEMA = pa.schema([pa.field(name, _ARROW_TYPES[t]) for name, t in RECORD_COLUMN_TYPES.items()])

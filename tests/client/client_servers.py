@@ -8,8 +8,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from types import SimpleNamespace
 from typing import Any
+
+from grill_locust.config import Backend
 
 MAX_REQUESTS = 50  # per server: every loop here is bounded
 
@@ -89,23 +90,16 @@ class Server:
         self._listener.close()
 
 
-def backend(url: str, **overrides: Any) -> SimpleNamespace:
-    """An object with grill_locust.config.Backend's attributes (the client accepts any such object)."""
-    timeouts = SimpleNamespace(connect_s=2.0, first_token_s=5.0, total_s=10.0)
-    for name in ("connect_s", "first_token_s", "total_s"):
+def backend(url: str, **overrides: Any) -> Backend:
+    """A backend as the scenario file gives it: an OpenAI-compatible server with no tokenize route
+    unless `tokenize_url` (or an engine that has one) is given; short timeouts for the tests."""
+    timeouts = {"connect_s": 2.0, "first_token_s": 5.0, "total_s": 10.0}
+    for name in tuple(timeouts):
         if name in overrides:
-            setattr(timeouts, name, overrides.pop(name))
-    values: dict[str, Any] = {
-        "name": "test",
-        "url": url,
-        "api_key": None,
-        "headers": {},
-        "timeouts": timeouts,
-        "engine": "vllm",
-        "tokenize_url": None,
-    }
-    values.update(overrides)
-    return SimpleNamespace(**values)
+            timeouts[name] = overrides.pop(name)
+    return Backend.model_validate(
+        {"name": "test", "url": url, "engine": "openai", "timeouts": timeouts, **overrides}
+    )
 
 
 def send_slowly(conn: socket.socket, pieces: list[bytes], delay_s: float, server: Server) -> None:

@@ -9,7 +9,6 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 from client_servers import Request, Server
@@ -25,6 +24,7 @@ from grill_locust.client.backend_http import (
     request_once,
     tokenize,
 )
+from grill_locust.config import Backend
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS = json.dumps({"object": "list", "data": [{"id": "first-model"}, {"id": "second-model"}]}).encode()
@@ -98,7 +98,13 @@ def test_no_reply_says_why(server: Server) -> None:
 
 
 def test_the_key_and_headers_go_to_the_backends_own_server_only(server: Server) -> None:
-    backend = SimpleNamespace(url=server.url + "/gateway", api_key="sk-own-1234", headers={"X-Team": "grill"})
+    backend = Backend(
+        name="gateway",
+        url=server.url + "/gateway",
+        engine="openai",
+        api_key="sk-own-1234",
+        headers={"X-Team": "grill"},
+    )
     assert auth_headers(backend) == {"Authorization": "Bearer sk-own-1234", "X-Team": "grill"}
     assert headers_for(backend, server.url + "/tokenize") == auth_headers(backend)  # same host and port
     assert headers_for(backend, f"http://127.0.0.1:{closed_port()}/tokenize") == {}

@@ -1,5 +1,5 @@
 """Real-shaped transcripts of vLLM, SGLang, llama.cpp, TGI, Ollama, LiteLLM and OpenAI's API, replayed
-on a fake clock through the client's sans-IO reader: each metric of the contract (DESIGN.md) is pinned.
+on a fake clock through the client's sans-IO reader: each metric of the contract (docs/metrics.md) is pinned.
 Every engine of the engine table has at least one (`<engine>_<what>.http`)."""
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ class StreamResult:
         return [json.loads(p) for p in self.payloads if p != "[DONE]"]
 
     def output_times(self) -> list[float]:
-        """Arrival of every payload that carries generated output (as DESIGN.md defines it)."""
+        """Arrival of every payload that carries generated output (an output event, as the client's timer counts it)."""
         times = []
         for payload, arrival in zip(self.payloads, self.arrivals, strict=True):
             if payload == "[DONE]":
