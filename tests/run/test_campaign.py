@@ -155,7 +155,7 @@ def test_plain_user_runs_without_a_scenario(tmp_path: Path) -> None:
                 "-r",
                 "2",
                 "-t",
-                "5s",
+                "10s",  # 5 s passed with no reply finished while a loaded machine was still starting up
                 "--think-time",
                 "0",
                 "--results-dir",
