@@ -13,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from grill_locust.report.synthetic import make_record
+from grill_locust.sinks import results as results_module
+from grill_locust.sinks.results import ResultsWriter
 from tests.real_binaries import unavailable
 from tests.run.conftest import only_run_dir, sim_scenario, truth_once_it_holds, write_scenario
 from tests.run.test_interrupt import SHORT, start_local, wait_for_lines
@@ -75,6 +78,32 @@ def record_lines(run_dir: Path) -> list[dict]:
     data = (run_dir / "records.jsonl").read_bytes()
     assert data.endswith(b"\n"), data[-200:]
     return [json.loads(line) for line in data.splitlines()]
+
+
+def test_the_writer_holds_what_a_full_disk_refuses_up_to_its_bound_and_counts_the_rest(
+    small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(results_module, "MAX_UNWRITTEN_RECORDS", 3)
+    writer = ResultsWriter(small_disk / "run", {"run_id": "run"}, {})
+    # each record longer than a page: none fits in the slack of the file's last page
+    records = [make_record(record_id=f"r{i}", tier_index=i % 2, error="x" * 5000) for i in range(6)]
+    writer.write_records(records[:1])
+    filler = fill(small_disk)
+    writer.write_records(records[1:6])
+    writer.write_phase("end", {"target": records[0]["target"], "tier_index": 0, "complete": True})
+    writer.write_telemetry([{"metric": "x", "value": 1.0}])
+    assert writer.record_count == 1 and writer.unwritten_record_count == 5 and writer.held_record_count == 3
+    assert writer.unwritten_of(records[0]["target"], 1) == (2, 1)  # r1, r3 held; r5 beyond the bound
+    assert writer.unwritable_reason.startswith("no space left on device writing ")
+    assert writer.unwritable_for_s() > 0
+
+    filler.unlink()
+    writer.write_records(records[:2])  # a batch resent: r0 is written, r1 held; neither goes twice
+    assert writer.record_count == 4 and writer.unwritten_record_count == 2 and writer.unwritable_for_s() == 0
+    writer.close()
+    assert [r["record_id"] for r in record_lines(small_disk / "run")] == ["r0", "r1", "r2", "r3"]
+    assert (small_disk / "run" / "phases.csv").read_text().count("\n") == 2
+    assert (small_disk / "run" / "telemetry.jsonl").read_text() == '{"metric":"x","value":1.0}\n'
 
 
 def test_a_disk_full_for_seconds_loses_no_record_and_writes_none_twice(
