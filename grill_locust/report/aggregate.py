@@ -11,6 +11,7 @@ last request end when phases are missing).
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,6 +45,7 @@ REQUEST_RATE_METRIC = "tokens_per_s"  # per-request output tokens / E2E
 FLAG_INCOMPLETE = "incomplete"
 FLAG_SATURATED = "saturated"
 FLAG_NO_SUCCESS = "no successful requests"
+FLAG_UNREADABLE = "unreadable record line"
 SUMMARY_CSV = "summary.csv"
 
 TIER_LABEL_COLUMNS: list[str] = [c for c in LABEL_COLUMNS if c not in TIER_KEYS]  # a tier's own labels
@@ -83,6 +85,7 @@ SUMMARY_COLUMNS: list[str] = [
     "worker_lag_p99_ms",
     "worker_cpu_mean",
     "saturated",
+    "unreadable_lines",
     "complete",
     "flags",
     "note",
@@ -238,6 +241,7 @@ def _summarize(run: RunData, stats: _Stats) -> pd.DataFrame:
     )
     summary["complete"] = phases["complete"].reindex(summary.index).fillna(True).astype(bool)
     summary["note"] = phases["note"].reindex(summary.index).fillna("").astype(str)
+    summary["unreadable_lines"] = _unreadable_per_tier(run, summary.index)
     summary["flags"] = _flags(summary)
 
     summary = summary.reset_index()
@@ -334,6 +338,16 @@ def _turn_ratios(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
+def _unreadable_per_tier(run: RunData, tiers: pd.MultiIndex) -> list[int]:
+    """Unreadable lines of records.jsonl per tier: those whose text names the tier, plus those naming
+    none, which count against every tier of the run (any of them may have lost the record)."""
+    named = Counter(
+        (line.target, line.tier_index) for line in run.unreadable_lines if line.target is not None
+    )
+    unknown = sum(1 for line in run.unreadable_lines if line.target is None)
+    return [named[(str(target), int(tier))] + unknown for target, tier in tiers]
+
+
 def _flags(summary: pd.DataFrame) -> pd.Series:
     """A short, human-readable list of what is wrong with each tier ('' when nothing is)."""
     parts = pd.DataFrame(index=summary.index)
@@ -346,6 +360,9 @@ def _flags(summary: pd.DataFrame) -> pd.Series:
         summary["saturated"], FLAG_SATURATED + " (load generator:" + lag + cpu + ")", ""
     )
     parts["no_success"] = np.where((summary["ok_requests"] == 0), FLAG_NO_SUCCESS, "")
+    parts["unreadable"] = summary["unreadable_lines"].map(
+        lambda n: f"{n} {FLAG_UNREADABLE}{'s' if n > 1 else ''}" if n else ""
+    )
     return parts.apply(lambda row: "; ".join(p for p in row if p), axis=1).astype(str)
 
 

@@ -20,6 +20,7 @@ from grill_locust.report.aggregate import summarize_with_turns
 from grill_locust.report.capacity import capacity_at_slo, recommendations
 from grill_locust.report.load import RunData, load_run
 from grill_locust.report.progress import Progress
+from grill_locust.sinks.results import line_numbers_text
 
 
 @dataclass(frozen=True)
@@ -86,8 +87,22 @@ def assemble(runs: list[LabelledRun], slo: Slo, compare: bool, progress: Progres
         capacity=capacity,
         recommendations=recommendations(capacity),
         compare=compare,
-        notes=_slo_notes(runs, slo),
+        notes=_unreadable_notes(runs) + _slo_notes(runs, slo),
     )
+
+
+def _unreadable_notes(runs: list[LabelledRun]) -> list[str]:
+    """One note per run whose records.jsonl has lines that are not a record: how many, and where."""
+    notes = []
+    for labelled in runs:
+        lines = list(labelled.run.unreadable_lines)
+        if lines:
+            notes.append(
+                f"run {labelled.label}: {len(lines)} unreadable lines in records.jsonl "
+                f"({line_numbers_text(lines)}): their requests are not in the figures; the tiers they may "
+                f"belong to are flagged"
+            )
+    return notes
 
 
 def _slo_notes(runs: list[LabelledRun], slo: Slo) -> list[str]:
@@ -112,7 +127,13 @@ def report_json(report: Report) -> dict[str, Any]:
     return {
         "slo": report.slo.model_dump(),
         "runs": [
-            {"label": r.label, "run_id": r.run.run_id, "run_dir": str(r.run.run_dir), "meta": r.run.meta}
+            {
+                "label": r.label,
+                "run_id": r.run.run_id,
+                "run_dir": str(r.run.run_dir),
+                "meta": r.run.meta,
+                "unreadable_record_lines": [line.as_dict() for line in r.run.unreadable_lines],
+            }
             for r in report.runs
         ],
         "tiers": _records(report.summary),

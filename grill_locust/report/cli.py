@@ -123,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
     progress.total += figure_count(report.summary) + 1
     written = write_report(report, out_dir, band=args.band, progress=progress)
     progress.close()
+    for note in report.notes:
+        print(f"note: {note}")
     for text in report.recommendations["recommendation"]:
         print(text)
     print(f"wrote {len(written)} files to {out_dir}; open {out_dir / 'report.html'}", file=sys.stdout)

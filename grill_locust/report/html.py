@@ -83,6 +83,7 @@ def _runs_section(report: Report) -> str:
                 "scenario file": str(scenario),
                 **{name: _when(meta, keys) for name, keys in WALL_KEYS},
                 "records": str(len(labelled.run.records)),
+                "unreadable lines": str(len(labelled.run.unreadable_lines)),
                 "folder": str(labelled.run.run_dir),
             }
         )

@@ -5,6 +5,8 @@ parquet copies, perhaps with a half-written last line, and perhaps no (or an emp
 report still reads what is there. The parquet files are written at a clean close and removed by
 `--resume`, so where one is there it holds every record; one that does not open is passed over.
 A folder written before a column was renamed is read under today's names (`with_current_columns`).
+A line of records.jsonl that is not a record is not read, but never passed over in silence: `RunData`
+lists it (`unreadable_lines`), from the jsonl or, for a parquet copy, from what its close wrote in run.json.
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from grill_locust.sinks.results import (
     RUN_JSON,
     TELEMETRY_JSONL,
     TELEMETRY_PARQUET,
-    read_records_jsonl,
+    UnreadableLine,
+    read_jsonl,
 )
 
 
@@ -42,6 +45,7 @@ class RunData:
     telemetry: pd.DataFrame | None  # telemetry.parquet (or .jsonl) when present
     meta: dict[str, Any] = field(default_factory=dict)  # run.json, plus "slo" from config.yaml if needed
     run_dir: Path | None = None
+    unreadable_lines: tuple[UnreadableLine, ...] = ()  # lines of records.jsonl that are not a record
 
     @property
     def run_id(self) -> str:
@@ -54,42 +58,59 @@ def load_run(run_dir: str | Path) -> RunData:
     if not folder.is_dir():
         raise GrillError(f"{folder}: no such results folder (expected results/<run_id>)")
     meta = _read_meta(folder)
-    records = _read_records(folder)
+    records, unreadable = _read_records(folder, meta)
     if "run_id" not in meta:
         ids = records["run_id"].dropna().unique() if len(records) else []
         meta["run_id"] = str(ids[0]) if len(ids) else folder.name
     phases = _read_phases(folder, records)
-    telemetry = _read_table(folder / TELEMETRY_PARQUET, folder / TELEMETRY_JSONL)
-    if telemetry is not None and not len(telemetry):
-        telemetry = None
-    return RunData(records=records, phases=phases, telemetry=telemetry, meta=meta, run_dir=folder)
+    read_telemetry = _read_table(folder / TELEMETRY_PARQUET, folder / TELEMETRY_JSONL)
+    telemetry = read_telemetry[0] if read_telemetry is not None and len(read_telemetry[0]) else None
+    return RunData(
+        records=records,
+        phases=phases,
+        telemetry=telemetry,
+        meta=meta,
+        run_dir=folder,
+        unreadable_lines=tuple(unreadable),
+    )
 
 
-def _read_records(folder: Path) -> pd.DataFrame:
-    frame = _read_table(folder / RECORDS_PARQUET, folder / RECORDS_JSONL)
-    if frame is None:
+def _read_records(folder: Path, meta: dict[str, Any]) -> tuple[pd.DataFrame, list[UnreadableLine]]:
+    read = _read_table(folder / RECORDS_PARQUET, folder / RECORDS_JSONL)
+    if read is None:
         raise GrillError(f"{folder}: no {RECORDS_PARQUET} or {RECORDS_JSONL} (is this a results folder?)")
-    return normalize_records(frame)
+    frame, unreadable = read
+    if unreadable is None:  # the parquet copy: its close listed the lines it could not read
+        unreadable = [
+            UnreadableLine(int(line["line"]), "", line.get("target"), line.get("tier_index"))
+            for line in meta.get("unreadable_record_lines") or []
+        ]
+    return normalize_records(frame), unreadable
 
 
-def _read_table(parquet_path: Path, jsonl_path: Path) -> pd.DataFrame | None:
-    """The parquet copy when it opens, else the jsonl file it was made from; None when neither is there."""
+def _read_table(
+    parquet_path: Path, jsonl_path: Path
+) -> tuple[pd.DataFrame, list[UnreadableLine] | None] | None:
+    """The parquet copy when it opens (with None), else the jsonl file it was made from with its
+    unreadable lines; None when neither is there."""
     if parquet_path.is_file():
         try:
-            return pd.read_parquet(parquet_path)
+            return pd.read_parquet(parquet_path), None
         except (OSError, ValueError):  # cut short by a kill while it was written (pyarrow: ArrowInvalid)
             pass
     if jsonl_path.is_file():
-        return _read_jsonl(jsonl_path) if jsonl_path.stat().st_size else pd.DataFrame()
+        return _read_jsonl(jsonl_path) if jsonl_path.stat().st_size else (pd.DataFrame(), [])
     return None
 
 
-def _read_jsonl(path: Path) -> pd.DataFrame:
-    """Read records.jsonl, skipping a line a crash cut in half."""
+def _read_jsonl(path: Path) -> tuple[pd.DataFrame, list[UnreadableLine]]:
+    """A jsonl file as a frame (pandas' fast reader), and the lines that are not a JSON object (then read
+    line by line)."""
     try:
-        return pd.read_json(path, lines=True, dtype=False)
+        return pd.read_json(path, lines=True, dtype=False), []
     except ValueError:
-        return pd.DataFrame.from_records(read_records_jsonl(path))
+        rows, unreadable = read_jsonl(path)
+        return pd.DataFrame.from_records(rows), unreadable
 
 
 def with_current_columns(frame: pd.DataFrame) -> pd.DataFrame:

@@ -43,6 +43,8 @@ PAUSE_SPAWN_RATE = 100.0
 # --stop-timeout to end their requests, plus this margin), then FINAL_RECORDS_WAIT_S for their last batch
 DRAIN_MARGIN_S = 5.0
 FINAL_RECORDS_WAIT_S = 1.0
+# how long the results folder may refuse every write (a full disk) before the run stops (--disk-full-give-up)
+DISK_FULL_GIVE_UP_S = 60.0
 
 
 @dataclass
@@ -96,6 +98,7 @@ class Campaign:
         sinks: Sequence[Sink] = (),
         skip: set[tuple[str, int]] | None = None,
         walk_tiers: bool = True,
+        disk_full_give_up_s: float = DISK_FULL_GIVE_UP_S,
     ) -> None:
         self.environment = environment
         self.scenario = scenario
@@ -121,6 +124,8 @@ class Campaign:
         self.worker_names: dict[str, str] = {}  # Locust client id -> our worker id
         self._users_seen: dict[str, int] = {}  # client id -> most users it ran in the current phase
         self._gone: set[str] = set()  # workers lost (missing heartbeat) or quit during the run
+        self.disk_full_give_up_s = disk_full_give_up_s
+        self.gave_up_on_disk = False  # the results folder refused writes too long: the run was stopped
 
     # -- records from workers -------------------------------------------------------------------
     def on_records(
@@ -153,6 +158,8 @@ class Campaign:
         self.worker_names[client_id] = worker
         if iterations:
             self._changed.set()
+        if not self.phases:  # a plain run has no shape ticking: watch the disk here
+            self._watch_disk()
 
     def _delivered_late(self, progress: PhaseProgress, worker: str, iterations: int) -> None:
         """A worker counted lost was cut off, not gone: the iterations it delivers were not lost."""
@@ -187,10 +194,16 @@ class Campaign:
         self._changed.wait(TICK_WAIT_S)
         self._changed.clear()
         now = time.monotonic()
+        self._watch_disk()
         current = self.current
         if current is not None:
             phase = current.phase
             self._watch_workers(current)
+            held, _ = self.results.unwritten_of(phase.target, phase.tier_index)
+            if current.iterations_done >= phase.iterations_target and held and not self.gave_up_on_disk:
+                return phase.tier_users, self._spawn_rate(
+                    phase
+                )  # its users are idle; its records wait for space
             if current.iterations_done >= phase.iterations_target:
                 self._end_phase(complete=True, note="")
             elif now - current.started > self.scenario.load.tier_timeout_s:
@@ -202,7 +215,7 @@ class Campaign:
         if self._pause_until is not None and now < self._pause_until:
             return 0, PAUSE_SPAWN_RATE
         if self._next_index >= len(self.phases):
-            if self._draining(now):
+            if self._draining(now) or (self.results.held_record_count and not self.gave_up_on_disk):
                 return 0, PAUSE_SPAWN_RATE
             self.finished = True
             return None
@@ -216,6 +229,27 @@ class Campaign:
         self._next_index += 1
         assert self.current is not None
         return self.current.phase.tier_users, self._spawn_rate(self.current.phase)
+
+    def _watch_disk(self) -> None:
+        """Write what the results folder refused before; when it has refused every write for longer than
+        the give-up bound, stop the run (its tier incomplete) rather than hold records without end."""
+        results = self.results
+        results.retry_unwritten()
+        if self.gave_up_on_disk or results.unwritable_for_s() <= self.disk_full_give_up_s:
+            return
+        self.gave_up_on_disk = True
+        log.error(
+            "%s for %.0f s: stopping the run; %d records not written",
+            results.unwritable_reason,
+            results.unwritable_for_s(),
+            results.unwritten_record_count,
+        )
+        if self.current is not None:
+            self._end_phase(complete=False, note="run stopped: results folder not writable")
+        self._next_index = len(self.phases)
+        self._pause_until = None
+        if not self.phases:  # a plain run: no shape to end it
+            gevent.spawn(runner_of(self.environment).quit)
 
     def _draining(self, now: float) -> bool:
         """After the last tier: whether to hold at 0 users while the workers stop theirs, so that the
@@ -286,8 +320,14 @@ class Campaign:
         progress = self.current
         assert progress is not None
         progress.ended_wall = time.time()
-        progress.complete = complete
-        progress.end_reason = note
+        held, lost_records = self.results.unwritten_of(progress.phase.target, progress.phase.tier_index)
+        unwritten = (
+            f"{held + lost_records} records not written ({self.results.unwritable_reason})"
+            if held + lost_records
+            else ""
+        )
+        progress.complete = complete and not unwritten
+        progress.end_reason = "; ".join(part for part in (note, unwritten) if part)
         progress.note = note = self._note(progress)
         self.current = None
         self.broadcast()
@@ -299,7 +339,7 @@ class Campaign:
             "tier %d/%d %s: %s at %d users, %d/%d iterations, %d requests, %d errors%s",
             phase.phase_id + 1,
             len(self.phases),
-            "done" if complete else "INCOMPLETE",
+            "done" if progress.complete else "INCOMPLETE",
             phase.target,
             phase.tier_users,
             progress.iterations_done,

@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("grill")
 
+EXIT_RECORDS_NOT_WRITTEN = 1  # the results folder lacks records the run received (a full disk)
+
 
 @events.init.add_listener
 def on_init(environment: Environment, runner: Any = None, **_: Any) -> None:
@@ -151,6 +153,7 @@ def _new_campaign(environment: Environment, scenario: Scenario, path: str, optio
         sinks=live_sinks(options, scenario, "master", run_id=run_id),
         skip=skip,
         walk_tiers=walk_tiers,
+        disk_full_give_up_s=options.disk_full_give_up,
     )
     worker = run_state(environment).worker
     if worker is not None:  # the local runner is its own worker
@@ -291,10 +294,18 @@ def _finish(environment: Environment) -> None:
     from grill_locust.report import format_table, summarize_run
 
     results = campaign.results
-    summary = summarize_run(results.run_dir)  # also writes summary.csv
+    try:
+        summary = summarize_run(results.run_dir)  # also writes summary.csv
+    except OSError as error:
+        log.error("summary.csv not written: %s", error)
+        summary = summarize_run(results.run_dir, write=False)
+    unwritten = ""
+    if results.unwritten_record_count or campaign.gave_up_on_disk:
+        environment.process_exit_code = EXIT_RECORDS_NOT_WRITTEN
+        unwritten = f"\n{results.unwritten_record_count} requests NOT written: {results.unwritable_reason}"
     state.closing_words.append(
-        f"{format_table(summary)}\n\n{results.record_count} requests recorded. Results: {results.run_dir}\n"
-        f"Report: grill report {results.run_dir}"
+        f"{format_table(summary)}\n\n{results.record_count} requests recorded. Results: {results.run_dir}"
+        f"{unwritten}\nReport: grill report {results.run_dir}"
     )
 
 

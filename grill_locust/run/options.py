@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from locust import events
 
 from grill_locust.errors import GrillError
+from grill_locust.run.campaign import DISK_FULL_GIVE_UP_S
 
 if TYPE_CHECKING:
     from grill_locust.config import Scenario
@@ -95,6 +96,14 @@ def add_options(parser: Any) -> None:
         help="Seconds between scrapes of engine /metrics and GPU exporters (0: off)",
     )
     parser.add_argument(
+        "--disk-full-give-up",
+        env_var="LOCUST_DISK_FULL_GIVE_UP",
+        type=float,
+        default=DISK_FULL_GIVE_UP_S,
+        help="Seconds the results folder may refuse writes (a full disk) before the run stops, exit 1; "
+        "meanwhile records are held in memory",
+    )
+    parser.add_argument(
         "--influx-url", env_var="INFLUX_URL", default=None, help="InfluxDB URL for live results"
     )
     parser.add_argument("--influx-org", env_var="INFLUX_ORG", default=None, help="InfluxDB organisation")
@@ -114,6 +123,7 @@ def check_options(options: Any) -> None:
         ("--pause", options.pause),
         ("--think-time", options.think_time),
         ("--telemetry-interval", options.telemetry_interval),
+        ("--disk-full-give-up", options.disk_full_give_up),
     ):
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise GrillError(f"{flag}: expected a number of seconds >= 0, got {value}")

@@ -2,15 +2,24 @@
 
 Only the master (or the local runner) writes it. `records.jsonl` is appended and flushed batch by
 batch, so a crash or `kill -9` loses at most the last flush interval; each record_id is written once.
+A write that fails (a full disk) loses nothing silently: the file is cut back to its last whole line,
+the records are held in memory (up to MAX_UNWRITTEN_RECORDS) and written with the next batch; the
+campaign stops the run when no space comes back (`unwritable_for_s`).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import logging
+import os
+import re
 import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import IO, Any, ClassVar
 
 import orjson
 import pyarrow as pa
@@ -42,6 +51,15 @@ PHASE_NUMBER_COLUMNS = (
 )
 PHASE_COLUMNS = (*LABEL_COLUMNS, *PHASE_NUMBER_COLUMNS, "complete", "note")
 
+# Records held in memory while the disk refuses them (about 1 KB each); any beyond are counted as lost.
+MAX_UNWRITTEN_RECORDS = 100_000
+MAX_UNWRITTEN_TELEMETRY_SAMPLES = 100_000
+# each failed batch would log a line: while the disk stays full, say so at most this often
+UNWRITABLE_LOG_INTERVAL_S = 10.0
+WRITE_CHUNK_BYTES = 1 << 20  # held records are written a chunk at a time: what fits is kept
+
+log = logging.getLogger("grill")
+
 _ARROW_TYPES = {str: pa.string(), int: pa.int64(), float: pa.float64()}
 RECORD_SCHEMA = pa.schema([pa.field(name, _ARROW_TYPES[t]) for name, t in RECORD_COLUMN_TYPES.items()])
 
@@ -51,8 +69,55 @@ def new_run_id(scenario_name: str) -> str:
     return time.strftime("%Y%m%d-%H%M%S") + f"-{safe}"
 
 
+class AppendOnlyFile:
+    """A jsonl file that only grows by whole lines: a write that fails (a full disk) is cut back to the
+    last whole line, so that no torn line is left behind for the next write to glue onto."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        end_torn_last_line(path)
+        self._file = open(path, "ab", buffering=0)  # unbuffered: a returned write is in the kernel's hands
+        self._end = self._file.seek(0, os.SEEK_END)
+
+    def write(self, data: bytes) -> None:
+        """Append `data` whole, or raise OSError with the file as it was."""
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[self._file.write(view) or 0 :]
+        except OSError:
+            os.ftruncate(self._file.fileno(), self._end)
+            raise
+        self._end += len(data)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def end_torn_last_line(path: Path) -> None:
+    """End a last line that a crash cut short, so that the next line written starts a line of its own;
+    the cut line stays where it is, for `grill report` to count as unreadable."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        f.seek(-1, os.SEEK_END)
+        if f.read(1) == b"\n":
+            return
+        f.write(b"\n")
+    log.warning("%s: its last line was cut short by an earlier crash; ended it (unreadable, kept)", path)
+
+
+def _reason(error: OSError) -> str:
+    """What an OSError means for a write, in lower case: "no space left on device"."""
+    return (error.strerror or str(error)).lower()
+
+
 class ResultsWriter:
-    """Writes one run's folder, a `Sink`. Not thread-safe: call it from the master's greenlets only."""
+    """Writes one run's folder, a `Sink`. Not thread-safe: call it from the master's greenlets only.
+
+    No write error reaches the caller: what could not be written is held and written again by the next
+    call or by `retry_unwritten()`, and `unwritable_for_s` says for how long the folder refused writes.
+    """
 
     live: ClassVar[bool] = False  # summary.csv is made from every record at the end (report.summarize_run)
 
@@ -63,7 +128,17 @@ class ResultsWriter:
         run_dir.mkdir(parents=True, exist_ok=True)
         self.meta = meta
         self.phases: list[dict[str, Any]] = []
-        self._seen: set[str] = set()
+        self._seen: set[str] = set()  # record ids in records.jsonl
+        # records the disk refused: record_id -> ((target, tier_index), line), oldest first
+        self._held_records: dict[str, tuple[tuple[str, int], bytes]] = {}
+        self._lost_records: Counter[tuple[str, int]] = Counter()  # refused beyond MAX_UNWRITTEN_RECORDS
+        self._held_telemetry: list[bytes] = []
+        self.lost_telemetry_samples = 0
+        self._phases_unwritten = False
+        self._meta_unwritten = False
+        self._unwritable_since: float | None = None  # monotonic time of the first refusal since a success
+        self._unwritable_logged = 0.0
+        self._refusals: dict[Path, str] = {}  # path -> "no space left on device writing <path>"
         if resume:
             self._set_aside_incomplete_tiers()
             for stale in (
@@ -74,114 +149,321 @@ class ResultsWriter:
         else:
             with open(run_dir / CONFIG_YAML, "w") as f:
                 yaml.safe_dump(redacted_config, f, sort_keys=False)
-        self._records = open(run_dir / RECORDS_JSONL, "ab")
-        self._telemetry = open(run_dir / TELEMETRY_JSONL, "ab")
+        self._records = AppendOnlyFile(run_dir / RECORDS_JSONL)
+        self._telemetry = AppendOnlyFile(run_dir / TELEMETRY_JSONL)
         self.write_meta()
 
     def _set_aside_incomplete_tiers(self) -> None:
         """On --resume: tiers that did not complete will run again, so their earlier records move to
         records.interrupted.jsonl (kept, but out of the statistics) and their phases.csv rows go. The
-        records of an older folder are written back under today's column names."""
+        records of an older folder are written back under today's column names; unreadable lines stay."""
         self.phases = [p for p in read_phases(self.run_dir) if p["complete"] == "True"]
         complete = {(p["target"], int(p["tier_index"])) for p in self.phases}
         kept: list[dict[str, Any]] = []
         set_aside: list[dict[str, Any]] = []
         renamed = False
-        for row in read_records_jsonl(self.run_dir / RECORDS_JSONL):
+        rows, unreadable = read_jsonl(self.run_dir / RECORDS_JSONL)
+        for row in rows:
             record = with_current_names(row)
             renamed |= record.keys() != row.keys()
             (kept if (record["target"], record["tier_index"]) in complete else set_aside).append(record)
+        if unreadable:
+            log.warning(
+                "%s: %d unreadable lines (%s) kept as they are; grill report counts them",
+                self.run_dir / RECORDS_JSONL,
+                len(unreadable),
+                line_numbers_text(unreadable),
+            )
         if set_aside:
             with open(self.run_dir / RECORDS_INTERRUPTED_JSONL, "a", encoding="utf-8") as f:
                 f.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in set_aside))
         if set_aside or renamed:
             with open(self.run_dir / RECORDS_JSONL, "w", encoding="utf-8") as f:
                 f.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept))
+                f.write("".join(line.text + "\n" for line in unreadable))
         self._seen = {r["record_id"] for r in kept}
 
     @property
     def record_count(self) -> int:
+        """Records in records.jsonl (not those held for want of space)."""
         return len(self._seen)
 
+    @property
+    def held_record_count(self) -> int:
+        """Records received and held for want of space, to be written when it comes back."""
+        return len(self._held_records)
+
+    @property
+    def unwritten_record_count(self) -> int:
+        """Records received and not (yet) in records.jsonl: held, or lost beyond the bound."""
+        return len(self._held_records) + sum(self._lost_records.values())
+
+    def unwritten_of(self, target: str, tier_index: int) -> tuple[int, int]:
+        """Records of one tier received and not (yet) in records.jsonl: (held, lost beyond the bound)."""
+        key = (target, tier_index)
+        held = sum(1 for tier, _ in self._held_records.values() if tier == key)
+        return held, self._lost_records[key]
+
+    @property
+    def unwritable_reason(self) -> str:
+        """Why the folder refused the records ("no space left on device writing <path>"), else why it
+        refused another file; "" while it writes."""
+        return self._refusals.get(self._records.path) or next(reversed(self._refusals.values()), "")
+
+    def unwritable_for_s(self) -> float:
+        """How long the folder has refused every write that was tried (0 when the last one succeeded)."""
+        return 0.0 if self._unwritable_since is None else time.monotonic() - self._unwritable_since
+
     def write_meta(self) -> None:
-        (self.run_dir / RUN_JSON).write_text(json.dumps(self.meta, indent=2, default=str))
+        self._meta_unwritten = not self._write_whole(
+            self.run_dir / RUN_JSON, lambda f: f.write(json.dumps(self.meta, indent=2, default=str))
+        )
 
     def unseen(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The records not in the folder yet, each once (a worker resends a batch it could not confirm)."""
+        """The records not in the folder (or held for it) yet, each once (a worker resends a batch it
+        could not confirm)."""
         batch_ids: set[str] = set()
         fresh = []
         for record in records:
             record_id = record["record_id"]
-            if record_id not in self._seen and record_id not in batch_ids:
+            known = record_id in self._seen or record_id in self._held_records
+            if not known and record_id not in batch_ids:
                 batch_ids.add(record_id)
                 fresh.append(record)
         return fresh
 
     def write_records(self, records: list[dict[str, Any]]) -> None:
-        """Append the records not written before (a record is never written twice)."""
+        """Append the records not written before (a record is never written twice). A record counts as
+        written once records.jsonl has it whole; until then it is held and tried again."""
         fresh = self.unseen(records)
-        if fresh:
-            self._seen.update(record["record_id"] for record in fresh)
+        if self._held_records or not self._phases_and_meta_written():
+            self._hold_records(fresh)
+            self.retry_unwritten()
+        elif fresh:
             # orjson: json.dumps was 60 % of the master's CPU per record (bench/master_ingest.py)
-            self._records.write(b"".join(orjson.dumps(r) + b"\n" for r in fresh))
-            self._records.flush()
+            lines = [orjson.dumps(r) + b"\n" for r in fresh]
+            try:
+                self._records.write(b"".join(lines))
+            except OSError as error:
+                self._hold_records(fresh, lines)
+                self._refused(error, self._records.path)
+                return
+            self._seen.update(record["record_id"] for record in fresh)
+            self._written()
+
+    def _hold_records(self, records: list[dict[str, Any]], lines: list[bytes] | None = None) -> None:
+        for index, record in enumerate(records):
+            key = (record["target"], record["tier_index"])
+            if len(self._held_records) >= MAX_UNWRITTEN_RECORDS:
+                self._lost_records[key] += 1
+                continue
+            line = lines[index] if lines is not None else orjson.dumps(record) + b"\n"
+            self._held_records[record["record_id"]] = (key, line)
+
+    def _phases_and_meta_written(self) -> bool:
+        return not (self._phases_unwritten or self._meta_unwritten or self._held_telemetry)
+
+    def retry_unwritten(self) -> None:
+        """Write what the disk refused before: held records (a chunk at a time), telemetry, phases.csv and
+        run.json. Called with every batch, and by the campaign every tick."""
+        if not self._held_records and self._phases_and_meta_written():
+            return
+        while self._held_records:
+            chunk_ids, chunk, size = [], [], 0
+            for record_id, (_, line) in self._held_records.items():
+                chunk_ids.append(record_id)
+                chunk.append(line)
+                size += len(line)
+                if size >= WRITE_CHUNK_BYTES:
+                    break
+            try:
+                self._records.write(b"".join(chunk))
+            except OSError as error:
+                self._refused(error, self._records.path)
+                return
+            for record_id in chunk_ids:
+                del self._held_records[record_id]
+            self._seen.update(chunk_ids)
+        if self._held_telemetry:
+            self.write_telemetry([])
+        if self._phases_unwritten:
+            self._write_phases()
+        if self._meta_unwritten:
+            self.write_meta()
+        if self._phases_and_meta_written():
+            self._written()
+
+    def _refused(self, error: OSError, path: Path) -> None:
+        """A write failed: remember since when, and say so (once, then every UNWRITABLE_LOG_INTERVAL_S)."""
+        now = time.monotonic()
+        self._refusals[path] = f"{_reason(error)} writing {path}"
+        if self._unwritable_since is None:
+            self._unwritable_since = now
+        if now - self._unwritable_logged >= UNWRITABLE_LOG_INTERVAL_S:
+            self._unwritable_logged = now
+            log.error(
+                "%s: %d records held in memory (up to %d), written when space comes back",
+                self._refusals[path],
+                len(self._held_records),
+                MAX_UNWRITTEN_RECORDS,
+            )
+
+    def _written(self) -> None:
+        """A write succeeded and nothing is held: the folder is writable again."""
+        if self._unwritable_since is not None and not self._held_records:
+            log.warning(
+                "%s writable again after %.0f s: every held record written (%d lost beyond the bound)",
+                self.run_dir,
+                self.unwritable_for_s(),
+                sum(self._lost_records.values()),
+            )
+            self._unwritable_since = None
+            self._unwritable_logged = 0.0
+            self._refusals.clear()
 
     def write_telemetry(self, samples: list[dict[str, Any]]) -> None:
-        if samples:
-            self._telemetry.write(b"".join(orjson.dumps(s) + b"\n" for s in samples))
-            self._telemetry.flush()
+        lines = self._held_telemetry + [orjson.dumps(s) + b"\n" for s in samples]
+        if not lines:
+            return
+        try:
+            self._telemetry.write(b"".join(lines))
+        except OSError as error:
+            self._refused(error, self._telemetry.path)
+            kept = lines[:MAX_UNWRITTEN_TELEMETRY_SAMPLES]
+            self.lost_telemetry_samples += len(lines) - len(kept)
+            self._held_telemetry = kept
+            return
+        self._held_telemetry = []
 
     def write_phase(self, event: PhaseEvent, phase: dict[str, Any]) -> None:
         """Add or update the row of one target x tier in phases.csv (the row says whether it ended)."""
         key = (phase["target"], phase["tier_index"])
         self.phases = [p for p in self.phases if (p["target"], int(p["tier_index"])) != key] + [phase]
-        partial = self.run_dir / (PHASES_CSV + ".partial")
-        with open(partial, "w", newline="") as f:
+        self._write_phases()
+
+    def _write_phases(self) -> None:
+        def rows(f: IO[str]) -> None:
             writer = csv.DictWriter(f, fieldnames=PHASE_COLUMNS)
             writer.writeheader()
             writer.writerows(self.phases)
-        partial.replace(self.run_dir / PHASES_CSV)  # whole or not at all, if the run is killed meanwhile
+
+        self._phases_unwritten = not self._write_whole(self.run_dir / PHASES_CSV, rows)
+
+    def _write_whole(self, path: Path, write: Callable[[IO[str]], Any]) -> bool:
+        """Replace `path` whole or not at all (a kill or a full disk meanwhile leaves the old one)."""
+        partial = path.with_name(path.name + ".partial")
+        try:
+            with open(partial, "w", newline="") as f:
+                write(f)
+            partial.replace(path)
+        except OSError as error:
+            partial.unlink(missing_ok=True)
+            self._refused(error, path)
+            return False
+        return True
 
     def write_tier(self, row: dict[str, Any]) -> None:
         """Nothing to do while the run goes: summary.csv is made from every record at the end."""
 
     def close(self) -> None:
-        """Finish the folder: the end time in run.json, records.parquet and telemetry.parquet from the
-        jsonl files."""
-        self.meta["ended_wall"] = time.time()
-        self.write_meta()
+        """Finish the folder: held records written if the disk lets them, records.parquet and
+        telemetry.parquet from the jsonl files (with the lines they could not read), the end time in
+        run.json. A file the disk refuses is logged, not raised: records.jsonl holds what was written."""
+        self.retry_unwritten()
         self._records.close()
         self._telemetry.close()
-        pq.write_table(read_records_table(self.run_dir / RECORDS_JSONL), self.run_dir / RECORDS_PARQUET)
-        samples = read_records_jsonl(self.run_dir / TELEMETRY_JSONL)
+        table, unreadable = read_records_table(self.run_dir / RECORDS_JSONL)
+        self.meta["unreadable_record_lines"] = [line.as_dict() for line in unreadable]
+        self._write_parquet(table, self.run_dir / RECORDS_PARQUET)
+        samples, _ = read_jsonl(self.run_dir / TELEMETRY_JSONL)
         if samples:
-            pq.write_table(pa.Table.from_pylist(samples), self.run_dir / TELEMETRY_PARQUET)
+            self._write_parquet(pa.Table.from_pylist(samples), self.run_dir / TELEMETRY_PARQUET)
+        self.meta["ended_wall"] = time.time()
+        self.write_meta()
+        if self.unwritten_record_count:
+            log.error("%d records not written: %s", self.unwritten_record_count, self.unwritable_reason)
+        if self.lost_telemetry_samples or self._held_telemetry:
+            log.error(
+                "%d telemetry samples not written: %s",
+                self.lost_telemetry_samples + len(self._held_telemetry),
+                self.unwritable_reason,
+            )
+
+    def _write_parquet(self, table: pa.Table, path: Path) -> None:
+        partial = path.with_name(path.name + ".partial")
+        try:
+            pq.write_table(table, partial)
+            partial.replace(path)
+        except OSError as error:
+            partial.unlink(missing_ok=True)
+            self._refused(error, path)
 
 
-def read_records_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Every complete line of a jsonl file (a line cut by a crash is skipped)."""
+@dataclass(frozen=True)
+class UnreadableLine:
+    """A line of a jsonl file that is not a JSON object (cut by a crash, or damaged), 1-based; the tier
+    its text still names, when it names one."""
+
+    line: int
+    text: str
+    target: str | None = None
+    tier_index: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"line": self.line, "target": self.target, "tier_index": self.tier_index}
+
+
+_TARGET_FIELD = re.compile(r'"target"\s*:\s*("(?:[^"\\]|\\.)*")')
+_TIER_FIELD = re.compile(r'"tier_index"\s*:\s*(-?\d+)\s*[,}]')
+
+
+def _unreadable(number: int, text: str) -> UnreadableLine:
+    target, tier = _TARGET_FIELD.search(text), _TIER_FIELD.search(text)
+    if target is None or tier is None:
+        return UnreadableLine(number, text)
+    return UnreadableLine(number, text, json.loads(target.group(1)), int(tier.group(1)))
+
+
+def line_numbers_text(lines: list[UnreadableLine], most: int = 20) -> str:
+    """ "lines 3, 9" for a log or a note; past `most` numbers, how many more."""
+    numbers = ", ".join(str(line.line) for line in lines[:most])
+    more = f" and {len(lines) - most} more" if len(lines) > most else ""
+    return f"line{'s' if len(lines) > 1 else ''} {numbers}{more}"
+
+
+def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[UnreadableLine]]:
+    """Every JSON object of a jsonl file, and the lines that are not one (blank lines are nothing)."""
     if not path.exists():
-        return []
-    rows = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
+        return [], []
+    rows: list[dict[str, Any]] = []
+    unreadable: list[UnreadableLine] = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for number, line in enumerate(f, start=1):
+            if not line.strip():
                 continue
-    return rows
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                row = None
+            if isinstance(row, dict):
+                rows.append(row)
+            else:
+                unreadable.append(_unreadable(number, line.rstrip("\n")))
+    return rows, unreadable
 
 
-def read_records_table(path: Path) -> pa.Table:
-    """records.jsonl as an Arrow table with the record schema, read column-wise (no Python dict per record).
-    A line cut by a crash makes the fast reader fail; then the complete lines are read one by one."""
+def read_records_table(path: Path) -> tuple[pa.Table, list[UnreadableLine]]:
+    """records.jsonl as an Arrow table with the record schema, read column-wise (no Python dict per
+    record), and the lines it could not read. An unreadable line makes the fast reader fail; then the
+    lines are read one by one."""
     if not path.exists() or path.stat().st_size == 0:
-        return RECORD_SCHEMA.empty_table()
+        return RECORD_SCHEMA.empty_table(), []
     try:
         table = pa_json.read_json(path, parse_options=pa_json.ParseOptions(explicit_schema=RECORD_SCHEMA))
-        return table.select(list(RECORD_SCHEMA.names))
+        return table.select(list(RECORD_SCHEMA.names)), []
     except pa.ArrowInvalid:
-        return pa.Table.from_pylist(read_records_jsonl(path), schema=RECORD_SCHEMA)
+        rows, unreadable = read_jsonl(path)
+        return pa.Table.from_pylist(rows, schema=RECORD_SCHEMA), unreadable
 
 
 def read_phases(run_dir: Path) -> list[dict[str, Any]]:
