@@ -69,7 +69,7 @@ def test_metrics_endpoint_names_processing_and_deferred_requests(llama_server: S
     assert "llamacpp:requests_processing" in text and "llamacpp:requests_deferred" in text
     values = parse_samples(text)
     dialect = dialect_for("llamacpp", values)
-    assert dialect is not None and dialect.name == "llamacpp"
+    assert dialect is not None and dialect.family == "llamacpp"
     fields = read_fields(values, dialect)
     assert fields["requests_waiting"] == 0 and fields["requests_running"] is not None
     assert fields["prompt_tokens_total"] is not None
