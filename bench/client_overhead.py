@@ -141,6 +141,7 @@ class _Timeouts:
     connect_s: float = 10.0
     first_token_s: float = 60.0
     total_s: float = 120.0
+    idle_s: float = 60.0
 
 
 @dataclass(frozen=True)

@@ -91,8 +91,8 @@ class Server:
 
 def backend(url: str, **overrides: Any) -> SimpleNamespace:
     """An object with grill_locust.config.Backend's attributes (the client accepts any such object)."""
-    timeouts = SimpleNamespace(connect_s=2.0, first_token_s=5.0, total_s=10.0)
-    for name in ("connect_s", "first_token_s", "total_s"):
+    timeouts = SimpleNamespace(connect_s=2.0, first_token_s=5.0, total_s=10.0, idle_s=10.0)
+    for name in ("connect_s", "first_token_s", "total_s", "idle_s"):
         if name in overrides:
             setattr(timeouts, name, overrides.pop(name))
     values: dict[str, Any] = {

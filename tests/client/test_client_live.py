@@ -137,6 +137,29 @@ def test_stall_mid_stream_is_timeout_with_its_timings() -> None:
     server.close()
 
 
+def test_stall_after_output_began_is_timeout_after_idle_s_not_total_s() -> None:
+    server = Server(stalling(4))  # two output events, then nothing for 2 s
+    result = EngineClient(backend(server.url, idle_s=0.3, total_s=5.0)).stream(PATH, PAYLOAD)
+    m = measure(result.raw)
+    assert m.status == "timeout" and "idle_s=0.3" in m.error, m.error
+    assert len(result.raw.output_times) == 2 and m.ttft_s is not None  # the timings so far are kept
+    waited_s = result.raw.t0 + m.e2e_s - result.raw.output_times[-1]
+    assert 0.3 <= waited_s < 1.5
+    server.close()
+
+
+def test_idle_s_counts_from_the_latest_output_not_the_first() -> None:
+    # a piece every 0.15 s: the longest wait (after the last output: finish, usage, [DONE]) is 0.45 s,
+    # within idle_s; the stream from its first output to its end (~1 s) is not
+    idle_s = 0.75
+    server = Server(replaying("vllm_chat", 0.15))
+    result = EngineClient(backend(server.url, idle_s=idle_s, total_s=10.0)).stream(PATH, PAYLOAD)
+    m = measure(result.raw)
+    assert m.status == "ok", m.error
+    assert result.raw.t0 + m.e2e_s - result.raw.output_times[0] > idle_s
+    server.close()
+
+
 def test_error_reply_is_http_status_and_keeps_the_connection() -> None:
     body = b'{"object":"error","message":"The model `x` does not exist.","type":"NotFoundError","code":404}'
 
