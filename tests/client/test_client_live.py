@@ -3,6 +3,7 @@ refused connections, stalls, headers and the tokenizer fallback."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import subprocess
@@ -157,6 +158,34 @@ def test_idle_s_counts_from_the_latest_output_not_the_first() -> None:
     m = measure(result.raw)
     assert m.status == "ok", m.error
     assert result.raw.t0 + m.e2e_s - result.raw.output_times[0] > idle_s
+    server.close()
+
+
+def test_a_compressed_reply_is_a_clear_error_not_garbled_events() -> None:
+    # a proxy that compresses although the request asked for identity: the stream's events would
+    # arrive in the compressor's lumps, so the client refuses to time it and says why
+    stream = (
+        b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    )
+    replies = {
+        "/ok": ("200 OK", "text/event-stream", stream),
+        "/bad": ("502 Bad Gateway", "text/html", b"<html>"),
+    }
+
+    def gzipping(conn: socket.socket, request: Request, server: Server) -> bool:
+        status, content_type, body = replies[request.path.split("/v1")[0]]
+        packed = gzip.compress(body)
+        head = f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-encoding: gzip\r\n"
+        conn.sendall(head.encode() + b"content-length: %d\r\n\r\n%s" % (len(packed), packed))
+        return True
+
+    server = Server(gzipping)
+    for prefix, status in (("/ok", "bad_event"), ("/bad", "http_502")):
+        m = measure(EngineClient(backend(server.url + prefix)).stream(PATH, PAYLOAD).raw)
+        assert m.status == status and "gzip-encoded" in m.error and "Accept-Encoding: identity" in m.error, (
+            m.error
+        )
+    assert {r.headers["accept-encoding"] for r in server.requests} == {"identity"}
     server.close()
 
 
