@@ -21,7 +21,7 @@ import pandas as pd
 
 NEVER_COMPLETED = ("connect", "stream_cut")
 COMPLETION_ENDPOINTS = ("/chat/completions", "/completions")
-LOST_ON_WORKER = re.compile(r"(\d+) iterations lost on worker (\S+)")
+LOST_ON_WORKER = re.compile(r"(\d+) iterations lost on worker ([^\s;]+)")
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,7 @@ class Ledger:
     lost: int  # requests the engine received with no record (beyond what the run counted lost)
     duplicated: int  # record ids written twice, and request ids the engine received twice
     misattributed: int  # records labelled with another phase than the request's, or unbacked successes
+    counted_lost: int = 0  # requests the engine received with no record, among what the run counted lost
 
     @property
     def clean(self) -> bool:
@@ -54,8 +55,14 @@ def counted_lost(phases: pd.DataFrame) -> dict[str, int]:
 
 
 def ledger(
-    fault: str, records: pd.DataFrame, truth: Iterable[Mapping[str, Any]], phases: pd.DataFrame
+    fault: str,
+    records: pd.DataFrame,
+    truth: Iterable[Mapping[str, Any]],
+    phases: pd.DataFrame,
+    excused: dict[str, int] | None = None,
 ) -> Ledger:
+    """`excused`: iterations the run counted lost, by worker (default: `counted_lost(phases)`); the
+    requests it excuses are taken from it, so that ledgers of parts of one run can share it."""
     lines = engine_requests(truth)
     seen = Counter(str(line["request_id"]) for line in lines)
     arrival = {str(line["request_id"]): float(line["arrival"]) for line in lines}
@@ -63,14 +70,16 @@ def ledger(
     duplicated = sum(n - 1 for n in ids.values()) + sum(n - 1 for n in seen.values())
 
     missing = [request_id for request_id in seen if request_id not in ids]
-    excused = counted_lost(phases)
-    lost = 0
+    if excused is None:
+        excused = counted_lost(phases)
+    lost = excused_here = 0
     for request_id in missing:
         worker = next((w for w in excused if request_id.startswith(f"{w}-") and excused[w] > 0), None)
         if worker is None:
             lost += 1
         else:
             excused[worker] -= 1
+            excused_here += 1
 
     ordered = phases.sort_values("start_wall")
     starts = list(ordered["start_wall"].astype(float))
@@ -80,7 +89,7 @@ def ledger(
     for row in records[["record_id", "target", "tier_index", "status"]].itertuples(index=False):
         at = arrival.get(str(row.record_id))
         if at is None:
-            unbacked += row.status not in NEVER_COMPLETED  # a success the engine never saw
+            unbacked += row.status not in NEVER_COMPLETED  # an answer from an engine that never saw it
             continue
         index = bisect.bisect_right(starts, at) - 1
         misattributed += index < 0 or labels[index] != (row.target, int(row.tier_index))
@@ -92,14 +101,31 @@ def ledger(
         lost=lost,
         duplicated=duplicated,
         misattributed=misattributed + unbacked,
+        counted_lost=excused_here,
+    )
+
+
+def total(ledgers: Iterable[Ledger], fault: str = "all") -> Ledger:
+    parts = list(ledgers)
+    sums = [sum(getattr(x, name) for x in parts) for name in ("expected", "found", "lost", "duplicated")]
+    return Ledger(
+        fault,
+        *sums,
+        misattributed=sum(x.misattributed for x in parts),
+        counted_lost=sum(x.counted_lost for x in parts),
     )
 
 
 def table(ledgers: Iterable[Ledger]) -> str:
-    """fault | records expected | records found | lost | duplicated | misattributed, one row per fault."""
+    """fault | records expected | records found | lost | duplicated | misattributed | counted lost by the
+    run, one row per fault."""
     header = ("fault", "records expected", "records found", "lost", "duplicated", "misattributed")
+    header += ("counted lost by the run",)
     rows = [header] + [
-        (x.fault, str(x.expected), str(x.found), str(x.lost), str(x.duplicated), str(x.misattributed))
+        (
+            x.fault,
+            *(str(n) for n in (x.expected, x.found, x.lost, x.duplicated, x.misattributed, x.counted_lost)),
+        )
         for x in ledgers
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
