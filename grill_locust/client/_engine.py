@@ -10,10 +10,12 @@ Under gevent (Locust), a plain TCP reply is read by the process's `Poller` (`_po
 epoll, every ready stream read in one wake-up of the hub) while the user's greenlet sleeps; TLS
 replies and the standard library's blocking sockets (`grill ping`, plain Python) are read here.
 
-Deadlines (first token, total, the grace after `[DONE]`): with gevent's sockets, one
-`gevent.Timeout` per request phase and sockets without a timeout, because a socket timeout makes
-gevent start a timer for every wait, i.e. for every event; with the standard library's blocking
-sockets, a socket timeout before each wait.
+Deadlines (first token, idle between output events, total, the grace after `[DONE]`): with gevent's
+sockets, one `gevent.Timeout` per request phase and sockets without a timeout, because a socket
+timeout makes gevent start a timer for every wait, i.e. for every event; the idle limit, which moves
+with each output event, is checked when that timer fires and re-armed from the latest event (one
+timer per idle_s of streaming, not one per event). With the standard library's blocking sockets, a
+socket timeout before each wait.
 """
 
 from __future__ import annotations
@@ -144,6 +146,7 @@ class EngineClient:
         self.connect_s = float(timeouts.connect_s)
         self.first_token_s = float(timeouts.first_token_s)
         self.total_s = float(timeouts.total_s)
+        self.idle_s = float(timeouts.idle_s)
         headers: dict[str, str] = {
             "Host": self.origin.host_header,
             "User-Agent": USER_AGENT,
@@ -355,12 +358,16 @@ class EngineClient:
                 sock, reused, request, timer, reader, alarm, first_token_deadline, total_deadline
             )
             return
+        armed_phase = -1  # the phase whose deadline the alarm holds
         while not reader.finished:
-            deadline = _deadline(phase_of(reader), reader, first_token_deadline, total_deadline)
+            phase = phase_of(reader)
+            deadline = self._deadline(phase, reader, first_token_deadline, total_deadline)
             reason = ""
             try:
                 if alarm is not None:
-                    alarm.set(deadline)
+                    if phase != armed_phase:
+                        alarm.set(deadline)
+                        armed_phase = phase
                 else:
                     remaining = deadline - time.perf_counter()
                     if remaining <= 0:
@@ -372,6 +379,12 @@ class EngineClient:
             except OSError as error:
                 data, t = b"", time.perf_counter()
                 reason = _os_reason(error)
+            except BaseException as error:
+                if alarm is None or not alarm.fired(error):
+                    raise
+                self._rearm_or_pass(alarm, reader, first_token_deadline, total_deadline)
+                armed_phase = -1
+                continue
             if data:
                 reader.feed(t, data)
             elif reused and not reader.got_bytes:
@@ -397,8 +410,13 @@ class EngineClient:
             watch = poller().watch(sock._sock, self._stamped, reader, reused)  # type: ignore[attr-defined]
             try:
                 while watch.phase != SETTLED:
-                    alarm.set(_deadline(watch.phase, reader, first_token_deadline, total_deadline))
-                    watch.wait()
+                    alarm.set(self._deadline(watch.phase, reader, first_token_deadline, total_deadline))
+                    try:
+                        watch.wait()
+                    except BaseException as error:
+                        if not alarm.fired(error):
+                            raise
+                        self._rearm_or_pass(alarm, reader, first_token_deadline, total_deadline)
             finally:
                 watch.close()
             if watch.error is not None:
@@ -407,6 +425,29 @@ class EngineClient:
                 return
             sock = self._send_again(request, timer, total_deadline, alarm)
             reused = False
+
+    def _deadline(
+        self, phase: int, reader: StreamReader, first_token_deadline: float, total_deadline: float
+    ) -> float:
+        """When the request fails if nothing more arrives, in `phase` (see `_poller`)."""
+        if phase == WAITING:
+            return first_token_deadline
+        if phase == DONE and reader.done_at is not None:
+            return min(total_deadline, reader.done_at + AFTER_DONE_GRACE_S)
+        output_times = reader.timer.raw.output_times
+        if output_times:
+            return min(total_deadline, output_times[-1] + self.idle_s)
+        return total_deadline
+
+    def _rearm_or_pass(
+        self, alarm: _PhaseAlarm, reader: StreamReader, first_token_deadline: float, total_deadline: float
+    ) -> None:
+        """The alarm fired: raise `_DeadlinePassed` if the deadline has passed; else (output arrived
+        since it was armed and moved the idle limit) clear it, for the caller to arm it anew."""
+        deadline = self._deadline(phase_of(reader), reader, first_token_deadline, total_deadline)
+        if deadline <= time.perf_counter():
+            raise _DeadlinePassed(deadline)
+        alarm.cancel()
 
     def _send_again(
         self, request: bytes, timer: StreamTimer, deadline: float, alarm: _PhaseAlarm | None
@@ -431,8 +472,10 @@ class EngineClient:
             timer.close(reader.done_at)
             return
         raw = timer.raw
-        if raw.output_times or deadline == raw.t0 + self.total_s:
+        if deadline == raw.t0 + self.total_s:
             message = f"stream longer than total_s={self.total_s:g}"
+        elif raw.output_times:
+            message = f"stream idle: no output for idle_s={self.idle_s:g} after output began"
         else:
             message = f"no output within first_token_s={self.first_token_s:g}"
         timer.fail(now, STATUS_TIMEOUT, message)
@@ -442,14 +485,6 @@ def _pollable(sock: socket.socket) -> bool:
     """A plain gevent socket (not TLS, whose reads go through the SSL object): the poller reads it."""
     gevent_socket = sys.modules.get("gevent._socket3")
     return gevent_socket is not None and type(sock) is gevent_socket.socket and hasattr(sock, "_sock")
-
-
-def _deadline(phase: int, reader: StreamReader, first_token_deadline: float, total_deadline: float) -> float:
-    if phase == WAITING:
-        return first_token_deadline
-    if phase == DONE and reader.done_at is not None:
-        return min(total_deadline, reader.done_at + AFTER_DONE_GRACE_S)
-    return total_deadline
 
 
 def _header_value(value: str) -> bytes:

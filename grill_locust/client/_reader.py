@@ -114,7 +114,9 @@ class StreamReader:
             if type(event) is bytes:
                 pieces.append(event)
             elif isinstance(event, Head):
-                self._on_head(event)
+                self._on_head(t, event)
+                if self.finished:
+                    return
             elif isinstance(event, End):
                 end = event
         if pieces:
@@ -142,9 +144,22 @@ class StreamReader:
         if timer.done and self.done_at is None:
             self.done_at = t
 
-    def _on_head(self, head: Head) -> None:
+    def _on_head(self, t: float, head: Head) -> None:
         self.head = head
         self.timer.raw.http_status = head.status
+        encoding = head.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity") and head.status not in (204, 304):
+            # compressed although the request asked for identity (a proxy's doing): its events would
+            # arrive in the compressor's lumps, so their times would be the compressor's, not the engine's
+            self.timer.fail(
+                t,
+                http_status_kind(head.status) if not 200 <= head.status < 300 else STATUS_BAD_EVENT,
+                f"the reply is {encoding}-encoded although the request asked for Accept-Encoding: "
+                "identity; turn compression off between us and the engine",
+            )
+            self.finished = True
+            self.keep_alive = False
+            return
         if not 200 <= head.status < 300:
             self._mode = _ERROR
         elif "event-stream" in head.content_type:

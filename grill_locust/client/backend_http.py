@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -45,6 +46,9 @@ class StreamTimeouts(Protocol):
 
     @property
     def first_token_s(self) -> float: ...
+
+    @property
+    def idle_s(self) -> float: ...
 
     @property
     def total_s(self) -> float: ...
@@ -197,7 +201,23 @@ def request_once(
         sock.close()
     if not parser.complete or parser.head is None:
         raise NoReply("the reply was cut short")
-    return HttpReply(parser.head.status, parser.head.headers, b"".join(pieces))
+    headers = parser.head.headers
+    return HttpReply(parser.head.status, headers, _decoded(b"".join(pieces), headers, max_body_bytes))
+
+
+def _decoded(body: bytes, headers: Mapping[str, str], max_body_bytes: int) -> bytes:
+    """The body without the gzip or deflate encoding a proxy may add although we asked for identity
+    (a whole reply: no timing is lost); raises `NoReply` for an encoding we cannot read."""
+    encoding = headers.get("content-encoding", "identity").strip().lower()
+    if encoding in ("", "identity") or not body:
+        return body
+    if encoding not in ("gzip", "x-gzip", "deflate"):
+        raise NoReply(f"the reply is {encoding}-encoded although the request asked for identity")
+    try:
+        decoder = zlib.decompressobj(zlib.MAX_WBITS | 32)  # gzip or zlib, by their headers
+        return decoder.decompress(body, max_body_bytes)
+    except zlib.error:
+        raise NoReply(f"the reply says {encoding} but does not decode") from None
 
 
 # ---- the calls ---------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ class Timeouts(_Frozen):
     connect_s: float = Field(default=10.0, gt=0)
     first_token_s: float = Field(default=300.0, gt=0)
     total_s: float = Field(default=600.0, gt=0)
+    idle_s: float = Field(default=60.0, gt=0)  # between two output events, once output has begun
 
 
 class Backend(_Frozen):

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -136,6 +138,10 @@ def check_options(options: Any) -> None:
         results.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise GrillError(f"--results-dir {results}: cannot create it ({error.strerror})") from None
+    try:  # a folder that exists may still refuse the run's folder (/proc, read-only mounts)
+        os.rmdir(tempfile.mkdtemp(prefix=".grill-probe-", dir=results))
+    except OSError as error:
+        raise GrillError(f"--results-dir {results}: cannot write in it ({error.strerror})") from None
 
 
 def load_scenario_of(options: Any) -> tuple[Scenario, str]:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from grill_locust.errors import GrillError
 
 FAULT_HEADER = "x-grill-fault"
-FAULT_KINDS = ("500", "503", "429", "stall", "cut", "bad_json", "trickle")
+# stall: accepted, then nothing; stall_mid: the first output event, then nothing (the connection stays open)
+FAULT_KINDS = ("500", "503", "429", "stall", "cut", "bad_json", "trickle", "stall_mid")
 MIX = "mix"
 
 

@@ -456,6 +456,11 @@ class ResponseWriter:
             elif self.event_times is not None:
                 self.event_times.append(now)
             return
+        if self.fault == "stall_mid" and index >= 1:
+            if self.outcome == "ok":  # the engine drops it; the client hears nothing more
+                self.outcome = "stalled"
+                self.server.engine.cancel(seq, now)
+            return
         if self.fault is not None and index == self.fault_at:
             if self.fault == "cut":
                 self.outcome = "cut"

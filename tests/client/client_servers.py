@@ -93,7 +93,7 @@ class Server:
 def backend(url: str, **overrides: Any) -> Backend:
     """A backend as the scenario file gives it: an OpenAI-compatible server with no tokenize route
     unless `tokenize_url` (or an engine that has one) is given; short timeouts for the tests."""
-    timeouts = {"connect_s": 2.0, "first_token_s": 5.0, "total_s": 10.0}
+    timeouts = {"connect_s": 2.0, "first_token_s": 5.0, "total_s": 10.0, "idle_s": 10.0}
     for name in tuple(timeouts):
         if name in overrides:
             timeouts[name] = overrides.pop(name)

@@ -3,6 +3,7 @@ got no reply, the engine's routes, and the key sent to the backend's own server 
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import subprocess
@@ -95,6 +96,23 @@ def test_no_reply_says_why(server: Server) -> None:
         silent.listen(1)  # accepted by the kernel, never answered
         with pytest.raises(NoReply, match="no whole reply within 0.3 s"):
             request_once(f"http://127.0.0.1:{silent.getsockname()[1]}/", timeout_s=0.3)
+
+
+def test_a_compressed_reply_is_decoded_and_an_unknown_encoding_named() -> None:
+    # a proxy may compress although we ask for identity; a whole reply loses no timing by it
+    def encoded(conn: socket.socket, request: Request, server: Server) -> bool:
+        encoding = request.path.strip("/").split("/")[0]
+        body = gzip.compress(MODELS) if encoding == "gzip" else b"\x8b\x00"
+        head = b"HTTP/1.1 200 OK\r\ncontent-encoding: %s\r\ncontent-length: %d\r\n\r\n"
+        conn.sendall(head % (encoding.encode(), len(body)) + body)
+        return True
+
+    proxy = Server(encoded)
+    assert list_models(proxy.url + "/gzip", "vllm").ids == ["first-model", "second-model"]
+    with pytest.raises(NoReply, match="br-encoded although the request asked for identity"):
+        request_once(proxy.url + "/br/v1/models")
+    assert {r.headers["accept-encoding"] for r in proxy.requests} == {"identity"}
+    proxy.close()
 
 
 def test_the_key_and_headers_go_to_the_backends_own_server_only(server: Server) -> None:

@@ -3,6 +3,7 @@ refused connections, stalls, headers and the tokenizer fallback."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import subprocess
@@ -134,6 +135,57 @@ def test_stall_mid_stream_is_timeout_with_its_timings() -> None:
     assert m.status == "timeout" and "total_s=0.5" in m.error
     assert len(result.raw.output_times) == 2 and m.ttft_s is not None
     assert 0.5 <= m.e2e_s < 1.5
+    server.close()
+
+
+def test_stall_after_output_began_is_timeout_after_idle_s_not_total_s() -> None:
+    server = Server(stalling(4))  # two output events, then nothing for 2 s
+    result = EngineClient(backend(server.url, idle_s=0.3, total_s=5.0)).stream(PATH, PAYLOAD)
+    m = measure(result.raw)
+    assert m.status == "timeout" and "idle_s=0.3" in m.error, m.error
+    assert len(result.raw.output_times) == 2 and m.ttft_s is not None  # the timings so far are kept
+    waited_s = result.raw.t0 + m.e2e_s - result.raw.output_times[-1]
+    assert 0.3 <= waited_s < 1.5
+    server.close()
+
+
+def test_idle_s_counts_from_the_latest_output_not_the_first() -> None:
+    # a piece every 0.15 s: the longest wait (after the last output: finish, usage, [DONE]) is 0.45 s,
+    # within idle_s; the stream from its first output to its end (~1 s) is not
+    idle_s = 0.75
+    server = Server(replaying("vllm_chat", 0.15))
+    result = EngineClient(backend(server.url, idle_s=idle_s, total_s=10.0)).stream(PATH, PAYLOAD)
+    m = measure(result.raw)
+    assert m.status == "ok", m.error
+    assert result.raw.t0 + m.e2e_s - result.raw.output_times[0] > idle_s
+    server.close()
+
+
+def test_a_compressed_reply_is_a_clear_error_not_garbled_events() -> None:
+    # a proxy that compresses although the request asked for identity: the stream's events would
+    # arrive in the compressor's lumps, so the client refuses to time it and says why
+    stream = (
+        b'data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}\n\ndata: [DONE]\n\n'
+    )
+    replies = {
+        "/ok": ("200 OK", "text/event-stream", stream),
+        "/bad": ("502 Bad Gateway", "text/html", b"<html>"),
+    }
+
+    def gzipping(conn: socket.socket, request: Request, server: Server) -> bool:
+        status, content_type, body = replies[request.path.split("/v1")[0]]
+        packed = gzip.compress(body)
+        head = f"HTTP/1.1 {status}\r\ncontent-type: {content_type}\r\ncontent-encoding: gzip\r\n"
+        conn.sendall(head.encode() + b"content-length: %d\r\n\r\n%s" % (len(packed), packed))
+        return True
+
+    server = Server(gzipping)
+    for prefix, status in (("/ok", "bad_event"), ("/bad", "http_502")):
+        m = measure(EngineClient(backend(server.url + prefix)).stream(PATH, PAYLOAD).raw)
+        assert m.status == status and "gzip-encoded" in m.error and "Accept-Encoding: identity" in m.error, (
+            m.error
+        )
+    assert {r.headers["accept-encoding"] for r in server.requests} == {"identity"}
     server.close()
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ssl
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from tests.real_binaries import require_binary
 PATH = "/v1/chat/completions"
 PAYLOAD = chat_payload("devstral", [{"role": "user", "content": "hi"}])
 PIECE_GAP_S = 0.15  # between the server's pieces: wide enough that a late read cannot pass for its own
+PIECES = split_pieces(load("vllm_chat"))
 
 
 @pytest.fixture(scope="module")
@@ -35,18 +37,21 @@ def certificate(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.fixture
-def tls_server(certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> Server:
+def tls_context(certificate: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> ssl.SSLContext:
     cert, key = certificate
     monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the client trusts it through the default context
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
-    pieces = split_pieces(load("vllm_chat"))
+    return context
 
+
+@pytest.fixture
+def tls_server(tls_context: ssl.SSLContext) -> Server:
     def handler(conn, request: Request, server: Server) -> bool:  # type: ignore[no-untyped-def]
-        send_slowly(conn, pieces, PIECE_GAP_S, server)
+        send_slowly(conn, PIECES, PIECE_GAP_S, server)
         return True
 
-    return Server(handler, tls=context)
+    return Server(handler, tls=tls_context)
 
 
 def test_a_stream_over_tls_is_read_and_timed_and_the_connection_kept(tls_server: Server) -> None:
@@ -62,6 +67,29 @@ def test_a_stream_over_tls_is_read_and_timed_and_the_connection_kept(tls_server:
     second = client.stream(PATH, PAYLOAD)
     assert second.raw.status == "ok" and client.connections_opened == 1
     tls_server.close()
+
+
+def test_idle_s_over_tls_moves_with_each_event_and_fires_on_a_stall(
+    tls_server: Server, tls_context: ssl.SSLContext
+) -> None:
+    # TLS replies are read in the client's own loop, not the poller: its idle deadline is kept apart
+    # after its last output the stream has three more pieces (finish, usage, [DONE]): idle_s leaves room
+    idle_s = 5 * PIECE_GAP_S
+    result = EngineClient(backend(tls_server.url, idle_s=idle_s)).stream(PATH, PAYLOAD)
+    m = measure(result.raw)
+    assert m.status == "ok", m.error
+    assert result.raw.t0 + m.e2e_s - result.raw.output_times[0] > idle_s
+    tls_server.close()
+
+    def stall(conn, request: Request, server: Server) -> bool:  # type: ignore[no-untyped-def]
+        conn.sendall(b"".join(PIECES[:4]))  # two output events, then nothing
+        time.sleep(2.0)
+        return False
+
+    stalled = Server(stall, tls=tls_context)
+    m = measure(EngineClient(backend(stalled.url, idle_s=0.3)).stream(PATH, PAYLOAD).raw)
+    assert m.status == "timeout" and "idle_s=0.3" in m.error and m.e2e_s < 1.5, m.error
+    stalled.close()
 
 
 def test_an_untrusted_certificate_is_a_connect_error(

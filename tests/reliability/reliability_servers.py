@@ -8,9 +8,11 @@ A uniquely named module (not conftest) so that test files can import it.
 
 from __future__ import annotations
 
+import gzip
 import json
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -81,6 +83,7 @@ class CannedReply:
     status: int
     content_type: str
     body: bytes
+    encoding: str = ""  # Content-Encoding, sent although every request asks for identity
 
 
 # prefix -> what a chat completion request under it gets
@@ -93,6 +96,7 @@ REPLIES: dict[str, CannedReply] = {
     "whole": CannedReply(200, "application/json", json.dumps(WHOLE_COMPLETION).encode()),
     "sse_nochoices": CannedReply(200, "text/event-stream", _sse([{"id": "x"}, {"object": "ping"}, "[DONE]"])),
     "sse_text": CannedReply(200, "text/event-stream", b"data: <html>oops</html>\n\n"),
+    "gzip": CannedReply(200, "text/event-stream", gzip.compress(ok_stream()), "gzip"),
 }
 
 
@@ -101,6 +105,7 @@ class SeenRequest:
     method: str
     path: str
     headers: dict[str, str]  # lower-case names
+    arrival: float  # time.time() when its body had been read
 
 
 class CannedEngine:
@@ -120,11 +125,13 @@ class CannedEngine:
             def _remember(self) -> None:
                 headers = {name.lower(): value for name, value in self.headers.items()}
                 with engine._lock:
-                    engine.seen.append(SeenRequest(self.command, self.path, headers))
+                    engine.seen.append(SeenRequest(self.command, self.path, headers, time.time()))
 
             def _send(self, reply: CannedReply) -> None:
                 self.send_response(reply.status)
                 self.send_header("Content-Type", reply.content_type)
+                if reply.encoding:
+                    self.send_header("Content-Encoding", reply.encoding)
                 self.send_header("Content-Length", str(len(reply.body)))
                 self.end_headers()
                 self.wfile.write(reply.body)
@@ -166,6 +173,15 @@ class CannedEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def truth(self) -> list[dict[str, Any]]:
+        """The requests it received, as the simulator's truth log has them (see `ledger`)."""
+        with self._lock:
+            return [
+                {"request_id": r.headers["x-request-id"], "endpoint": r.path, "arrival": r.arrival}
+                for r in self.seen
+                if "x-request-id" in r.headers
+            ]
 
     def requests_under(self, prefix: str) -> list[SeenRequest]:
         with self._lock:

@@ -144,6 +144,16 @@ def test_results_dir_that_cannot_be_made(tmp_path: Path) -> None:
     assert_one_line_error(done, "a-file")
 
 
+def test_results_dir_that_exists_but_cannot_be_written(tmp_path: Path) -> None:
+    # /proc exists and refuses new folders, even to root (for whom permission bits do not count)
+    done = run_locust(
+        ["--scenario", str(quiet_scenario(tmp_path)), "--results-dir", "/proc"],
+        tmp_path,
+        timeout_s=QUICK_EXIT_S,
+    )
+    assert_one_line_error(done, "--results-dir /proc", "cannot write in it")
+
+
 # --- grill subcommands ----------------------------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from reliability_servers import CannedEngine
 
+from tests.reliability.ledger import ledger
 from tests.run.conftest import only_run_dir, run_locust, write_scenario
 
 pytestmark = pytest.mark.slow
@@ -22,6 +23,7 @@ EXPECTED = {
     "whole": ("bad_event", "non-streaming"),
     "sse_nochoices": ("empty", None),
     "sse_text": ("bad_event", "unparseable"),
+    "gzip": ("bad_event", "gzip-encoded"),  # compressed although the request asked for identity
 }
 TIER_USERS = 2
 ITERATIONS = 1
@@ -55,6 +57,7 @@ def test_replies_that_are_not_openai_shaped_are_recorded_with_a_kind(tmp_path: P
             timeout_s=120,
         )
         posts = [r for r in engine.seen if r.method == "POST"]
+        truth = engine.truth()
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.returncode in (0, 1), done.stderr[-3000:]  # 1: Locust's exit code when requests failed
     run_dir = only_run_dir(tmp_path / "r")
@@ -75,3 +78,6 @@ def test_replies_that_are_not_openai_shaped_are_recorded_with_a_kind(tmp_path: P
     assert set(records.loc[records.backend == "html", "http_status"]) == {502}
     phases = pd.read_csv(run_dir / "phases.csv")
     assert phases["complete"].all() and len(phases) == len(data["targets"])
+    # each request the server received is one record, labelled with the phase it arrived in
+    accounts = ledger("canned replies", records, truth, phases)
+    assert accounts.clean, accounts

@@ -1,9 +1,13 @@
-"""Every fault of the simulated engine, and a refused connection, in real campaigns: each request is
-one record with the right status, the run goes on, and nothing is lost or counted twice (the records
-equal the requests the simulator's truth log saw plus the refused attempts)."""
+"""The standing fault suite: every fault of the simulated engine, a refused connection, a 429 storm, the
+engine stopping mid-tier and coming back, a worker killed mid-tier, in real campaigns. Each request is
+one record with the right status, the run goes on, and the records balance against the engine's own
+log (`ledger`): none lost, none written twice, none labelled with another phase. `bench/soak.py` is the
+long version (all faults mixed, many tiers, minutes). Compressed and malformed replies:
+test_engine_replies.py."""
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -13,7 +17,16 @@ import pytest
 from reliability_servers import UnansweredPort, closed_port
 
 from grill_locust.sim import SimProcess
-from tests.run.conftest import only_run_dir, read_truth, run_locust, write_scenario
+from tests.reliability.ledger import ledger
+from tests.run.conftest import (
+    only_run_dir,
+    read_truth,
+    run_locust,
+    sim_scenario,
+    truth_once_it_holds,
+    write_scenario,
+)
+from tests.run.test_distributed import _wait_for_records, finish, locust, start_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -32,6 +45,7 @@ MATRIX: dict[str, tuple[str | None, dict[str, float], str]] = {
     "f503": ("503", {}, "http_503"),
     "f429": ("429", {}, "http_429"),
     "stall": ("stall", {"first_token_s": 1.0}, "timeout"),
+    "stall_mid": ("stall_mid", {"idle_s": 0.5}, "timeout"),  # the first token, then nothing
     "cut": ("cut", {}, "stream_cut"),
     "bad_json": ("bad_json", {}, "bad_event"),
     "trickle": ("trickle", {"total_s": 5.0}, "ok"),
@@ -112,6 +126,9 @@ def test_every_fault_is_one_record_with_its_status_and_none_is_lost(tmp_path: Pa
     stall = records[records.backend == "stall"]
     assert all("first_token_s=1" in e for e in stall["error"])
     assert (stall["e2e_s"] >= 0.9).all() and (stall["e2e_s"] < 3.0).all()
+    stall_mid = records[records.backend == "stall_mid"]  # not total_s's 600 s: idle_s after the first token
+    assert all("idle_s=0.5" in e for e in stall_mid["error"]) and (stall_mid["output_tokens"] == 1).all()
+    assert (stall_mid["e2e_s"] - stall_mid["ttft_s"] >= 0.45).all() and (stall_mid["e2e_s"] < 3.0).all()
     past_total = records[records.backend == "trickle_past_total"]
     assert (past_total["e2e_s"] < 1.5).all() and all("total_s=0.35" in e for e in past_total["error"])
     assert (past_total["output_tokens"] < MAX_TOKENS).all()  # timings so far are kept
@@ -128,14 +145,18 @@ def test_every_fault_is_one_record_with_its_status_and_none_is_lost(tmp_path: Pa
     assert Counter(retried["retries"]) == {n: PER_TARGET for n in range(RETRIES_429 + 1)}
     assert set(records.loc[records.backend != "f429_retried", "retries"]) == {0}  # no silent retries
 
+    accounts = ledger("matrix", records, truth, phases)
+    assert accounts.clean, accounts
 
-MIX_KINDS = "500,503,429,stall,cut,bad_json,trickle"
+
+MIX_KINDS = "500,503,429,stall,stall_mid,cut,bad_json,trickle"
 STATUS_OF_FAULT = {
     None: "ok",
     "500": "http_500",
     "503": "http_503",
     "429": "http_429",
     "stall": "timeout",
+    "stall_mid": "timeout",
     "cut": "stream_cut",
     "bad_json": "bad_event",
     "trickle": "ok",
@@ -158,7 +179,7 @@ def test_a_seeded_fault_mix_on_a_simulated_engine_the_run_starts(tmp_path: Path)
                 "name": "sim",
                 "engine": "sim",
                 "sim_args": sim_args,
-                "timeouts": {"first_token_s": 1.0, "total_s": 5.0},
+                "timeouts": {"first_token_s": 1.0, "idle_s": 1.0, "total_s": 5.0},
             }
         ],
         "models": [{"name": "grill-sim", "max_tokens": MAX_TOKENS, "ignore_eos": True}],
@@ -193,3 +214,107 @@ def test_a_seeded_fault_mix_on_a_simulated_engine_the_run_starts(tmp_path: Path)
         assert (rows["status"].iloc[:-1] == "ok").all()
     phases = pd.read_csv(run_dir / "phases.csv")
     assert phases["complete"].all() and list(phases["iterations_done"]) == [3 * 4]
+    accounts = ledger("seeded mix", records, truth, phases)
+    assert accounts.clean, accounts
+
+
+def test_a_429_storm_with_retries_records_every_attempt_once(tmp_path: Path) -> None:
+    truth_path = tmp_path / "truth.jsonl"
+    retries = 2
+    sim_args = {"truth_log": str(truth_path), "fault_rate": 0.8, "fault_kinds": "429", "fault_seed": 5}
+    data = sim_scenario(
+        conversation=SHORT, tiers=[10], iterations=2, sim_args=sim_args, max_tokens=MAX_TOKENS
+    )
+    data["backends"][0]["retries"] = retries
+    scenario = write_scenario(tmp_path / "s.yaml", data)
+    done = run_locust(
+        ["--scenario", str(scenario), "--results-dir", str(tmp_path / "r"), "--telemetry-interval", "0"],
+        tmp_path,
+        timeout_s=180,
+    )
+    assert "Traceback" not in done.stderr and done.returncode in (0, 1), done.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path / "r")
+    records = pd.read_parquet(run_dir / "records.parquet")
+    truth = truth_once_it_holds(truth_path, set(records["record_id"]))
+    phases = pd.read_csv(run_dir / "phases.csv")
+
+    assert Counter(records["status"]).keys() == {"ok", "http_429"}
+    # each 429 short of the last retry is followed by exactly one attempt more
+    attempts = Counter(zip(records["retries"], records["status"], strict=True))
+    for n in range(retries):
+        assert attempts[(n + 1, "ok")] + attempts[(n + 1, "http_429")] == attempts[(n, "http_429")]
+    assert sum(count for (n, _), count in attempts.items() if n == 0) == 10 * 2  # one first try per iteration
+    accounts = ledger("429 storm", records, truth, phases)
+    assert accounts.clean, accounts
+
+
+def test_the_engine_stopping_mid_tier_and_coming_back_loses_no_record(tmp_path: Path) -> None:
+    # a slow engine (a request ~0.3 s) stops during the first tier; requests then fail to connect, and
+    # it is back, on the same port, before the second tier
+    truth_paths = [tmp_path / "truth-before.jsonl", tmp_path / "truth-after.jsonl"]
+    slow = ["--step-a-ms", "20"]
+    engine = SimProcess.start("vllm", truth_log=str(truth_paths[0]), extra_args=slow)
+    port = engine.port
+    data = sim_scenario(conversation=SHORT, tiers=[3, 3], iterations=8, max_tokens=16)
+    data["backends"] = [{"name": "sim", "engine": "vllm", "url": engine.url, "timeouts": {"connect_s": 1.0}}]
+    data["load"]["pause_s"] = 6.0  # room for the engine to come back before the second tier
+    scenario = write_scenario(tmp_path / "s.yaml", data)
+    run = locust(
+        [
+            "--headless",
+            "--scenario",
+            str(scenario),
+            "--results-dir",
+            str(tmp_path / "r"),
+            "--telemetry-interval",
+            "0",
+        ],
+        tmp_path,
+        tmp_path / "locust.log",
+    )
+    try:
+        _wait_for_records(tmp_path / "r", 3)
+        engine.stop()
+        stopped_at = time.time()
+        engine = SimProcess.start("vllm", port=port, truth_log=str(truth_paths[1]), extra_args=slow)
+        back_at = time.time()
+        code = run.wait(timeout=180)
+    finally:
+        if run.poll() is None:
+            run.kill()
+        engine.stop()
+    log = (tmp_path / "locust.log").read_text()
+    assert "Traceback" not in log and code in (0, 1), log[-3000:]
+    run_dir = only_run_dir(tmp_path / "r")
+    records = pd.read_parquet(run_dir / "records.parquet")
+    phases = pd.read_csv(run_dir / "phases.csv")
+    truth = [line for path in truth_paths for line in read_truth(path)]
+
+    # the outage happened, and the engine served again after it
+    assert (records["status"] == "connect").any(), Counter(records["status"])
+    assert ((records["status"] == "ok") & (records["wall_start"] > back_at)).any()
+    assert not ((records["status"] == "ok") & records["wall_start"].between(stopped_at, back_at - 1.0)).any()
+    accounts = ledger("engine stopped and restarted", records, truth, phases)
+    assert accounts.clean, accounts
+
+
+def test_a_killed_worker_loses_only_what_the_run_counts_lost(tmp_path: Path) -> None:
+    # SIGKILL: its unshipped records are gone; every request the engine saw from it without a record is
+    # among the iterations the run reports lost on that worker, and nothing else is missing
+    truth_path = tmp_path / "truth.jsonl"
+    data = sim_scenario(
+        conversation=SHORT, tiers=[4], iterations=4, max_tokens=48, sim_args={"truth_log": str(truth_path)}
+    )
+    scenario = write_scenario(tmp_path / "s.yaml", data)
+    master, workers = start_cluster(tmp_path, scenario, workers=2)
+    _wait_for_records(tmp_path / "results", 3)
+    workers[1].kill()
+    code = finish(master, workers)
+    assert code in (0, 1), (tmp_path / "master.log").read_text()[-3000:]
+    run_dir = only_run_dir(tmp_path / "results")
+    records = pd.read_parquet(run_dir / "records.parquet")
+    phases = pd.read_csv(run_dir / "phases.csv")
+    truth = truth_once_it_holds(truth_path, set(records["record_id"]))
+    assert "iterations lost on worker" in str(phases["note"].iloc[0])
+    accounts = ledger("killed worker", records, truth, phases)
+    assert accounts.lost == accounts.duplicated == accounts.misattributed == 0, accounts

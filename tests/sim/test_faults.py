@@ -70,6 +70,14 @@ def test_cut_stream_has_no_finish_and_no_done(sim):
     assert truth["output_tokens"] == len(truth["event_times"]) == len(result.output_times())
 
 
+def test_stall_mid_sends_the_first_token_then_nothing(sim):
+    result = faulty(sim, "stall_mid", max_tokens=8, timeout_s=0.8)
+    assert result.status == 200 and result.error == "TimeoutError"
+    assert len(result.output_times()) == 1
+    truth = truth_of(sim, result.headers["x-request-id"])
+    assert (truth["fault"], truth["outcome"], truth["output_tokens"]) == ("stall_mid", "stalled", 1)
+
+
 def test_bad_json_event_then_the_stream_goes_on(sim):
     result = faulty(sim, "bad_json", max_tokens=6)
     broken = []
