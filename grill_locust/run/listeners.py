@@ -25,7 +25,15 @@ from grill_locust.run.options import check_options, live_sinks, load_scenario_of
 from grill_locust.run.state import run_state
 from grill_locust.run.user import CampaignUser, standalone_scenario
 from grill_locust.run.web_ui import extend_web_ui
-from grill_locust.run.worker import MSG_HELLO, MSG_PHASE, MSG_RECORDS, WorkerState, options_of, runner_of
+from grill_locust.run.worker import (
+    MSG_HELLO,
+    MSG_PHASE,
+    MSG_RECORDS,
+    MSG_REFUSED,
+    WorkerState,
+    options_of,
+    runner_of,
+)
 
 if TYPE_CHECKING:
     from locust.env import Environment
@@ -50,6 +58,8 @@ def on_init(environment: Environment, runner: Any = None, **_: Any) -> None:
 def _init(environment: Environment, options: Any) -> None:
     state = run_state(environment)
     runner = runner_of(environment)
+    # Locust sends the master's options to every worker with each spawn: the token stays in this process
+    state.influx_token, options.influx_token = options.influx_token, None
     if isinstance(runner, (WorkerRunner, LocalRunner)):
         worker = state.worker = WorkerState(environment)
 
@@ -67,6 +77,7 @@ def _init(environment: Environment, options: Any) -> None:
         MSG_RECORDS, lambda environment, msg, **kw: on_records(environment, msg.data, msg.node_id)
     )
     runner.register_message(MSG_HELLO, lambda environment, msg, **kw: _on_hello(environment, msg.node_id))
+    runner.register_message(MSG_REFUSED, lambda environment, msg, **kw: _on_refused(environment, msg.data))
     scenario_drives = bool(options.scenario or options.resume or not options.host)
     if scenario_drives:
         scenario, path = load_scenario_of(options)
@@ -148,7 +159,9 @@ def _new_campaign(environment: Environment, scenario: Scenario, path: str, optio
         scenario,
         results,
         run_id,
-        sinks=live_sinks(options, scenario, "master", run_id=run_id),
+        sinks=live_sinks(
+            options, scenario, "master", run_id=run_id, token=run_state(environment).influx_token
+        ),
         skip=skip,
         walk_tiers=walk_tiers,
     )
@@ -165,9 +178,11 @@ def _open_worker_sinks(environment: Environment) -> None:
     """The worker's sinks for its records, once it knows the scenario and the options. A worker started
     on its own gets the master's --influx-* options with the first spawn (just before test_start), after
     the first phase message: both call this."""
-    worker = run_state(environment).worker
+    state = run_state(environment)
+    worker = state.worker
     if worker is not None and not worker.sinks and worker.scenario is not None:
-        worker.sinks = live_sinks(options_of(environment), worker.scenario, worker.worker_id)
+        options = options_of(environment)
+        worker.sinks = live_sinks(options, worker.scenario, worker.worker_id, token=state.influx_token)
 
 
 def _close_worker_sinks(environment: Environment) -> None:
@@ -193,6 +208,13 @@ def _on_hello(environment: Environment, client_id: str) -> None:
     runner_of(environment).send_message(
         MSG_PHASE, state.campaign.phase_message(with_scenario=True), client_id=client_id
     )
+
+
+def _on_refused(environment: Environment, data: dict[str, Any]) -> None:
+    """A worker that cannot run the scenario (MSG_REFUSED) ends the campaign, saying why."""
+    campaign = run_state(environment).campaign
+    if campaign is not None:
+        campaign.refuse(data["worker"], data["reason"])
 
 
 @events.test_start.add_listener
