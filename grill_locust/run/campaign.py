@@ -116,6 +116,7 @@ class Campaign:
         self._final_wait_until: float | None = None
         self._changed = gevent.event.Event()
         self.finished = False  # the shape walked every tier
+        self.ended = False  # Locust stopped the test (after the last tier, or a stop): Start begins anew
         self.closed = False  # the sinks are closed: the run is over
         self.worker_names: dict[str, str] = {}  # Locust client id -> our worker id
         self._users_seen: dict[str, int] = {}  # client id -> most users it ran in the current phase
@@ -388,7 +389,8 @@ class Campaign:
         return f"{line} | {current.saturation}" if current.saturation else line
 
     def end(self) -> None:
-        """Mark a tier cut short by a stop as incomplete."""
+        """Locust stopped the test: mark a tier cut short by the stop as incomplete."""
+        self.ended = True
         if self.current is not None:
             self._end_phase(complete=False, note="run stopped")
 

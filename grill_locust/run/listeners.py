@@ -115,7 +115,7 @@ def _init(environment: Environment, options: Any) -> None:
         _on_hello(environment, client_id)
     state.hello_waiters.clear()
     if environment.web_ui is not None:
-        extend_web_ui(environment)
+        extend_web_ui(environment, on_start=_next_campaign)
 
     def print_closing_words(**_: Any) -> None:
         """The summary table is the last thing a headless run prints, after Locust's own statistics."""
@@ -139,6 +139,11 @@ def _new_campaign(environment: Environment, scenario: Scenario, path: str, optio
     else:
         run_id = new_run_id(scenario.name)
         run_dir = run_dir_for(options.results_dir, run_id)
+        for again in range(2, 100):  # a second campaign from the web UI within the same second
+            if not run_dir.exists():
+                break
+            run_dir = run_dir_for(options.results_dir, f"{new_run_id(scenario.name)}-{again}")
+        run_id = run_dir.name
     meta: dict[str, Any] = {
         "run_id": run_id,
         "scenario": scenario.name,
@@ -225,17 +230,21 @@ def on_test_start(environment: Environment, **_: Any) -> None:
         _open_worker_sinks(environment)
     campaign = state.campaign
     if campaign is not None and not isinstance(environment.runner, WorkerRunner):
-        if campaign.finished:  # a new run from the web UI after the last one ended
-            _finish(environment)
-            state.campaign = campaign = _new_campaign(
-                environment,
-                campaign.scenario,
-                campaign.results.meta.get("scenario_path") or "",
-                environment.parsed_options,
-            )
         if options_of(environment).headless and campaign.phases and state.progress_greenlet is None:
             state.progress_greenlet = gevent.spawn(progress_printer, campaign)
         _start_telemetry(environment, campaign)
+
+
+def _next_campaign(environment: Environment) -> None:
+    """Start in the web UI once the campaign has ended (finished, or stopped): close it and begin a new
+    one into a new results folder, as Start begins a new test in Locust."""
+    state = run_state(environment)
+    campaign = state.campaign
+    if campaign is None or not campaign.ended:
+        return
+    _finish(environment)
+    path = campaign.results.meta.get("scenario_path") or ""
+    state.campaign = _new_campaign(environment, campaign.scenario, path, options_of(environment))
 
 
 def _start_telemetry(environment: Environment, campaign: Campaign) -> None:

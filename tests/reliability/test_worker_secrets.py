@@ -10,15 +10,14 @@ import os
 import secrets
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 
+from tests.reliability.reliability_servers import InfluxCatcher
 from tests.run.conftest import LOCUSTFILE, only_run_dir, run_locust, sim_scenario, write_scenario
 from tests.run.test_distributed import finish, free_port
 
@@ -51,38 +50,6 @@ with open(out_path, "wb") as out:
         if msgpack.loads(frame, strict_map_key=False)[0] == "quit":
             break
 """
-
-
-class InfluxCatcher:
-    """An InfluxDB write endpoint on loopback that accepts every write and remembers its token header."""
-
-    def __init__(self) -> None:
-        self.authorizations: list[str] = []
-        self.bodies: list[bytes] = []
-        catcher = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
-                pass
-
-            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
-                body = self.rfile.read(int(self.headers.get("content-length") or 0))
-                catcher.authorizations.append(self.headers.get("authorization") or "")
-                catcher.bodies.append(body)
-                self.send_response(204)
-                self.end_headers()
-
-            def do_GET(self) -> None:  # noqa: N802
-                self.send_response(200)
-                self.end_headers()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
