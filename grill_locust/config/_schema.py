@@ -22,8 +22,8 @@ from pydantic import (
 )
 
 from grill_locust.config._env import expand_env_string
-from grill_locust.config._errors import ConfigError, at, describe_validation_error, shown_input
-from grill_locust.config._secrets import REDACTED, SecretPath, reveal, secret_paths, walk_secrets
+from grill_locust.config._errors import ConfigError, YamlPath, at, describe_validation_error, shown_input
+from grill_locust.config._secrets import REDACTED, reveal, secret_paths, walk_secrets
 from grill_locust.engines import engine_facts, engine_name
 from grill_locust.redact import redact_secret_keys
 from grill_locust.sim.params import PROFILES as SIM_PROFILES
@@ -334,12 +334,12 @@ class SecretReference(_Frozen):
     """A secret of the scenario file as written there: `text` holds its `${VAR}` reference(s), which each
     worker expands from its own environment; None when the value is written literally (never sent)."""
 
-    path: SecretPath  # as the file spells it (llm-grill's `servers` too)
+    path: YamlPath  # as the file spells it (llm-grill's `servers` too)
     text: str | None
     line: int | None = None
 
     @property
-    def scenario_path(self) -> SecretPath:
+    def scenario_path(self) -> YamlPath:
         """Where the value stands in a Scenario's data (whose backends are always `backends`)."""
         return ("backends", *self.path[1:]) if self.path[0] == "servers" else self.path
 
@@ -404,7 +404,8 @@ class Scenario(_Frozen):
         held = [path for path, _ in secret_paths(data)]
         for path in held:
             _set_at(data, path, None)
-        # a reference that is empty here still travels: the worker's environment decides
+        # every reference travels, also one empty here (`${KEY:-}`): the worker's environment decides;
+        # a secret no file wrote (a scenario made in code) travels as one written literally
         unwritten = [SecretReference(path=path, text=None) for path in held if path not in written]
         data["secret_references"] = [r.model_dump() for r in (*written.values(), *unwritten)]
         _copy_backends_into_targets(data)
@@ -507,7 +508,7 @@ def iter_secrets(scenario: Scenario) -> Iterator[str]:
         yield value
 
 
-def _set_at(data: Any, path: SecretPath, value: Any) -> None:
+def _set_at(data: Any, path: YamlPath, value: Any) -> None:
     """Put `value` at `path` in nested dicts and lists, making the dicts on the way that are missing."""
     for part in path[:-1]:
         if isinstance(data, dict) and not isinstance(data.get(part), (dict, list)):

@@ -1,4 +1,5 @@
-"""Which scenario values are secrets, and how they are hidden (files, logs) or revealed (the wire)."""
+"""Which scenario values are secrets, where they stand, and how they are hidden (files, logs) or
+revealed (inside one process)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ SECRET_KEYS = frozenset({"api_key", "token"})
 REDACTED = "***"
 # a backend's dicts whose secret-named keys (grill_locust.redact) hold secrets
 BACKEND_SECRET_HOLDERS = ("headers", "extra_body", "sim_args")
-SecretPath = tuple[str | int, ...]  # keys and list indices from the top of the scenario
 
 
 def walk_secrets(value: Any, replace: Any) -> Any:
@@ -30,7 +30,7 @@ def reveal(value: Any) -> Any:
     return walk_secrets(value, lambda secret: secret.get_secret_value())
 
 
-def secret_paths(data: Any, backends_key: str = "backends") -> Iterator[tuple[SecretPath, str]]:
+def secret_paths(data: Any, backends_key: str = "backends") -> Iterator[tuple[tuple[str | int, ...], str]]:
     """(path, value) of every secret string in plain scenario data, as a file gives it or as a Scenario
     dumps (revealed): each backend's api_key and the secret-named keys under its headers, extra_body and
     sim_args; sinks.influx.token. Targets' copies of their backend are not listed."""
