@@ -19,15 +19,22 @@ def is_secret_key(key: Any) -> bool:
 
 def secret_key_values(value: Any) -> Iterator[str]:
     """Every non-empty string under a secret-named key, anywhere in nested dicts and lists."""
+    return (item for _, item in secret_key_paths(value))
+
+
+def secret_key_paths(
+    value: Any, prefix: tuple[str | int, ...] = ()
+) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """(path from `value`, string) of every non-empty string under a secret-named key."""
     if isinstance(value, dict):
         for key, item in value.items():
             if is_secret_key(key) and isinstance(item, str) and item:
-                yield item
+                yield (*prefix, key), item
             else:
-                yield from secret_key_values(item)
+                yield from secret_key_paths(item, (*prefix, key))
     elif isinstance(value, list):
-        for item in value:
-            yield from secret_key_values(item)
+        for index, item in enumerate(value):
+            yield from secret_key_paths(item, (*prefix, index))
 
 
 def redact_secret_keys(value: Any, shown_as: str) -> Any:

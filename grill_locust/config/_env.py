@@ -37,6 +37,11 @@ def expand_env_string(value: str, environ: dict[str, str] | os._Environ[str] | N
     return expanded.replace("\0{", "${")
 
 
+def env_reference_names(value: str) -> list[str]:
+    """The variables `value` refers to (`${NAME}`, `${NAME:-default}`; `$${` is none)."""
+    return [match.group(1) for match in _ENV_REFERENCE.finditer(value) if match.group(1)]
+
+
 def expand_env(value: Any, path: YamlPath, source: str, lines: LineMap) -> Any:
     """`value` with every string expanded (`expand_env_string`); ConfigError naming the YAML path."""
     if isinstance(value, str):

@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from grill_locust.config._env import expand_env
-from grill_locust.config._errors import ConfigError, LineMap, at, describe_validation_error
+from grill_locust.config._env import env_reference_names, expand_env
+from grill_locust.config._errors import ConfigError, LineMap, at, describe_validation_error, line_of
 from grill_locust.config._llm_grill import (
     backends_key,
     is_llm_grill_file,
@@ -25,8 +25,10 @@ from grill_locust.config._schema import (
     FileTarget,
     Model,
     Scenario,
+    SecretReference,
     Target,
 )
+from grill_locust.config._secrets import reveal, secret_paths
 from grill_locust.config._yaml_lines import DuplicateKey, parse_yaml
 from grill_locust.errors import GrillError
 
@@ -60,6 +62,7 @@ def _parse(data: Any, source: str, lines: LineMap, duplicates: list[DuplicateKey
             raise ConfigError(duplicates[0].describe(source))
         for duplicate in duplicates:  # llm-grill loads them, the last one winning
             log.warning("%s: the last one is used, as llm-grill does", duplicate.describe(source))
+    written = data
     data = expand_env(data, (), source, lines)
     if is_llm_grill_file(data):
         data = with_llm_grill_defaults(data)
@@ -87,7 +90,7 @@ def _parse(data: Any, source: str, lines: LineMap, duplicates: list[DuplicateKey
                 at(source, ("targets", index, "name"), lines, f"duplicate target name {target.name!r}")
             )
         targets[target.name] = target
-    return Scenario(
+    scenario = Scenario(
         name=file.name or Path(source).stem,
         description=file.description,
         source=source,
@@ -99,6 +102,7 @@ def _parse(data: Any, source: str, lines: LineMap, duplicates: list[DuplicateKey
         slo=file.slo,
         sinks=file.sinks,
     )
+    return scenario.model_copy(update={"secret_references": _secret_references(written, lines, scenario)})
 
 
 def parse_tiers(text: str, option: str = "--tiers") -> list[int]:
@@ -132,6 +136,22 @@ def _unique(
         by_name[item.name] = item
         first_index[item.name] = index
     return by_name
+
+
+def _secret_references(
+    written: dict[str, Any], lines: LineMap, scenario: Scenario
+) -> tuple[SecretReference, ...]:
+    """Each secret as the file wrote it: its `${VAR}` text, or None where a value written literally
+    holds a secret in the scenario (llm-grill's `api_key: none` is no key, hence no secret)."""
+    held = {path for path, _ in secret_paths(reveal(scenario.model_dump()))}
+    references = []
+    for path, text in secret_paths(written, backends_key(written)):
+        reference = SecretReference(path=path, text=text, line=line_of(path, lines))
+        if env_reference_names(text):
+            references.append(reference)
+        elif reference.scenario_path in held:
+            references.append(reference.model_copy(update={"text": None}))
+    return tuple(references)
 
 
 def _resolve_target(

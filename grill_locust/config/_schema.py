@@ -3,9 +3,11 @@ and of the resolved campaign (`Scenario`, whose targets hold their backend, mode
 
 from __future__ import annotations
 
+import copy
+import os
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any, ClassVar, Literal
 
 from pydantic import (
@@ -19,10 +21,11 @@ from pydantic import (
     model_validator,
 )
 
-from grill_locust.config._errors import ConfigError, describe_validation_error, shown_input
-from grill_locust.config._secrets import REDACTED, reveal, walk_secrets
+from grill_locust.config._env import expand_env_string
+from grill_locust.config._errors import ConfigError, YamlPath, at, describe_validation_error, shown_input
+from grill_locust.config._secrets import REDACTED, reveal, secret_paths, walk_secrets
 from grill_locust.engines import engine_facts, engine_name
-from grill_locust.redact import redact_secret_keys, secret_key_values
+from grill_locust.redact import redact_secret_keys
 from grill_locust.sim.params import PROFILES as SIM_PROFILES
 from grill_locust.workload.kinds import BUILTIN_CONVERSATION_KINDS, KINDS, SIZE_FIELDS, WORKLOAD_KINDS
 
@@ -328,6 +331,44 @@ class Sinks(_Frozen):
     influx: InfluxSettings | None = None
 
 
+class SecretReference(_Frozen):
+    """A secret of the scenario file as written there: `text` holds its `${VAR}` reference(s), which each
+    worker expands from its own environment; None when the value is written literally (never sent)."""
+
+    path: YamlPath  # as the file spells it (llm-grill's `servers` too)
+    text: str | None
+    line: int | None = None
+
+    @property
+    def scenario_path(self) -> YamlPath:
+        """Where the value stands in a Scenario's data (whose backends are always `backends`)."""
+        return ("backends", *self.path[1:]) if self.path[0] == "servers" else self.path
+
+    def describe_literal(self, source: str) -> str:
+        lines = {self.path: self.line} if self.line else None
+        return at(
+            source,
+            self.path,
+            lines,
+            "a secret written literally in the file never goes to workers (a distributed run refuses it): "
+            "write ${NAME} and set NAME in the environment of the master and of every worker",
+        )
+
+    def expand(self, source: str, environ: Mapping[str, str]) -> str:
+        """The value in this process's environment; ConfigError naming the variable when it is unset."""
+        if self.text is None:
+            raise ConfigError(self.describe_literal(source))
+        try:
+            return expand_env_string(self.text, dict(environ))
+        except KeyError as error:
+            name = error.args[0]
+            message = (
+                f"environment variable {name} is not set on this worker "
+                f"(workers take the scenario's secrets from their own environment: set {name} there)"
+            )
+            raise ConfigError(at(source, self.path, None, message)) from None
+
+
 class Scenario(_Frozen):
     """A whole campaign: what to measure (targets) and how hard (load)."""
 
@@ -341,19 +382,47 @@ class Scenario(_Frozen):
     load: Load = Load()
     slo: Slo = Slo()
     sinks: Sinks = Sinks()
+    # each secret as the file wrote it: how workers get it (to_wire, from_wire); set by load_scenario
+    secret_references: tuple[SecretReference, ...] = ()
 
     def redacted(self) -> dict[str, Any]:
         """The scenario as plain data with every secret shown as "***" (for files and logs): SecretStr
         fields, and any value whose key names a secret (headers like x-api-key or Authorization,
         `api_key` inside sim_args or extra_body)."""
-        return redact_secret_keys(walk_secrets(self.model_dump(), lambda secret: REDACTED), REDACTED)
+        data = self.model_dump(exclude={"secret_references"})
+        return redact_secret_keys(walk_secrets(data, lambda secret: REDACTED), REDACTED)
+
+    def literal_secrets(self) -> list[SecretReference]:
+        """The secrets written literally in the file (no `${VAR}`): workers cannot receive them."""
+        return [reference for reference in self.secret_references if reference.text is None]
 
     def to_wire(self) -> dict[str, Any]:
-        """Plain data including secrets: only for the master -> worker message, never for logs."""
-        return reveal(self.model_dump())
+        """Plain data for the master -> worker message, which any process reaching the master's port
+        receives: no secret value in it. Each secret travels as the `${VAR}` text of its file, expanded
+        by every worker from its own environment (`from_wire`); one written literally, as nothing."""
+        data = reveal(self.model_dump())
+        written = {reference.scenario_path: reference for reference in self.secret_references}
+        held = [path for path, _ in secret_paths(data)]
+        for path in held:
+            _set_at(data, path, None)
+        # every reference travels, also one empty here (`${KEY:-}`): the worker's environment decides;
+        # a secret no file wrote (a scenario made in code) travels as one written literally
+        unwritten = [SecretReference(path=path, text=None) for path in held if path not in written]
+        data["secret_references"] = [r.model_dump() for r in (*written.values(), *unwritten)]
+        _copy_backends_into_targets(data)
+        return data
 
     @classmethod
-    def from_wire(cls, data: dict[str, Any]) -> Scenario:
+    def from_wire(cls, data: dict[str, Any], environ: Mapping[str, str] | None = None) -> Scenario:
+        """The scenario of `to_wire`, its secrets expanded from `environ` (this process's environment);
+        ConfigError naming the variable a secret needs and `environ` lacks."""
+        data = copy.deepcopy(data)
+        env = os.environ if environ is None else environ
+        source = data.get("source") or "the scenario"
+        for item in data.get("secret_references") or ():
+            reference = SecretReference.model_validate(item)
+            _set_at(data, reference.scenario_path, reference.expand(source, env))
+        _copy_backends_into_targets(data)
         return cls.model_validate(data)
 
     def with_overrides(
@@ -436,11 +505,21 @@ def _check_http_url(value: str, strip_v1: bool) -> str:
 
 def iter_secrets(scenario: Scenario) -> Iterator[str]:
     """Every secret value in a scenario (for tests and log scrubbing)."""
-    for backend in scenario.backends:
-        if backend.api_key is not None and backend.api_key.get_secret_value():
-            yield backend.api_key.get_secret_value()
-        for extra in (backend.headers, backend.sim_args, backend.extra_body):
-            yield from secret_key_values(extra)
-    influx = scenario.sinks.influx
-    if influx is not None and influx.token is not None and influx.token.get_secret_value():
-        yield influx.token.get_secret_value()
+    for _, value in secret_paths(reveal(scenario.model_dump())):
+        yield value
+
+
+def _set_at(data: Any, path: YamlPath, value: Any) -> None:
+    """Put `value` at `path` in nested dicts and lists, making the dicts on the way that are missing."""
+    for part in path[:-1]:
+        if isinstance(data, dict) and not isinstance(data.get(part), (dict, list)):
+            data[part] = {}
+        data = data[part]
+    data[path[-1]] = value
+
+
+def _copy_backends_into_targets(data: dict[str, Any]) -> None:
+    """Each target's backend is its named backend (after the backends' secrets changed)."""
+    by_name = {backend["name"]: backend for backend in data.get("backends") or ()}
+    for target in data.get("targets") or ():
+        target["backend"] = copy.deepcopy(by_name[target["backend"]["name"]])

@@ -120,12 +120,14 @@ class Campaign:
         self._final_wait_until: float | None = None
         self._changed = gevent.event.Event()
         self.finished = False  # the shape walked every tier
+        self.ended = False  # Locust stopped the test (after the last tier, or a stop): Start begins anew
         self.closed = False  # the sinks are closed: the run is over
         self.worker_names: dict[str, str] = {}  # Locust client id -> our worker id
         self._users_seen: dict[str, int] = {}  # client id -> most users it ran in the current phase
         self._gone: set[str] = set()  # workers lost (missing heartbeat) or quit during the run
         self.disk_full_give_up_s = disk_full_give_up_s
         self.gave_up_on_disk = False  # the results folder refused writes too long: the run was stopped
+        self.refusals: list[str] = []  # workers that could not run the scenario, and why
 
     # -- records from workers -------------------------------------------------------------------
     def on_records(
@@ -183,6 +185,24 @@ class Campaign:
             ):
                 return progress
         return None
+
+    def refuse(self, worker: str, reason: str) -> None:
+        """A worker cannot run the scenario (it lacks a secret): the campaign ends here, saying why in the
+        log, in the tier's phases.csv note and in the exit code, rather than measuring with fewer load
+        generators than planned or with none."""
+        note = f"worker {worker} refused the campaign: {reason}"
+        if note in self.refusals:
+            return
+        self.refusals.append(note)
+        log.error(note)
+        self.environment.process_exit_code = 2
+        if self.current is None:
+            if self._next_index >= len(self.phases):
+                return
+            self._start_phase(self.phases[self._next_index])  # its row carries the note
+        self._end_phase(complete=False, note=note)
+        self._next_index = len(self.phases)
+        self._changed.set()
 
     def on_telemetry(self, samples: list[dict[str, Any]]) -> None:
         for sink in self.sinks:
@@ -425,7 +445,8 @@ class Campaign:
         return f"{line} | {current.saturation}" if current.saturation else line
 
     def end(self) -> None:
-        """Mark a tier cut short by a stop as incomplete."""
+        """Locust stopped the test: mark a tier cut short by the stop as incomplete."""
+        self.ended = True
         if self.current is not None:
             self._end_phase(complete=False, note="run stopped")
 

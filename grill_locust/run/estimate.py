@@ -176,6 +176,8 @@ def run(args: argparse.Namespace, out: TextIO | None = None, err: TextIO | None 
             print(f"grill validate: {error}", file=err)
             status = error.exit_code
             continue
+        for secret in scenario.literal_secrets():
+            print(f"grill validate: warning: {secret.describe_literal(scenario.source)}", file=err)
         if index:
             print(file=out)
         print(text, file=out)

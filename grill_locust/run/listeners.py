@@ -25,7 +25,15 @@ from grill_locust.run.options import check_options, live_sinks, load_scenario_of
 from grill_locust.run.state import run_state
 from grill_locust.run.user import CampaignUser, standalone_scenario
 from grill_locust.run.web_ui import extend_web_ui
-from grill_locust.run.worker import MSG_HELLO, MSG_PHASE, MSG_RECORDS, WorkerState, options_of, runner_of
+from grill_locust.run.worker import (
+    MSG_HELLO,
+    MSG_PHASE,
+    MSG_RECORDS,
+    MSG_REFUSED,
+    WorkerState,
+    options_of,
+    runner_of,
+)
 
 if TYPE_CHECKING:
     from locust.env import Environment
@@ -52,6 +60,8 @@ def on_init(environment: Environment, runner: Any = None, **_: Any) -> None:
 def _init(environment: Environment, options: Any) -> None:
     state = run_state(environment)
     runner = runner_of(environment)
+    # Locust sends the master's options to every worker with each spawn: the token stays in this process
+    state.influx_token, options.influx_token = options.influx_token, None
     if isinstance(runner, (WorkerRunner, LocalRunner)):
         worker = state.worker = WorkerState(environment)
 
@@ -69,6 +79,7 @@ def _init(environment: Environment, options: Any) -> None:
         MSG_RECORDS, lambda environment, msg, **kw: on_records(environment, msg.data, msg.node_id)
     )
     runner.register_message(MSG_HELLO, lambda environment, msg, **kw: _on_hello(environment, msg.node_id))
+    runner.register_message(MSG_REFUSED, lambda environment, msg, **kw: _on_refused(environment, msg.data))
     scenario_drives = bool(options.scenario or options.resume or not options.host)
     if scenario_drives:
         scenario, path = load_scenario_of(options)
@@ -106,7 +117,7 @@ def _init(environment: Environment, options: Any) -> None:
         _on_hello(environment, client_id)
     state.hello_waiters.clear()
     if environment.web_ui is not None:
-        extend_web_ui(environment)
+        extend_web_ui(environment, on_start=_next_campaign)
 
     def print_closing_words(**_: Any) -> None:
         """The summary table is the last thing a headless run prints, after Locust's own statistics."""
@@ -130,6 +141,11 @@ def _new_campaign(environment: Environment, scenario: Scenario, path: str, optio
     else:
         run_id = new_run_id(scenario.name)
         run_dir = run_dir_for(options.results_dir, run_id)
+        for again in range(2, 100):  # a second campaign from the web UI within the same second
+            if not run_dir.exists():
+                break
+            run_dir = run_dir_for(options.results_dir, f"{new_run_id(scenario.name)}-{again}")
+        run_id = run_dir.name
     meta: dict[str, Any] = {
         "run_id": run_id,
         "scenario": scenario.name,
@@ -150,7 +166,9 @@ def _new_campaign(environment: Environment, scenario: Scenario, path: str, optio
         scenario,
         results,
         run_id,
-        sinks=live_sinks(options, scenario, "master", run_id=run_id),
+        sinks=live_sinks(
+            options, scenario, "master", run_id=run_id, token=run_state(environment).influx_token
+        ),
         skip=skip,
         walk_tiers=walk_tiers,
         disk_full_give_up_s=options.disk_full_give_up,
@@ -168,9 +186,11 @@ def _open_worker_sinks(environment: Environment) -> None:
     """The worker's sinks for its records, once it knows the scenario and the options. A worker started
     on its own gets the master's --influx-* options with the first spawn (just before test_start), after
     the first phase message: both call this."""
-    worker = run_state(environment).worker
+    state = run_state(environment)
+    worker = state.worker
     if worker is not None and not worker.sinks and worker.scenario is not None:
-        worker.sinks = live_sinks(options_of(environment), worker.scenario, worker.worker_id)
+        options = options_of(environment)
+        worker.sinks = live_sinks(options, worker.scenario, worker.worker_id, token=state.influx_token)
 
 
 def _close_worker_sinks(environment: Environment) -> None:
@@ -198,6 +218,13 @@ def _on_hello(environment: Environment, client_id: str) -> None:
     )
 
 
+def _on_refused(environment: Environment, data: dict[str, Any]) -> None:
+    """A worker that cannot run the scenario (MSG_REFUSED) ends the campaign, saying why."""
+    campaign = run_state(environment).campaign
+    if campaign is not None:
+        campaign.refuse(data["worker"], data["reason"])
+
+
 @events.test_start.add_listener
 def on_test_start(environment: Environment, **_: Any) -> None:
     state = run_state(environment)
@@ -206,17 +233,21 @@ def on_test_start(environment: Environment, **_: Any) -> None:
         _open_worker_sinks(environment)
     campaign = state.campaign
     if campaign is not None and not isinstance(environment.runner, WorkerRunner):
-        if campaign.finished:  # a new run from the web UI after the last one ended
-            _finish(environment)
-            state.campaign = campaign = _new_campaign(
-                environment,
-                campaign.scenario,
-                campaign.results.meta.get("scenario_path") or "",
-                environment.parsed_options,
-            )
         if options_of(environment).headless and campaign.phases and state.progress_greenlet is None:
             state.progress_greenlet = gevent.spawn(progress_printer, campaign)
         _start_telemetry(environment, campaign)
+
+
+def _next_campaign(environment: Environment) -> None:
+    """Start in the web UI once the campaign has ended (finished, or stopped): close it and begin a new
+    one into a new results folder, as Start begins a new test in Locust."""
+    state = run_state(environment)
+    campaign = state.campaign
+    if campaign is None or not campaign.ended:
+        return
+    _finish(environment)
+    path = campaign.results.meta.get("scenario_path") or ""
+    state.campaign = _new_campaign(environment, campaign.scenario, path, options_of(environment))
 
 
 def _start_telemetry(environment: Environment, campaign: Campaign) -> None:

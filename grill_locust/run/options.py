@@ -31,7 +31,8 @@ SECRET_FLAG_WORDS = ("token", "key", "password", "secret")
 
 @events.init_command_line_parser.add_listener
 def add_options(parser: Any) -> None:
-    # Locust shows these in the web UI's custom parameters; is_secret hides the token there
+    # Locust shows these in the web UI's custom parameters, except the token: a masked field still
+    # holds the option's value as its default in the page
     parser.add_argument(
         "--scenario",
         env_var="LOCUST_SCENARIO",
@@ -114,8 +115,8 @@ def add_options(parser: Any) -> None:
         "--influx-token",
         env_var="INFLUX_TOKEN",
         default=None,
-        help="InfluxDB token (never logged)",
-        is_secret=True,
+        help="InfluxDB token (never logged, never sent to workers: give each its own INFLUX_TOKEN)",
+        include_in_web_ui=False,
     )
 
 
@@ -184,10 +185,13 @@ def redacted_argv(argv: list[str]) -> list[str]:
     return out
 
 
-def live_sinks(options: Any, scenario: Scenario | None, worker: str, run_id: str | None = None) -> list[Sink]:
+def live_sinks(
+    options: Any, scenario: Scenario | None, worker: str, run_id: str | None = None, token: str | None = None
+) -> list[Sink]:
     """The sinks besides the results folder that the options (else the scenario's `sinks:`) turn on.
 
-    `worker` names this process in the points it writes; `run_id` tags telemetry (the master's).
+    `worker` names this process in the points it writes; `run_id` tags telemetry (the master's); `token`
+    is this process's own --influx-token (RunState.influx_token).
     """
     settings = scenario.sinks.influx if scenario is not None else None
     url = options.influx_url or (settings.url if settings else None)
@@ -195,7 +199,7 @@ def live_sinks(options: Any, scenario: Scenario | None, worker: str, run_id: str
         return []
     from grill_locust.sinks.influx import InfluxSink
 
-    token = options.influx_token or (settings.token.get_secret_value() if settings and settings.token else "")
+    token = token or (settings.token.get_secret_value() if settings and settings.token else "")
     org = options.influx_org or (settings.org if settings else "")
     bucket = options.influx_bucket or (settings.bucket if settings else "")
     return [InfluxSink(url=url, org=org, bucket=bucket, token=token, worker=worker, run_id=run_id)]

@@ -46,6 +46,9 @@ class RunState:
     hello_waiters: list[str] = field(default_factory=list)
     # the summary table and where the results are: printed last, after Locust's own statistics
     closing_words: list[str] = field(default_factory=list)
+    # this process's own --influx-token (INFLUX_TOKEN), kept off Locust's options, which the master
+    # sends to every worker that connects
+    influx_token: str | None = None
 
     def start_simulated_backends(self, scenario: Scenario) -> Scenario:
         """Start `engine: sim` backends on free loopback ports; the scenario with their URLs."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from grill_locust.run.state import run_state
@@ -15,8 +16,9 @@ if TYPE_CHECKING:
 CAMPAIGN_TAB_KEY = "grill-campaign"
 
 
-def extend_web_ui(environment: Environment) -> None:
-    """Add the tab; its rows ride on Locust's own /stats/requests answers (extended_stats)."""
+def extend_web_ui(environment: Environment, on_start: Callable[[Environment], None]) -> None:
+    """Add the tab; its rows ride on Locust's own /stats/requests answers (extended_stats). `on_start`
+    runs before Locust handles the Start button (POST /swarm)."""
     from flask import Response, request
 
     web_ui = environment.web_ui
@@ -36,6 +38,15 @@ def extend_web_ui(environment: Environment) -> None:
             ],
         }
     ]
+
+    def start_pressed() -> None:
+        on_start(environment)
+
+    @web_ui.app.before_request
+    def before_start() -> Any:
+        if request.endpoint == "locust.swarm" and request.method == "POST":  # under --web-base-path too
+            return web_ui.auth_required_if_enabled(start_pressed)()  # None: on to Locust's handler
+        return None
 
     @web_ui.app.after_request
     def add_campaign_stats(response: Response) -> Response:

@@ -38,6 +38,7 @@ MSG_PHASE = (
     "grill_phase"  # master -> workers: {"run_id", "scenario": wire dict or None, "phase": wire dict or None}
 )
 MSG_HELLO = "grill_hello"  # worker -> master: ask for the scenario and current phase
+MSG_REFUSED = "grill_refused"  # worker -> master: {"worker", "reason"}: it cannot run the scenario
 
 
 class WorkerState:
@@ -53,6 +54,7 @@ class WorkerState:
         self.run_id = ""
         self.session = os.urandom(4).hex()  # the campaign's, once its first phase message arrives
         self.scenario: Scenario | None = None
+        self.refusal = ""  # why this worker cannot run the master's scenario (a secret it lacks)
         self.phase: Phase | None = None
         self._targets: dict[str, Target] = {}
         self._workloads: dict[str, Workload] = {}
@@ -101,16 +103,28 @@ class WorkerState:
 
     # -- phase and scenario from the master ------------------------------------------------------
     def on_phase_message(self, data: dict[str, Any]) -> None:
-        from grill_locust.config import Scenario
+        from grill_locust.config import ConfigError, Scenario
 
         if data.get("scenario") is not None and self.scenario is None:
-            self.set_scenario(Scenario.from_wire(data["scenario"]))
+            try:  # its secrets come from this process's environment
+                self.set_scenario(Scenario.from_wire(data["scenario"]))
+            except ConfigError as error:
+                self.refuse(str(error))
+                return
         self.run_id = data.get("run_id") or self.run_id
         self.session = data.get("session") or self.session
         phase = Phase.from_wire(data["phase"]) if data.get("phase") is not None else None
         if phase is not None and (self.phase is None or phase.phase_id != self.phase.phase_id):
             self.selfcheck.new_window()  # a tier's lag p99 is its own
         self.phase = phase
+
+    def refuse(self, reason: str) -> None:
+        """Run none of the scenario, and tell the master why (its log and phases.csv say it)."""
+        if reason != self.refusal:
+            log.error("this worker cannot run the campaign: %s", reason)
+        self.refusal = reason
+        self.environment.process_exit_code = 2
+        runner_of(self.environment).send_message(MSG_REFUSED, {"worker": self.worker_id, "reason": reason})
 
     def set_scenario(self, scenario: Scenario) -> None:
         self.scenario = scenario

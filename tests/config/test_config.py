@@ -379,7 +379,7 @@ def test_unset_variable_names_the_yaml_path(tmp_path: Path, monkeypatch: pytest.
     assert "\n" not in message
 
 
-def test_secrets_are_redacted_everywhere_but_the_wire(tmp_path: Path) -> None:
+def test_secrets_are_redacted_everywhere(tmp_path: Path) -> None:
     scenario = load_scenario(write(tmp_path, FULL_NATIVE))
     secrets = sorted(iter_secrets(scenario))
     assert secrets == ["influx-secret-token", "sk-native-secret"]
@@ -387,15 +387,101 @@ def test_secrets_are_redacted_everywhere_but_the_wire(tmp_path: Path) -> None:
     assert redacted["backends"][0]["api_key"] == "***"
     assert redacted["targets"][0]["backend"]["api_key"] == "***"
     assert redacted["sinks"]["influx"]["token"] == "***"
-    for text in (str(redacted), repr(scenario), str(scenario), scenario.model_dump_json()):
+    for text in (
+        str(redacted),
+        repr(scenario),
+        str(scenario),
+        scenario.model_dump_json(),
+        str(scenario.to_wire()),
+    ):
         for secret in secrets:
             assert secret not in text
+
+
+SECRETS_BY_REFERENCE = """
+backends:
+  - name: a
+    engine: vllm
+    url: http://127.0.0.1:8000
+    api_key: ${GRILL_T_KEY_A}
+    headers: {Authorization: "Bearer ${GRILL_T_KEY_A}", X-Team: infra}
+    extra_body: {nested: {secret_token: "${GRILL_T_BODY:-}"}}
+  - {name: b, engine: vllm, url: "http://127.0.0.1:8001", api_key: "${GRILL_T_KEY_B}"}
+models: [{name: m}]
+targets: [{backend: a, model: m, conversation: short-baseline}, {backend: b, model: m, conversation: short-baseline}]
+sinks: {influx: {url: "http://127.0.0.1:8086", bucket: grill, token: "${GRILL_T_TOKEN}"}}
+"""
+SECRET_ENV = {"GRILL_T_KEY_A": "sk-a-1f3e", "GRILL_T_KEY_B": "sk-b-77c0", "GRILL_T_TOKEN": "tok-9d2a"}
+
+
+def test_secrets_travel_as_their_references_and_each_worker_expands_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in SECRET_ENV.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("GRILL_T_BODY", raising=False)
+    scenario = load_scenario(write(tmp_path, SECRETS_BY_REFERENCE))
     wire = scenario.to_wire()
-    assert wire["backends"][0]["api_key"] == "sk-native-secret"
-    again = Scenario.from_wire(wire)
-    assert again == scenario
-    assert again.targets[0].backend.api_key is not None
-    assert again.targets[0].backend.api_key.get_secret_value() == "sk-native-secret"
+    assert all(value not in str(wire) for value in SECRET_ENV.values())
+    assert wire["backends"][0]["headers"] == {"Authorization": None, "X-Team": "infra"}
+    assert {tuple(r["path"]): r["text"] for r in wire["secret_references"]} == {
+        ("backends", 0, "api_key"): "${GRILL_T_KEY_A}",
+        ("backends", 0, "headers", "Authorization"): "Bearer ${GRILL_T_KEY_A}",
+        ("backends", 0, "extra_body", "nested", "secret_token"): "${GRILL_T_BODY:-}",
+        ("backends", 1, "api_key"): "${GRILL_T_KEY_B}",
+        ("sinks", "influx", "token"): "${GRILL_T_TOKEN}",
+    }
+    assert Scenario.from_wire(wire) == scenario  # a worker with the master's environment
+    worker_env = {**SECRET_ENV, "GRILL_T_KEY_B": "sk-b-workers-own", "GRILL_T_BODY": "body-own"}
+    on_worker = Scenario.from_wire(wire, worker_env)
+    b = on_worker.targets[1].backend
+    assert b.api_key is not None and b.api_key.get_secret_value() == "sk-b-workers-own"
+    assert on_worker.targets[0].backend.headers["Authorization"] == "Bearer sk-a-1f3e"
+    assert on_worker.backends[0].extra_body == {"nested": {"secret_token": "body-own"}}
+
+
+def test_a_worker_without_a_secrets_variable_refuses_naming_it(tmp_path: Path) -> None:
+    env = {"GRILL_T_KEY_A": "sk-a-1f3e", "GRILL_T_KEY_B": "sk-b-77c0", "GRILL_T_TOKEN": "tok-9d2a"}
+    path = write(tmp_path, SECRETS_BY_REFERENCE, "refs.yaml")
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        wire = load_scenario(path).to_wire()
+    lacking = {name: value for name, value in env.items() if name != "GRILL_T_KEY_B"}
+    with pytest.raises(ConfigError) as caught:
+        Scenario.from_wire(wire, lacking)
+    assert str(caught.value) == (
+        f"{path}: backends[1].api_key: environment variable GRILL_T_KEY_B is not set on this worker "
+        "(workers take the scenario's secrets from their own environment: set GRILL_T_KEY_B there)"
+    )
+
+
+def test_a_literal_secret_never_travels_and_a_worker_refuses_it(tmp_path: Path) -> None:
+    path = write(tmp_path, FULL_NATIVE, "literal.yaml")
+    scenario = load_scenario(path)
+    literal = [(r.path, r.line) for r in scenario.literal_secrets()]
+    assert literal == [(("backends", 0, "api_key"), 8), (("sinks", "influx", "token"), 64)]
+    wire = scenario.to_wire()
+    assert "sk-native-secret" not in str(wire) and "influx-secret-token" not in str(wire)
+    with pytest.raises(
+        ConfigError, match=r"literal.yaml: backends\[0\]\.api_key: a secret written literally"
+    ):
+        Scenario.from_wire(wire, {})
+
+
+def test_llm_grill_api_key_none_is_no_secret_and_servers_keep_their_name(tmp_path: Path) -> None:
+    text = """
+    servers:
+      - {name: a, type: vllm, url: "http://127.0.0.1:8000", api_key: none}
+      - {name: b, type: vllm, url: "http://127.0.0.1:8001", api_key: sk-llm-grill-literal}
+    models: [{name: m}]
+    conversations: [{name: c, turns: [{role: user, content: hi}]}]
+    targets: [{server: a, model: m, conversation: c}, {server: b, model: m, conversation: c}]
+    """
+    scenario = load_scenario(write(tmp_path, text, "grill.yaml"))
+    assert [r.path for r in scenario.literal_secrets()] == [("servers", 1, "api_key")]
+    with pytest.raises(ConfigError, match=r"grill.yaml: servers\[1\]\.api_key: a secret written literally"):
+        Scenario.from_wire(scenario.to_wire(), {})
 
 
 def test_an_empty_api_key_sends_none(tmp_path: Path) -> None:

@@ -95,6 +95,33 @@ def test_validate_prints_the_estimate(capsys: pytest.CaptureFixture[str]) -> Non
     assert "sim-vllm/grill-sim/demo-session" in out and "sim (llamacpp)" in out
 
 
+def test_validate_warns_of_each_secret_written_literally(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GRILL_T_KEY", "sk-from-env")
+    path = tmp_path / "keys.yaml"
+    path.write_text(
+        "backends:\n"
+        "  - {name: a, engine: vllm, url: 'http://127.0.0.1:8000', api_key: '${GRILL_T_KEY}'}\n"
+        "  - name: b\n"
+        "    engine: vllm\n"
+        "    url: http://127.0.0.1:8001\n"
+        "    headers: {X-Api-Key: sk-written-here-5e1}\n"
+        "models: [{name: m}]\n"
+        "targets: [{backend: a, model: m, conversation: short-baseline}, "
+        "{backend: b, model: m, conversation: short-baseline}]\n"
+    )
+    status = estimate.main([str(path)])
+    captured = capsys.readouterr()
+    assert status == 0 and "requests to send" in captured.out
+    assert captured.err.splitlines() == [
+        f"grill validate: warning: {path}: backends[1].headers.X-Api-Key: a secret written literally in the "
+        "file never goes to workers (a distributed run refuses it): write ${NAME} and set NAME in the "
+        "environment of the master and of every worker (line 6)"
+    ]
+    assert "sk-written-here-5e1" not in captured.out + captured.err
+
+
 def test_validate_applies_overrides(capsys: pytest.CaptureFixture[str]) -> None:
     status = estimate.main(
         [str(REPO / "scenarios" / "demo.yaml"), "--tiers", "2", "--iterations", "3", "--pause", "0"]

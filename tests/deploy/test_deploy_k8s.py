@@ -36,6 +36,7 @@ def test_every_manifest_has_the_required_fields() -> None:
     assert kinds == [
         ("Deployment", "grill-locust-master"),
         ("Deployment", "grill-locust-worker"),
+        ("NetworkPolicy", "grill-locust-master"),
         ("Service", "grill-locust-master"),
     ]
     for doc in documents():
@@ -93,3 +94,26 @@ def test_no_secret_values_in_the_manifests() -> None:
     for path in K8S.glob("*.yaml"):
         text = path.read_text()
         assert "INFLUX_TOKEN:" not in text and "token:" not in text.lower(), path.name
+
+
+def test_only_workers_may_reach_the_master_port() -> None:
+    policy = find("NetworkPolicy", "grill-locust-master")["spec"]
+    master_labels = find("Deployment", "grill-locust-master")["spec"]["template"]["metadata"]["labels"]
+    worker_labels = find("Deployment", "grill-locust-worker")["spec"]["template"]["metadata"]["labels"]
+    assert policy["podSelector"]["matchLabels"].items() <= master_labels.items()
+    assert policy["policyTypes"] == ["Ingress"]
+    [rule] = policy["ingress"]
+    [source] = rule["from"]
+    assert source["podSelector"]["matchLabels"].items() <= worker_labels.items()
+    assert not source["podSelector"]["matchLabels"].items() <= master_labels.items()
+    assert [port["port"] for port in rule["ports"]] == [5557]
+
+
+def test_master_and_workers_read_the_same_secrets() -> None:
+    """Workers expand the scenario's ${VAR} secrets from their own environment: the master's Secrets."""
+
+    def secrets_of(name: str) -> list[str]:
+        return [source["secretRef"]["name"] for source in container(find("Deployment", name))["envFrom"]]
+
+    assert secrets_of("grill-locust-worker") == secrets_of("grill-locust-master")
+    assert "grill-engine-keys" in secrets_of("grill-locust-worker")

@@ -3,6 +3,7 @@
 `CannedEngine` answers `POST <prefix>/v1/chat/completions` with the reply its prefix names
 (`/ok` streams a proper OpenAI answer, as do `/ok-a`, `/ok-b`, ...; `/html`, `/empty`, ... answer what real proxies and broken
 servers send) and keeps every request's path and headers, so a test can check who got which key.
+`InfluxCatcher` accepts every InfluxDB write and keeps its body and token header.
 A uniquely named module (not conftest) so that test files can import it.
 """
 
@@ -186,3 +187,35 @@ class CannedEngine:
     def requests_under(self, prefix: str) -> list[SeenRequest]:
         with self._lock:
             return [r for r in self.seen if r.path.startswith(f"/{prefix}/")]
+
+
+class InfluxCatcher:
+    """An InfluxDB write endpoint on loopback that accepts every write and remembers its token header."""
+
+    def __init__(self) -> None:
+        self.authorizations: list[str] = []
+        self.bodies: list[bytes] = []
+        catcher = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+                body = self.rfile.read(int(self.headers.get("content-length") or 0))
+                catcher.authorizations.append(self.headers.get("authorization") or "")
+                catcher.bodies.append(body)
+                self.send_response(204)
+                self.end_headers()
+
+            def do_GET(self) -> None:  # noqa: N802
+                self.send_response(200)
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
