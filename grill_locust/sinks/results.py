@@ -35,6 +35,8 @@ PHASE_COLUMNS = (
     *LABEL_COLUMNS,
     "tier_index",
     "tier_users",
+    "attempt",  # 1: the tier run again after an engine outage in attempt 0 (both rows stay)
+    "session",
     "start_wall",
     "end_wall",
     "iterations_target",
@@ -83,8 +85,10 @@ class ResultsWriter:
         """On --resume: tiers that did not complete will run again, so their earlier records move to
         records.interrupted.jsonl (kept, but out of the statistics) and their phases.csv rows go. The
         records of an older folder are written back under today's column names."""
-        self.phases = [p for p in read_phases(self.run_dir) if p["complete"] == "True"]
-        complete = {(p["target"], int(p["tier_index"])) for p in self.phases}
+        phases = read_phases(self.run_dir)
+        complete = {(p["target"], int(p["tier_index"])) for p in phases if p["complete"] == "True"}
+        # a complete tier keeps the row of an attempt an outage cut short, as its records stay
+        self.phases = [p for p in phases if (p["target"], int(p["tier_index"])) in complete]
         kept: list[dict[str, Any]] = []
         set_aside: list[dict[str, Any]] = []
         renamed = False
@@ -134,8 +138,8 @@ class ResultsWriter:
 
     def write_phase(self, event: PhaseEvent, phase: dict[str, Any]) -> None:
         """Add or update the row of one target x tier in phases.csv (the row says whether it ended)."""
-        key = (phase["target"], phase["tier_index"])
-        self.phases = [p for p in self.phases if (p["target"], int(p["tier_index"])) != key] + [phase]
+        key = phase_key(phase)
+        self.phases = [p for p in self.phases if phase_key(p) != key] + [phase]
         partial = self.run_dir / (PHASES_CSV + ".partial")
         with open(partial, "w", newline="") as f:
             writer = csv.DictWriter(f, fieldnames=PHASE_COLUMNS)
@@ -183,6 +187,11 @@ def read_records_table(path: Path) -> pa.Table:
         return table.select(list(RECORD_SCHEMA.names))
     except pa.ArrowInvalid:
         return pa.Table.from_pylist(read_records_jsonl(path), schema=RECORD_SCHEMA)
+
+
+def phase_key(row: dict[str, Any]) -> tuple[str, int, int]:
+    """A phases.csv row's target, tier and attempt (rows written before attempts were counted: 0)."""
+    return row["target"], int(row["tier_index"]), int(row.get("attempt") or 0)
 
 
 def read_phases(run_dir: Path) -> list[dict[str, Any]]:
