@@ -204,9 +204,9 @@ def check_resumable(run_dir: Path, scenario: Scenario) -> None:
             f"--resume {run_dir}: cannot read {CONFIG_YAML} ({error}) to check the scenario; "
             "--force-resume continues without the check"
         ) from None
-    earlier, now = comparable(saved), comparable(scenario.redacted())
-    if earlier != now:
-        where = ", ".join(_differences(earlier, now)[:3])
+    differences = _differences(comparable(saved), comparable(scenario.redacted()))
+    if differences:
+        where = ", ".join(differences[:3])
         raise GrillError(
             f"--resume {run_dir}: made from another scenario or other tiers ({where}); resume with the "
             "scenario and overrides it was made with, or pass --force-resume"
@@ -214,10 +214,11 @@ def check_resumable(run_dir: Path, scenario: Scenario) -> None:
 
 
 def _differences(earlier: Any, now: Any, path: str = "") -> list[str]:
-    """Where two plain-data configs differ, as `path: before -> now`."""
+    """Where two plain-data configs differ, as `path: before -> now`. A key the earlier config lacks is
+    one added to the schema since that folder was written: not a difference."""
     if isinstance(earlier, dict) and isinstance(now, dict):
         found: list[str] = []
-        for key in [*earlier, *(k for k in now if k not in earlier)]:
+        for key in earlier:
             found += _differences(earlier.get(key), now.get(key), f"{path}.{key}" if path else str(key))
         return found
     if isinstance(earlier, list) and isinstance(now, list) and len(earlier) == len(now):

@@ -13,6 +13,7 @@ from typing import Any
 
 import psutil
 import pytest
+import yaml
 from locust.env import Environment
 from locust.event import Events
 
@@ -186,3 +187,17 @@ def test_resume_with_the_same_scenario_is_accepted_and_runs_nothing_done(tmp_pat
     )
     assert again.returncode == 0, again.stderr[-3000:]
     assert "1 tiers already complete are skipped" in again.stderr
+
+
+def test_resume_compares_only_what_the_folder_recorded_and_names_the_difference(tmp_path: Path) -> None:
+    """A key added to the schema since the folder was written is not a difference; a changed value is."""
+    from grill_locust.errors import GrillError
+    from grill_locust.run.listeners import check_resumable
+
+    scenario = parse_scenario(sim_scenario(conversation=SHORT, tiers=[1, 2]), source="test")
+    saved = scenario.redacted()
+    del saved["load"]["engine_wait_s"]  # a folder from before engine_wait_s
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved, sort_keys=False))
+    check_resumable(tmp_path, scenario)
+    with pytest.raises(GrillError, match=r"load\.tiers\[1\]: 2 in the folder, 3 now"):
+        check_resumable(tmp_path, scenario.with_overrides(tiers=[1, 3]))
