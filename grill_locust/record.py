@@ -178,6 +178,11 @@ class RequestRecord:
     worker_lag_p99_ms: float | None = None
     worker_cpu: float | None = None
     retries: int = 0  # 429 retries, only when a backend opts in to `retries`
+    # the run, or the resumption of it, that sent the request (`<run_id>.<n>`): a resumed campaign
+    # takes records of its own session only
+    session: str = ""
+    # 0, or 1 for a tier run again after an engine outage (the first attempt's records stay, labelled)
+    attempt: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in RECORD_COLUMNS}

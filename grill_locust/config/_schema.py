@@ -283,6 +283,9 @@ class Load(_Frozen):
     # users per second; None: a tier's users start at once
     spawn_rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     tier_timeout_s: float = Field(default=1800.0, gt=0, allow_inf_nan=False)
+    # after a tier that measured an engine outage: how long to hold at 0 users for the backend to answer
+    # again before the tier runs once more (past it the campaign stops); 0: no hold, no re-run
+    engine_wait_s: float = Field(default=120.0, ge=0, allow_inf_nan=False)
     other_keys: ClassVar[tuple[str, ...]] = tuple(sorted(LLM_GRILL_LOAD_KEYS))  # translated before validation
 
     @field_validator("tiers")

@@ -69,6 +69,7 @@ SUMMARY_COLUMNS: list[str] = [
     "requests",
     "ok_requests",
     "cancelled",
+    "earlier_attempt_requests",  # requests of an attempt an engine outage cut short (the tier ran again)
     "success_rate",
     *summary_metric_columns(),
     "ttfo_p50_s",
@@ -242,6 +243,8 @@ def _summarize(run: RunData, stats: _Stats) -> pd.DataFrame:
     summary["complete"] = phases["complete"].reindex(summary.index).fillna(True).astype(bool)
     summary["note"] = phases["note"].reindex(summary.index).fillna("").astype(str)
     summary["unreadable_lines"] = _unreadable_per_tier(run, summary.index)
+    earlier = phases.get("earlier_attempt_requests", pd.Series(0, index=phases.index))
+    summary["earlier_attempt_requests"] = earlier.reindex(summary.index).fillna(0).astype("int64")
     summary["flags"] = _flags(summary)
 
     summary = summary.reset_index()

@@ -25,6 +25,7 @@ from grill_locust.sinks.results import (
     CONFIG_YAML,
     PHASE_COLUMNS,
     PHASE_NUMBER_COLUMNS,
+    PHASE_TEXT_COLUMNS,
     PHASES_CSV,
     RECORDS_JSONL,
     RECORDS_PARQUET,
@@ -63,6 +64,7 @@ def load_run(run_dir: str | Path) -> RunData:
         ids = records["run_id"].dropna().unique() if len(records) else []
         meta["run_id"] = str(ids[0]) if len(ids) else folder.name
     phases = _read_phases(folder, records)
+    records, phases = latest_attempts(records, phases)
     read_telemetry = _read_table(folder / TELEMETRY_PARQUET, folder / TELEMETRY_JSONL)
     telemetry = read_telemetry[0] if read_telemetry is not None and len(read_telemetry[0]) else None
     return RunData(
@@ -150,8 +152,9 @@ def _normalize_phases(phases: pd.DataFrame) -> pd.DataFrame:
             phases[name] = np.nan
     for name in PHASE_NUMBER_COLUMNS:
         phases[name] = pd.to_numeric(phases[name], errors="coerce").astype("float64")
+    phases["attempt"] = phases["attempt"].fillna(0.0)  # written before tiers were run again
     phases["complete"] = phases["complete"].map(_as_bool)
-    for name in (*LABEL_COLUMNS, "note"):
+    for name in PHASE_TEXT_COLUMNS:
         phases[name] = phases[name].astype("string").fillna("")
     return phases[list(PHASE_COLUMNS)]
 
@@ -179,6 +182,7 @@ def phases_from_records(records: pd.DataFrame) -> pd.DataFrame:
         conversation=("conversation", "first"),
         kind=("kind", "first"),
         tier_users=("tier_users", "max"),  # a plain run: the count grows while users spawn
+        attempt=("attempt", "max"),
         start_wall=("wall_start", "min"),
         end_wall=("_end", "max"),
         iterations_done=("iteration", "nunique"),
@@ -187,6 +191,25 @@ def phases_from_records(records: pd.DataFrame) -> pd.DataFrame:
     phases["complete"] = True
     phases["note"] = "derived from records"
     return _normalize_phases(phases)
+
+
+def latest_attempts(records: pd.DataFrame, phases: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A tier run again after an engine outage is measured by its last attempt: the records and phase
+    row of that attempt; the earlier attempts' records stay in the folder and are counted beside
+    (`earlier_attempt_requests` of the phase row)."""
+    tier = ["target", "tier_index"]
+    last = phases.sort_values("attempt", kind="stable").drop_duplicates(tier, keep="last")
+    last = last.sort_index().reset_index(drop=True)
+    attempt_of_tier = last.set_index(tier)["attempt"]
+    if not len(records):
+        return records, last.assign(earlier_attempt_requests=0)
+    wanted = attempt_of_tier.reindex(pd.MultiIndex.from_frame(records[tier])).fillna(0.0).to_numpy()
+    earlier = records["attempt"].fillna(0.0).to_numpy() < wanted
+    counts = records[earlier].groupby(tier).size()
+    last["earlier_attempt_requests"] = (
+        counts.reindex(pd.MultiIndex.from_frame(last[tier])).fillna(0).astype("int64").to_numpy()
+    )
+    return records[~earlier].reset_index(drop=True), last
 
 
 def _read_meta(folder: Path) -> dict[str, Any]:

@@ -187,6 +187,8 @@ def synthetic_records(
             "worker_lag_p99_ms": rng.gamma(2.0, 0.4, n),
             "worker_cpu": 20.0 + users * 0.2,
             "retries": 0,
+            "session": f"{run_id}.0",
+            "attempt": 0,
         }
     )
     return frame[list(RECORD_COLUMNS)]

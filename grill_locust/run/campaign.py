@@ -3,10 +3,15 @@
 The load shape asks `Campaign.tick()` for the user count. A tier ends when the master has *received*
 records for N x k iterations (Locust's own stats reach the master late and overshoot), or when its time
 cap passes (then it is marked incomplete). Between tiers the shape holds 0 users for the pause.
+
+A tier that measured an engine outage (connections refused, or most requests failed) is incomplete:
+the campaign holds at 0 users, probing the backend, until it answers (then the tier runs once more) or
+`engine_wait_s` passes (then the campaign stops, exit ENGINE_GONE_EXIT_CODE).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -20,7 +25,7 @@ import gevent
 import gevent.event
 from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
-from grill_locust.record import SATURATION_CPU_PCT, SATURATION_LAG_P99_MS
+from grill_locust.record import CANCELLED, SATURATION_CPU_PCT, SATURATION_LAG_P99_MS, STATUS_CONNECT
 from grill_locust.run.phase import Phase, campaign_phases
 from grill_locust.run.worker import MSG_PHASE, runner_of
 from grill_locust.sinks import PhaseEvent
@@ -29,7 +34,7 @@ from grill_locust.sinks.results import ResultsWriter
 if TYPE_CHECKING:
     from locust.env import Environment
 
-    from grill_locust.config import Scenario
+    from grill_locust.config import Backend, Scenario
     from grill_locust.sinks import Sink
 
 log = logging.getLogger("grill")
@@ -45,6 +50,13 @@ DRAIN_MARGIN_S = 5.0
 FINAL_RECORDS_WAIT_S = 1.0
 # how long the results folder may refuse every write (a full disk) before the run stops (--disk-full-give-up)
 DISK_FULL_GIVE_UP_S = 60.0
+# A tier measured an outage, not the engine, when the backend refused a connection during it or when more
+# than this share of its requests failed (a request cut by our own stop is not counted).
+OUTAGE_FAILED_SHARE = 0.5
+ENGINE_PROBE_INTERVAL_S = 2.0
+ENGINE_PROBE_TIMEOUT_S = 2.0
+ENGINE_GONE_EXIT_CODE = 3  # the backend did not come back within engine_wait_s
+STOPPED_NOTE = "run stopped"
 
 
 @dataclass
@@ -56,6 +68,8 @@ class PhaseProgress:
     iterations_done: int = 0
     records: int = 0
     errors: int = 0
+    refused: int = 0  # requests whose connection the backend refused (status `connect`)
+    cancelled: int = 0  # requests cut by our own stop: neither a success nor the engine's failure
     by_worker: Counter[str] = field(default_factory=Counter)
     complete: bool = False
     end_reason: str = ""  # why it ended incomplete ("time cap ... reached", "run stopped")
@@ -72,6 +86,19 @@ class PhaseProgress:
         return max((lag for _, lag in self.worker_lag_p99_ms.values()), default=0.0)
 
     @property
+    def outage(self) -> str:
+        """Why this tier measured an engine outage rather than the engine, or ""."""
+        if self.refused:
+            return f"engine outage: {self.refused} requests could not connect to the backend"
+        failed, sent = self.errors - self.cancelled, self.records - self.cancelled
+        if sent and failed / sent > OUTAGE_FAILED_SHARE:
+            return (
+                f"engine outage: {failed} of {sent} requests failed "
+                f"(more than {OUTAGE_FAILED_SHARE * 100:g} %)"
+            )
+        return ""
+
+    @property
     def saturation(self) -> str:
         """Why the load generator was saturated in this tier, or "" (records carry each worker's state)."""
         if self.lag_p99_ms > SATURATION_LAG_P99_MS or self.worker_cpu_max > SATURATION_CPU_PCT:
@@ -80,6 +107,17 @@ class PhaseProgress:
                 f"CPU up to {self.worker_cpu_max:.0f} %): this tier's latencies are suspect"
             )
         return ""
+
+
+@dataclass
+class EngineWait:
+    """After a tier that measured an outage: the backend the campaign waits for, until when (monotonic)."""
+
+    backend: Backend
+    after: Phase
+    since: float
+    deadline: float
+    next_probe: float = 0.0
 
 
 class Campaign:
@@ -109,9 +147,11 @@ class Campaign:
         # this run, or this resumption of it: in every user's prompt keys, so that no run sends the
         # prompts of an earlier one, which the engine's prefix cache may still hold
         self.session = f"{run_id}.{len(results.meta.get('resumed_wall') or [])}"
-        planned = campaign_phases(scenario, run_id) if walk_tiers else []
+        planned = campaign_phases(scenario, run_id, self.session) if walk_tiers else []
+        self.tier_count = len(planned)  # tiers are numbered against the whole campaign, resumed or not
         self.phases = [p for p in planned if (p.target, p.tier_index) not in (skip or set())]
-        self.progress: dict[int, PhaseProgress] = {p.phase_id: PhaseProgress(p) for p in self.phases}
+        # by Phase.key: a tier run again after an outage is a phase of its own (attempt 1)
+        self.progress: dict[str, PhaseProgress] = {p.key: PhaseProgress(p) for p in self.phases}
         self.targets = {t.name: t for t in scenario.targets}
         self.current: PhaseProgress | None = None
         self._next_index = 0
@@ -128,11 +168,15 @@ class Campaign:
         self.disk_full_give_up_s = disk_full_give_up_s
         self.gave_up_on_disk = False  # the results folder refused writes too long: the run was stopped
         self.refusals: list[str] = []  # workers that could not run the scenario, and why
+        self._engine_wait: EngineWait | None = None
+        # records of another session (workers of a killed master, still sending): neither written nor counted
+        self.foreign_records = 0
 
     # -- records from workers -------------------------------------------------------------------
     def on_records(
         self, worker: str, records: list[dict[str, Any]], iterations: dict[str, int], client_id: str = "local"
     ) -> None:
+        records = self._own_session(worker, records)
         fresh = self.results.unseen(records)
         self.results.write_records(fresh)
         for record in fresh:
@@ -143,6 +187,8 @@ class Campaign:
                     progress.tier_records.append(record)
                 if record["status"] != "ok":
                     progress.errors += 1
+                    progress.refused += record["status"] == STATUS_CONNECT
+                    progress.cancelled += record["error"] == CANCELLED
                 lag, cpu = record.get("worker_lag_p99_ms"), record.get("worker_cpu")
                 if lag is not None:
                     end = record["wall_start"] + (record.get("e2e_s") or 0.0)
@@ -150,8 +196,8 @@ class Campaign:
                         progress.worker_lag_p99_ms[record["worker_id"]] = (end, lag)
                 if cpu is not None and cpu > progress.worker_cpu_max:
                     progress.worker_cpu_max = cpu
-        for phase_id, count in iterations.items():
-            progress = self.progress.get(int(phase_id))
+        for phase_key, count in iterations.items():
+            progress = self.progress.get(phase_key)  # another session's phase is none of ours
             if progress is not None:
                 progress.iterations_done += count
                 progress.by_worker[client_id] += count
@@ -170,21 +216,36 @@ class Campaign:
             progress.note = self._note(progress)
             self.results.write_phase("end", self._phase_row(progress))
 
+    def _own_session(self, worker: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The records sent in this session; the others (a killed master's workers, still running when
+        this resumption began) are counted and logged, never written."""
+        own = [record for record in records if record.get("session") == self.session]
+        if len(own) < len(records):
+            refused = len(records) - len(own)
+            self.foreign_records += refused
+            sessions = sorted({str(r.get("session") or "none") for r in records} - {self.session})
+            log.warning(
+                "%d records from worker %s refused: sent in session %s, not this one (%s); %d refused so far",
+                refused,
+                worker,
+                ", ".join(sessions),
+                self.session,
+                self.foreign_records,
+            )
+        return own
+
     def _progress_of(self, record: dict[str, Any]) -> PhaseProgress | None:
+        def same(phase: Phase) -> bool:
+            return (phase.target, phase.tier_index, phase.attempt) == (
+                record["target"],
+                record["tier_index"],
+                record.get("attempt") or 0,
+            )
+
         current = self.current
-        if (
-            current is not None
-            and record["target"] == current.phase.target
-            and record["tier_index"] == current.phase.tier_index
-        ):
+        if current is not None and same(current.phase):
             return current
-        for progress in self.progress.values():
-            if (
-                progress.phase.target == record["target"]
-                and progress.phase.tier_index == record["tier_index"]
-            ):
-                return progress
-        return None
+        return next((p for p in self.progress.values() if same(p.phase)), None)
 
     def refuse(self, worker: str, reason: str) -> None:
         """A worker cannot run the scenario (it lacks a secret): the campaign ends here, saying why in the
@@ -234,6 +295,12 @@ class Campaign:
                 return phase.tier_users, self._spawn_rate(phase)
         if self._pause_until is not None and now < self._pause_until:
             return 0, PAUSE_SPAWN_RATE
+        if self._engine_wait is not None and self._next_index < len(self.phases):
+            if self._engine_gone(now):
+                self.finished = True
+                return None
+            if self._engine_wait is not None:
+                return 0, PAUSE_SPAWN_RATE
         if self._next_index >= len(self.phases):
             if self._draining(now) or (self.results.held_record_count and not self.gave_up_on_disk):
                 return 0, PAUSE_SPAWN_RATE
@@ -317,20 +384,50 @@ class Campaign:
                 # with --enable-rebalancing: ask for the tier's users again either way.
                 runner.start(phase.tier_users, self._spawn_rate(phase))
 
+    def _engine_gone(self, now: float) -> bool:
+        """Probe the backend the campaign waits for (every ENGINE_PROBE_INTERVAL_S); True once the wait
+        is over without an answer (the campaign stops, exit ENGINE_GONE_EXIT_CODE)."""
+        wait = self._engine_wait
+        assert wait is not None
+        if now < wait.next_probe:
+            return False
+        if engine_answers(wait.backend):
+            log.info(
+                "backend %s answers again after %.0f s",
+                wait.backend.name,
+                now - wait.since,
+            )
+            self._engine_wait = None
+            return False
+        wait.next_probe = time.monotonic() + ENGINE_PROBE_INTERVAL_S
+        if now < wait.deadline:
+            return False
+        waited_s = self.scenario.load.engine_wait_s
+        log.error(
+            "backend %s (%s) did not answer for %g s (load.engine_wait_s) after tier %d/%d: "
+            "the campaign stops",
+            wait.backend.name,
+            wait.backend.url,
+            waited_s,
+            wait.after.phase_id + 1,
+            self.tier_count,
+        )
+        self.environment.process_exit_code = ENGINE_GONE_EXIT_CODE
+        return True
+
     def _spawn_rate(self, phase: Phase) -> float:
         rate = self.scenario.load.spawn_rate
         return float(rate) if rate else max(1.0, min(MAX_DEFAULT_SPAWN_RATE, float(phase.tier_users)))
 
     def _start_phase(self, phase: Phase) -> None:
-        progress = self.progress[phase.phase_id]
+        progress = self.progress[phase.key]
         progress.started, progress.started_wall = time.monotonic(), time.time()
         self.current = progress
         self.broadcast()
         self._write_phase("start", progress)
         log.info(
-            "tier %d/%d start: %s at %d users, %d iterations to do",
-            phase.phase_id + 1,
-            len(self.phases),
+            "tier %s start: %s at %d users, %d iterations to do",
+            self.tier_label(phase),
             phase.target,
             phase.tier_users,
             phase.iterations_target,
@@ -346,8 +443,9 @@ class Campaign:
             if held + lost_records
             else ""
         )
-        progress.complete = complete and not unwritten
-        progress.end_reason = "; ".join(part for part in (note, unwritten) if part)
+        outage = progress.outage if note != STOPPED_NOTE else ""
+        progress.complete = complete and not outage and not unwritten
+        progress.end_reason = "; ".join(part for part in (outage, note, unwritten) if part)
         progress.note = note = self._note(progress)
         self.current = None
         self.broadcast()
@@ -356,9 +454,8 @@ class Campaign:
         self._users_seen = {cid: 0 for cid in self._users_seen if cid not in self._gone}
         phase = progress.phase
         log.info(
-            "tier %d/%d %s: %s at %d users, %d/%d iterations, %d requests, %d errors%s",
-            phase.phase_id + 1,
-            len(self.phases),
+            "tier %s %s: %s at %d users, %d/%d iterations, %d requests, %d errors%s",
+            self.tier_label(phase),
             "done" if progress.complete else "INCOMPLETE",
             phase.target,
             phase.tier_users,
@@ -369,10 +466,39 @@ class Campaign:
             f" ({note})" if note else "",
         )
         if progress.saturation:
-            log.warning("tier %d/%d: %s", phase.phase_id + 1, len(self.phases), progress.saturation)
+            log.warning("tier %s: %s", self.tier_label(phase), progress.saturation)
         if self._live:
             self._write_tier_row(progress)
         progress.tier_records = []
+        if outage:
+            self._wait_for_engine(phase)
+
+    def _wait_for_engine(self, phase: Phase) -> None:
+        """After an outage: hold before the next tier until the backend answers, then run this tier once
+        more (a tier is run again once only). engine_wait_s 0: go on at once, no re-run."""
+        wait_s = self.scenario.load.engine_wait_s
+        if wait_s <= 0:
+            return
+        backend = self.targets[phase.target].backend
+        if phase.attempt == 0:
+            rerun = dataclasses.replace(phase, attempt=phase.attempt + 1)
+            self.phases.insert(self._next_index, rerun)
+            self.progress[rerun.key] = PhaseProgress(rerun)
+        now = time.monotonic()
+        self._engine_wait = EngineWait(backend, phase, since=now, deadline=now + wait_s)
+        log.warning(
+            "tier %s: backend %s had an outage; holding at 0 users, probing it every %g s for up to %g s%s",
+            self.tier_label(phase),
+            backend.name,
+            ENGINE_PROBE_INTERVAL_S,
+            wait_s,
+            ", then the tier runs again" if phase.attempt == 0 else "",
+        )
+
+    def tier_label(self, phase: Phase) -> str:
+        """`3/8` (the tier's place in the whole campaign), `3/8, attempt 2` for a tier run again."""
+        label = f"{phase.phase_id + 1}/{self.tier_count}"
+        return f"{label}, attempt {phase.attempt + 1}" if phase.attempt else label
 
     @staticmethod
     def _note(progress: PhaseProgress) -> str:
@@ -431,15 +557,24 @@ class Campaign:
     def progress_line(self) -> str:
         current = self.current
         if current is None:
-            done = sum(1 for p in self.progress.values() if p.ended_wall is not None)
-            return f"between tiers: {done}/{len(self.phases)} tiers done, {self.results.record_count} records"
+            if self._engine_wait is not None:
+                wait = self._engine_wait
+                return (
+                    f"waiting for backend {wait.backend.name} ({time.monotonic() - wait.since:.0f} of "
+                    f"{self.scenario.load.engine_wait_s:g} s), {self.results.record_count} records"
+                )
+            skipped = self.tier_count - sum(1 for p in self.phases if p.attempt == 0)
+            done = skipped + sum(
+                1 for p in self.progress.values() if p.ended_wall is not None and p.phase.attempt == 0
+            )
+            return f"between tiers: {done}/{self.tier_count} tiers done, {self.results.record_count} records"
         phase = current.phase
         elapsed = time.monotonic() - current.started
         rate = current.iterations_done / elapsed if elapsed > 0 else 0.0
         remaining = phase.iterations_target - current.iterations_done
         eta = f"{remaining / rate:.0f} s" if rate > 0 else "?"
         line = (
-            f"tier {phase.phase_id + 1}/{len(self.phases)} {phase.target} @ {phase.tier_users} users: "
+            f"tier {self.tier_label(phase)} {phase.target} @ {phase.tier_users} users: "
             f"{current.iterations_done}/{phase.iterations_target} iterations, {current.errors} errors, ETA {eta}"
         )
         return f"{line} | {current.saturation}" if current.saturation else line
@@ -448,7 +583,7 @@ class Campaign:
         """Locust stopped the test: mark a tier cut short by the stop as incomplete."""
         self.ended = True
         if self.current is not None:
-            self._end_phase(complete=False, note="run stopped")
+            self._end_phase(complete=False, note=STOPPED_NOTE)
 
     def close(self) -> None:
         """The run is over: a tier cut short is marked, every sink writes what it holds."""
@@ -456,6 +591,19 @@ class Campaign:
         self.end()
         for sink in self.sinks:
             sink.close()
+
+
+def engine_answers(backend: Backend) -> bool:
+    """Whether the backend answers its model listing (every engine has one) without a server error."""
+    from grill_locust.client.backend_http import NoReply, auth_headers, list_models
+
+    try:
+        listing = list_models(
+            backend.url or "", backend.engine, headers=auth_headers(backend), timeout_s=ENGINE_PROBE_TIMEOUT_S
+        )
+    except (NoReply, ValueError):
+        return False
+    return listing.status < 500
 
 
 def progress_printer(campaign: Campaign) -> None:

@@ -31,8 +31,10 @@ from grill_locust.run.worker import (
     MSG_RECORDS,
     MSG_REFUSED,
     WorkerState,
+    die_with_forking_parent,
     options_of,
     runner_of,
+    watch_master,
 )
 
 if TYPE_CHECKING:
@@ -43,6 +45,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("grill")
 
 EXIT_RECORDS_NOT_WRITTEN = 1  # the results folder lacks records the run received (a full disk)
+
+die_with_forking_parent()  # before Locust forks its --processes workers (after importing the locustfile)
 
 
 @events.init.add_listener
@@ -72,6 +76,7 @@ def _init(environment: Environment, options: Any) -> None:
         runner.register_message(MSG_PHASE, on_phase)
     if isinstance(runner, WorkerRunner):
         runner.send_message(MSG_HELLO, {})
+        gevent.spawn(watch_master, runner)
         return
     check_options(options)
     # listen before the (slow) start of simulated engines: workers of --processes say hello at once
@@ -83,6 +88,8 @@ def _init(environment: Environment, options: Any) -> None:
     scenario_drives = bool(options.scenario or options.resume or not options.host)
     if scenario_drives:
         scenario, path = load_scenario_of(options)
+        if options.resume and not options.force_resume:
+            check_resumable(Path(options.resume), scenario)  # before engines start, before any request
         given = [
             flag
             for flag, value in (
@@ -176,10 +183,65 @@ def _new_campaign(environment: Environment, scenario: Scenario, path: str, optio
     worker = run_state(environment).worker
     if worker is not None:  # the local runner is its own worker
         worker.run_id = run_id
+        worker.session = campaign.session
         worker.set_scenario(scenario)
         _open_worker_sinks(environment)
     log.info("results of this run: %s", run_dir)
     return campaign
+
+
+def check_resumable(run_dir: Path, scenario: Scenario) -> None:
+    """--resume continues the campaign its folder was made from: the same scenario (secrets aside, the
+    addresses of simulated engines the run starts aside) with the same overrides; else one line, exit 2."""
+    import yaml
+
+    from grill_locust.sinks.results import CONFIG_YAML
+
+    def comparable(config: Any) -> Any:
+        config = json.loads(json.dumps(config, default=str))  # tuples and lists alike
+        config.pop("source", None)  # the path it was read from
+        for backend in [
+            *config.get("backends", []),
+            *(t.get("backend", {}) for t in config.get("targets", [])),
+        ]:
+            if backend.get("engine") == "sim" and backend.get("name") in managed:
+                for key in ("url", "metrics_url", "tokenize_url"):
+                    backend.pop(key, None)
+        return config
+
+    managed = {backend.name for backend in scenario.backends if backend.managed}
+    path = run_dir / CONFIG_YAML
+    try:
+        saved = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        raise GrillError(
+            f"--resume {run_dir}: cannot read {CONFIG_YAML} ({error}) to check the scenario; "
+            "--force-resume continues without the check"
+        ) from None
+    differences = _differences(comparable(saved), comparable(scenario.redacted()))
+    if differences:
+        where = ", ".join(differences[:3])
+        raise GrillError(
+            f"--resume {run_dir}: made from another scenario or other tiers ({where}); resume with the "
+            "scenario and overrides it was made with, or pass --force-resume"
+        )
+
+
+def _differences(earlier: Any, now: Any, path: str = "") -> list[str]:
+    """Where two plain-data configs differ, as `path: before -> now`. A key the earlier config lacks is
+    one added to the schema since that folder was written: not a difference."""
+    if isinstance(earlier, dict) and isinstance(now, dict):
+        found: list[str] = []
+        for key in earlier:
+            found += _differences(earlier.get(key), now.get(key), f"{path}.{key}" if path else str(key))
+        return found
+    if isinstance(earlier, list) and isinstance(now, list) and len(earlier) == len(now):
+        return [
+            d
+            for i, (a, b) in enumerate(zip(earlier, now, strict=True))
+            for d in _differences(a, b, f"{path}[{i}]")
+        ]
+    return [] if earlier == now else [f"{path or 'scenario'}: {earlier!r} in the folder, {now!r} now"]
 
 
 def _open_worker_sinks(environment: Environment) -> None:

@@ -92,6 +92,13 @@ def add_options(parser: Any) -> None:
         help="Continue an interrupted campaign in results/<run_id>, skipping tiers already complete",
     )
     parser.add_argument(
+        "--force-resume",
+        env_var="LOCUST_FORCE_RESUME",
+        action="store_true",
+        default=False,
+        help="With --resume: continue even if the scenario (or its tiers) differs from the folder's",
+    )
+    parser.add_argument(
         "--telemetry-interval",
         env_var="LOCUST_TELEMETRY_INTERVAL",
         type=float,

@@ -17,13 +17,21 @@ class Phase:
     tier_users: int
     iterations_per_user: int
     think_time_s: float
+    session: str = ""  # the campaign's session (`<run_id>.<n>`): resumed runs tell theirs apart
+    attempt: int = 0  # 1 when the tier runs again after an engine outage
+
+    @property
+    def key(self) -> str:
+        """This phase, in this session and attempt: what workers count its iterations under."""
+        return f"{self.session}/{self.phase_id}/{self.attempt}"
 
     @property
     def iterations_target(self) -> int:
         return self.tier_users * self.iterations_per_user
 
     def labels(self, target: Target) -> dict[str, Any]:
-        """The labels every record and tier row of this phase carries: LABEL_COLUMNS and the tier."""
+        """The labels every record and tier row of this phase carries: LABEL_COLUMNS, the tier, its
+        session and attempt."""
         return {
             "run_id": self.run_id,
             "target": target.name,
@@ -34,6 +42,8 @@ class Phase:
             "kind": target.conversation.kind,
             "tier_index": self.tier_index,
             "tier_users": self.tier_users,
+            "session": self.session,
+            "attempt": self.attempt,
         }
 
     def to_wire(self) -> dict[str, Any]:
@@ -44,7 +54,7 @@ class Phase:
         return cls(**data)
 
 
-def campaign_phases(scenario: Scenario, run_id: str) -> list[Phase]:
+def campaign_phases(scenario: Scenario, run_id: str, session: str = "") -> list[Phase]:
     """Targets in scenario order, each through every tier."""
     load = scenario.load
     phases: list[Phase] = []
@@ -59,6 +69,7 @@ def campaign_phases(scenario: Scenario, run_id: str) -> list[Phase]:
                     tier_users=users,
                     iterations_per_user=load.iterations,
                     think_time_s=load.think_time_s,
+                    session=session,
                 )
             )
     return phases

@@ -53,7 +53,10 @@ class GrillUser(User):
     def run_conversation(self, target: Target, phase: Phase, iteration: int) -> None:
         """Send one conversation turn by turn, carrying the real replies forward."""
         workload = self.grill.workload_for(target)
-        user_key = f"{self.grill.session}-p{phase.phase_id}-{self.grill.worker_id}-u{self.user_index}"
+        # a tier run again after an outage sends new prompts: the engine may hold the first attempt's
+        user_key = (
+            f"{phase.session}-p{phase.phase_id}a{phase.attempt}-{self.grill.worker_id}-u{self.user_index}"
+        )
         script = workload.script(user_key, iteration)
         messages: list[dict[str, str]] = []
         if script.system:
@@ -157,7 +160,7 @@ class CampaignUser(GrillUser):
 
     def on_start(self) -> None:
         super().on_start()
-        self._phase_id: int | None = None
+        self._phase_key: str | None = None
         self._iterations_done = 0
 
     @task
@@ -167,8 +170,8 @@ class CampaignUser(GrillUser):
         if phase is None or scenario is None:
             gevent.sleep(IDLE_POLL_S)
             return
-        if phase.phase_id != self._phase_id:
-            self._phase_id, self._iterations_done = phase.phase_id, 0
+        if phase.key != self._phase_key:
+            self._phase_key, self._iterations_done = phase.key, 0
         if self._iterations_done >= phase.iterations_per_user:
             gevent.sleep(IDLE_POLL_S)
             return
@@ -180,7 +183,7 @@ class CampaignUser(GrillUser):
         try:
             self.run_conversation(target, phase, iteration)
         finally:
-            grill.iteration_done(phase.phase_id)
+            grill.iteration_done(phase.key)
 
 
 class StandaloneUser(GrillUser):
@@ -209,6 +212,7 @@ class StandaloneUser(GrillUser):
             tier_users=runner.user_count if runner is not None else 1,
             iterations_per_user=0,
             think_time_s=grill.scenario.load.think_time_s,
+            session=grill.session,
         )
         if self.iteration > 0:
             gevent.sleep(phase.think_time_s)

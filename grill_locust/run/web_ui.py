@@ -73,7 +73,7 @@ def campaign_rows(campaign: Campaign) -> list[dict[str, Any]]:
         )
         rows.append(
             {
-                "tier": f"{phase.phase_id + 1}/{len(campaign.phases)}",
+                "tier": campaign.tier_label(phase),
                 "target": phase.target,
                 "users": phase.tier_users,
                 "iterations": f"{progress.iterations_done}/{phase.iterations_target}",

@@ -10,7 +10,9 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import signal
 import socket
+import time
 import uuid
 from collections import Counter
 from typing import TYPE_CHECKING, Any
@@ -33,12 +35,16 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.5
-MSG_RECORDS = "grill_records"  # worker -> master: {"worker", "records", "iterations": {phase_id: n}}
+MSG_RECORDS = "grill_records"  # worker -> master: {"worker", "records", "iterations": {Phase.key: n}}
 MSG_PHASE = (
     "grill_phase"  # master -> workers: {"run_id", "scenario": wire dict or None, "phase": wire dict or None}
 )
 MSG_HELLO = "grill_hello"  # worker -> master: ask for the scenario and current phase
 MSG_REFUSED = "grill_refused"  # worker -> master: {"worker", "reason"}: it cannot run the scenario
+# A worker that hears no heartbeat from its master for this long (killed, or cut off) stops its users
+# and quits, as Locust's own check does after its MASTER_HEARTBEAT_TIMEOUT of 60 s: load sent for a
+# master that is gone is measured by nobody, and would skew a resumed run's engine.
+MASTER_SILENCE_S = 10.0
 
 
 class WorkerState:
@@ -63,7 +69,7 @@ class WorkerState:
         self.stopping = False  # Locust began stopping the users (test_stopping)
         self.selfcheck = SelfCheck(busy=lambda: self.in_flight > 0 and not self.stopping)
         self._records: list[dict[str, Any]] = []
-        self._iterations: Counter[int] = Counter()
+        self._iterations: Counter[str] = Counter()
         self._record_seq = 0
         # unique across workers, processes and resumed runs of the same results folder
         self._record_prefix = f"{self.worker_id}-{uuid.uuid4().hex[:8]}"
@@ -83,8 +89,8 @@ class WorkerState:
     def add_record(self, record: dict[str, Any]) -> None:
         self._records.append(record)
 
-    def iteration_done(self, phase_id: int) -> None:
-        self._iterations[phase_id] += 1
+    def iteration_done(self, phase_key: str) -> None:
+        self._iterations[phase_key] += 1
 
     def target(self, name: str) -> Target:
         return self._targets[name]
@@ -170,7 +176,7 @@ class WorkerState:
         message = {
             "worker": self.worker_id,
             "records": records,
-            "iterations": {str(k): v for k, v in iterations.items()},
+            "iterations": dict(iterations),
         }
         try:
             runner_of(self.environment).send_message(MSG_RECORDS, message)
@@ -181,6 +187,36 @@ class WorkerState:
         if records:
             for sink in self.sinks:
                 sink.write_records(records)
+
+
+def watch_master(runner: WorkerRunner) -> None:
+    """Quit this worker once its master has been silent for MASTER_SILENCE_S (a greenlet for the run)."""
+    while True:
+        gevent.sleep(1.0)
+        last = runner.last_heartbeat_timestamp
+        if last and last < time.time() - MASTER_SILENCE_S:
+            log.error(
+                "no heartbeat from the master for %g s: this worker stops its users and quits",
+                MASTER_SILENCE_S,
+            )
+            runner.quit()
+            return
+
+
+_forking = {"pid": 0}  # the process about to fork (set just before each fork)
+
+
+def die_with_forking_parent() -> None:
+    """Every process forked from here on (Locust's --processes workers) is killed when its parent dies,
+    even by `kill -9`: Locust leaves them running, still sending load, with nobody to take their records."""
+    from grill_locust.sim.process import die_with_parent
+
+    def in_child() -> None:
+        die_with_parent(signal.SIGKILL)
+        if os.getppid() != _forking["pid"]:  # the parent died before the request took effect
+            os._exit(1)
+
+    os.register_at_fork(before=lambda: _forking.update(pid=os.getpid()), after_in_child=in_child)
 
 
 def runner_of(environment: Environment) -> Runner:

@@ -86,7 +86,7 @@ class SimProcess:
             stderr=stderr_file,
             text=True,
             env=env,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         deadline = time.monotonic() + timeout_s
         line = ""
@@ -159,13 +159,13 @@ class SimProcess:
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
-def _die_with_parent() -> None:
-    """In the child, before exec: ask Linux for SIGTERM when the parent dies, even by `kill -9`, so a
-    simulated engine started by a run never outlives it. Elsewhere, a no-op."""
+def die_with_parent(death_signal: int = signal.SIGTERM) -> None:
+    """In a child (before exec, or just forked): ask Linux for `death_signal` when the parent dies, even by
+    `kill -9`, so a simulated engine or a forked worker never outlives its run. Elsewhere, a no-op."""
     if sys.platform.startswith("linux"):
         import ctypes
 
         try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, death_signal)
         except OSError:
             pass

@@ -40,16 +40,22 @@ CONFIG_YAML = "config.yaml"
 RUN_JSON = "run.json"
 SUMMARY_CSV = "summary.csv"
 
-# phases.csv: one row per target x tier; its numbers, then whether the tier completed and why not
-PHASE_NUMBER_COLUMNS = (
+# phases.csv: one row per target x tier x attempt; its labels, numbers, whether it completed and why not
+PHASE_COLUMNS = (
+    *LABEL_COLUMNS,
     "tier_index",
     "tier_users",
+    "attempt",  # 1: the tier run again after an engine outage in attempt 0 (both rows stay)
+    "session",
     "start_wall",
     "end_wall",
     "iterations_target",
     "iterations_done",
+    "complete",
+    "note",
 )
-PHASE_COLUMNS = (*LABEL_COLUMNS, *PHASE_NUMBER_COLUMNS, "complete", "note")
+PHASE_TEXT_COLUMNS = (*LABEL_COLUMNS, "session", "note")
+PHASE_NUMBER_COLUMNS = tuple(c for c in PHASE_COLUMNS if c not in (*PHASE_TEXT_COLUMNS, "complete"))
 
 # Records held in memory while the disk refuses them (about 1 KB each); any beyond are counted as lost.
 MAX_UNWRITTEN_RECORDS = 100_000
@@ -157,8 +163,10 @@ class ResultsWriter:
         """On --resume: tiers that did not complete will run again, so their earlier records move to
         records.interrupted.jsonl (kept, but out of the statistics) and their phases.csv rows go. The
         records of an older folder are written back under today's column names; unreadable lines stay."""
-        self.phases = [p for p in read_phases(self.run_dir) if p["complete"] == "True"]
-        complete = {(p["target"], int(p["tier_index"])) for p in self.phases}
+        phases = read_phases(self.run_dir)
+        complete = {(p["target"], int(p["tier_index"])) for p in phases if p["complete"] == "True"}
+        # a complete tier keeps the row of an attempt an outage cut short, as its records stay
+        self.phases = [p for p in phases if (p["target"], int(p["tier_index"])) in complete]
         kept: list[dict[str, Any]] = []
         set_aside: list[dict[str, Any]] = []
         renamed = False
@@ -337,8 +345,8 @@ class ResultsWriter:
 
     def write_phase(self, event: PhaseEvent, phase: dict[str, Any]) -> None:
         """Add or update the row of one target x tier in phases.csv (the row says whether it ended)."""
-        key = (phase["target"], phase["tier_index"])
-        self.phases = [p for p in self.phases if (p["target"], int(p["tier_index"])) != key] + [phase]
+        key = phase_key(phase)
+        self.phases = [p for p in self.phases if phase_key(p) != key] + [phase]
         self._write_phases()
 
     def _write_phases(self) -> None:
@@ -464,6 +472,11 @@ def read_records_table(path: Path) -> tuple[pa.Table, list[UnreadableLine]]:
     except pa.ArrowInvalid:
         rows, unreadable = read_jsonl(path)
         return pa.Table.from_pylist(rows, schema=RECORD_SCHEMA), unreadable
+
+
+def phase_key(row: dict[str, Any]) -> tuple[str, int, int]:
+    """A phases.csv row's target, tier and attempt (rows written before attempts were counted: 0)."""
+    return row["target"], int(row["tier_index"]), int(row.get("attempt") or 0)
 
 
 def read_phases(run_dir: Path) -> list[dict[str, Any]]:

@@ -196,7 +196,10 @@ def test_resume_of_a_folder_from_before_the_conversation_column(tmp_path: Path) 
 
     data["load"]["tiers"] = [1, 2]
     scenario = write_scenario(tmp_path / "s.yaml", data)
-    resumed = run_locust(["--scenario", str(scenario), *results, "--resume", str(run_dir)], tmp_path)
+    # another tier added to the folder's campaign: a resume it must be told to accept
+    resumed = run_locust(
+        ["--scenario", str(scenario), *results, "--resume", str(run_dir), "--force-resume"], tmp_path
+    )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     records = pd.read_parquet(run_dir / "records.parquet")
     assert "scenario" not in records and set(records["conversation"]) == {"short"}

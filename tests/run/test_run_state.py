@@ -90,6 +90,7 @@ def a_record(campaign: Campaign, record_id: str) -> dict[str, Any]:
         target=phase.target,
         tier_index=phase.tier_index,
         tier_users=phase.tier_users,
+        session=phase.session,
         e2e_s=0.5,
     )
 
@@ -104,9 +105,9 @@ def test_the_campaign_sends_phases_tiers_and_telemetry_to_every_sink_and_records
     sink = RecordingSink()
     campaign = Campaign(environment, scenario, results, "run-1", sinks=[sink])
     assert campaign.tick() is not None  # the tier starts
-    phase_id = str(campaign.phases[0].phase_id)
+    phase_key = campaign.phases[0].key
     records = [a_record(campaign, "r1"), a_record(campaign, "r2")]
-    campaign.on_records("w", [*records, records[0]], {phase_id: 2})  # r1 resent: counted once
+    campaign.on_records("w", [*records, records[0]], {phase_key: 2})  # r1 resent: counted once
     campaign.on_telemetry([empty_sample(KIND_ENGINE, 1_700_000_001.0, "b", "b", "127.0.0.1")])
     campaign.tick()  # its iterations are done: the tier ends
     assert campaign.current is None
