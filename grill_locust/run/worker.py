@@ -43,8 +43,9 @@ MSG_HELLO = "grill_hello"  # worker -> master: ask for the scenario and current 
 MSG_REFUSED = "grill_refused"  # worker -> master: {"worker", "reason"}: it cannot run the scenario
 # A worker that hears no heartbeat from its master for this long (killed, or cut off) stops its users
 # and quits, as Locust's own check does after its MASTER_HEARTBEAT_TIMEOUT of 60 s: load sent for a
-# master that is gone is measured by nobody, and would skew a resumed run's engine.
-MASTER_SILENCE_S = 10.0
+# master that is gone is measured by nobody, and would skew a resumed run's engine. Longer than a short
+# network cut (the master counts a worker missing after ~4 s and takes what it sends when it returns).
+MASTER_SILENCE_S = 20.0
 
 
 class WorkerState:

@@ -33,6 +33,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from grill_locust.sim.process import die_with_parent
+
 IP_TIMEOUT_S = 10.0  # any one `ip` command
 READY_TIMEOUT_S = 10.0  # a delay line's TAPs, a process's "ready" line
 STOP_TIMEOUT_S = 5.0  # SIGTERM, then SIGKILL
@@ -94,12 +96,6 @@ def sweep_stale_namespaces() -> list[str]:
             _delete_namespace(name)
             stale.append(name)
     return stale
-
-
-def _die_with_parent() -> None:
-    from grill_locust.sim.process import _die_with_parent as die
-
-    die()
 
 
 @dataclass
@@ -199,7 +195,7 @@ class Network:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
-            preexec_fn=_die_with_parent,
+            preexec_fn=die_with_parent,
         )
         self.processes.append(line)
         _answer(line, "ready")
@@ -257,7 +253,7 @@ class Network:
                 stdin=subprocess.DEVNULL,
                 text=True,
                 env=env,
-                preexec_fn=_die_with_parent,
+                preexec_fn=die_with_parent,
             )
         self.processes.append(process)
         return process

@@ -43,7 +43,14 @@ def replies_scenario(url: str) -> dict:
         "models": [{"name": "m", "max_tokens": 8}],
         "conversations": [conversation],
         "targets": targets,
-        "load": {"tiers": [TIER_USERS], "iterations": ITERATIONS, "pause_s": 0.1, "think_time_s": 0.0},
+        # every reply is broken on purpose: no outage hold or re-run
+        "load": {
+            "tiers": [TIER_USERS],
+            "iterations": ITERATIONS,
+            "pause_s": 0.1,
+            "think_time_s": 0.0,
+            "engine_wait_s": 0,
+        },
     }
 
 
@@ -77,7 +84,10 @@ def test_replies_that_are_not_openai_shaped_are_recorded_with_a_kind(tmp_path: P
     assert (records.loc[records.status == "ok", "output_tokens"] == 4).all()
     assert set(records.loc[records.backend == "html", "http_status"]) == {502}
     phases = pd.read_csv(run_dir / "phases.csv")
-    assert phases["complete"].all() and len(phases) == len(data["targets"])
+    assert len(phases) == len(data["targets"])
+    # a tier whose every request failed measured an outage, not the engine: marked incomplete, not re-run
+    all_failed = records.groupby("target")["status"].apply(lambda status: bool((status != "ok").all()))
+    assert dict(zip(phases["target"], ~phases["complete"], strict=True)) == all_failed.to_dict()
     # each request the server received is one record, labelled with the phase it arrived in
     accounts = ledger("canned replies", records, truth, phases)
     assert accounts.clean, accounts

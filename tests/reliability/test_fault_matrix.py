@@ -239,6 +239,7 @@ def test_a_429_storm_with_retries_records_every_attempt_once(tmp_path: Path) -> 
         conversation=SHORT, tiers=[10], iterations=2, sim_args=sim_args, max_tokens=MAX_TOKENS
     )
     data["backends"][0]["retries"] = retries
+    data["load"]["engine_wait_s"] = 0  # 429s on purpose: no outage hold or re-run
     scenario = write_scenario(tmp_path / "s.yaml", data)
     done = run_locust(
         ["--scenario", str(scenario), "--results-dir", str(tmp_path / "r"), "--telemetry-interval", "0"],
