@@ -6,7 +6,7 @@ cap passes (then it is marked incomplete). Between tiers the shape holds 0 users
 
 A tier that measured an engine outage (connections refused, or most requests failed) is incomplete:
 the campaign holds at 0 users, probing the backend, until it answers (then the tier runs once more) or
-`engine_wait_s` passes (then the campaign stops, exit ENGINE_GONE_EXIT_CODE).
+`engine_wait_s` passes (then the campaign stops, exit code ENGINE_GONE).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import gevent.event
 from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
 from grill_locust.record import CANCELLED, SATURATION_CPU_PCT, SATURATION_LAG_P99_MS, STATUS_CONNECT
+from grill_locust.run import exit_codes
 from grill_locust.run.phase import Phase, campaign_phases
 from grill_locust.run.worker import MSG_PHASE, runner_of
 from grill_locust.sinks import PhaseEvent
@@ -55,7 +56,6 @@ DISK_FULL_GIVE_UP_S = 60.0
 OUTAGE_FAILED_SHARE = 0.5
 ENGINE_PROBE_INTERVAL_S = 2.0
 ENGINE_PROBE_TIMEOUT_S = 2.0
-ENGINE_GONE_EXIT_CODE = 3  # the backend did not come back within engine_wait_s
 STOPPED_NOTE = "run stopped"
 
 
@@ -256,7 +256,7 @@ class Campaign:
             return
         self.refusals.append(note)
         log.error(note)
-        self.environment.process_exit_code = 2
+        self.environment.process_exit_code = exit_codes.REFUSED
         if self.current is None:
             if self._next_index >= len(self.phases):
                 return
@@ -386,7 +386,7 @@ class Campaign:
 
     def _engine_gone(self, now: float) -> bool:
         """Probe the backend the campaign waits for (every ENGINE_PROBE_INTERVAL_S); True once the wait
-        is over without an answer (the campaign stops, exit ENGINE_GONE_EXIT_CODE)."""
+        is over without an answer (the campaign stops, exit code ENGINE_GONE)."""
         wait = self._engine_wait
         assert wait is not None
         if now < wait.next_probe:
@@ -412,7 +412,7 @@ class Campaign:
             wait.after.phase_id + 1,
             self.tier_count,
         )
-        self.environment.process_exit_code = ENGINE_GONE_EXIT_CODE
+        self.environment.process_exit_code = exit_codes.ENGINE_GONE
         return True
 
     def _spawn_rate(self, phase: Phase) -> float:

@@ -20,6 +20,7 @@ from locust import events
 from locust.runners import STATE_INIT, STATE_STOPPED, LocalRunner, MasterRunner, WorkerRunner
 
 from grill_locust.errors import GrillError
+from grill_locust.run import exit_codes
 from grill_locust.run.campaign import FINAL_RECORDS_WAIT_S, Campaign, progress_printer, run_dir_for
 from grill_locust.run.options import check_options, live_sinks, load_scenario_of, redacted_argv
 from grill_locust.run.state import run_state
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("grill")
 
-EXIT_RECORDS_NOT_WRITTEN = 1  # the results folder lacks records the run received (a full disk)
 
 die_with_forking_parent()  # before Locust forks its --processes workers (after importing the locustfile)
 
@@ -394,7 +394,7 @@ def _finish(environment: Environment) -> None:
         summary = summarize_run(results.run_dir, write=False)
     unwritten = ""
     if results.unwritten_record_count or campaign.gave_up_on_disk:
-        environment.process_exit_code = EXIT_RECORDS_NOT_WRITTEN
+        environment.process_exit_code = exit_codes.RECORDS_NOT_WRITTEN
         unwritten = f"\n{results.unwritten_record_count} requests NOT written: {results.unwritable_reason}"
     state.closing_words.append(
         f"{format_table(summary)}\n\n{results.record_count} requests recorded. Results: {results.run_dir}"

@@ -21,6 +21,7 @@ import gevent
 import gevent.lock
 from locust.runners import Runner, WorkerRunner
 
+from grill_locust.run import exit_codes
 from grill_locust.run.phase import Phase
 from grill_locust.run.selfcheck import SelfCheck
 from grill_locust.workload import Workload, backend_token_counter, build_workload
@@ -130,7 +131,7 @@ class WorkerState:
         if reason != self.refusal:
             log.error("this worker cannot run the campaign: %s", reason)
         self.refusal = reason
-        self.environment.process_exit_code = 2
+        self.environment.process_exit_code = exit_codes.REFUSED
         runner_of(self.environment).send_message(MSG_REFUSED, {"worker": self.worker_id, "reason": reason})
 
     def set_scenario(self, scenario: Scenario) -> None:

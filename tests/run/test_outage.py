@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from grill_locust.report import summarize_run
-from grill_locust.run.campaign import ENGINE_GONE_EXIT_CODE
+from grill_locust.run import exit_codes
 from grill_locust.sim import SimProcess
 from tests.run.conftest import LOCUSTFILE, only_run_dir, write_scenario
 from tests.run.test_distributed import free_port
@@ -134,7 +134,7 @@ def test_an_engine_that_never_comes_back_stops_the_campaign_naming_it(tmp_path: 
         proc.kill()
         sim.stop()
     log = (tmp_path / "out.log").read_text()
-    assert code == ENGINE_GONE_EXIT_CODE, log[-3000:]
+    assert code == exit_codes.ENGINE_GONE, log[-3000:]
     assert f"backend flaky (http://127.0.0.1:{port}) did not answer for 4 s" in log, log[-3000:]
     assert took_s < 45, took_s  # the wait, probes and the close; not Locust's own timeouts
     run_dir = only_run_dir(tmp_path / "results")
