@@ -11,12 +11,14 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from grill_locust.report.synthetic import make_record
 from grill_locust.sinks import results as results_module
 from grill_locust.sinks.results import ResultsWriter
 from tests.real_binaries import unavailable
+from tests.reliability.ledger import ledger
 from tests.run.conftest import only_run_dir, sim_scenario, truth_once_it_holds, write_scenario
 from tests.run.test_interrupt import SHORT, start_local, wait_for_lines
 
@@ -122,9 +124,14 @@ def test_a_disk_full_for_seconds_loses_no_record_and_writes_none_twice(
     run_dir = only_run_dir(small_disk)
     records = record_lines(run_dir)
     counts = Counter(r["record_id"] for r in records)
-    served = {t["request_id"] for t in truth_once_it_holds(truth, set(counts))}
+    truth_lines = truth_once_it_holds(truth, set(counts))
+    served = {t["request_id"] for t in truth_lines}
     assert set(counts) == served and set(counts.values()) == {1}
     assert len(records) == 2 * 8 + 3 * 8
+    accounts = ledger(
+        "disk full for seconds", pd.DataFrame(records), truth_lines, pd.read_csv(run_dir / "phases.csv")
+    )
+    assert accounts.clean, accounts
     out = log.read_text()
     assert f"{len(records)} requests recorded" in out
     assert re.search(r"writable again .*every held record written", out)

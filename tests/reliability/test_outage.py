@@ -16,7 +16,8 @@ import pytest
 from grill_locust.report import summarize_run
 from grill_locust.run import exit_codes
 from grill_locust.sim import SimProcess
-from tests.run.conftest import LOCUSTFILE, only_run_dir, write_scenario
+from tests.reliability.ledger import ledger
+from tests.run.conftest import LOCUSTFILE, only_run_dir, read_truth, write_scenario
 from tests.run.test_distributed import free_port
 
 pytestmark = pytest.mark.slow
@@ -82,14 +83,15 @@ def test_a_tier_cut_by_an_outage_is_incomplete_and_runs_again_once_the_engine_is
     tmp_path: Path,
 ) -> None:
     port = free_port()
-    sim = SimProcess.start("vllm", port=port)
+    truths = [tmp_path / "truth-before.jsonl", tmp_path / "truth-after.jsonl"]
+    sim = SimProcess.start("vllm", port=port, truth_log=str(truths[0]))
     data = outage_scenario(sim.url, tiers=[TIER_USERS], engine_wait_s=60)
     proc = start_run(tmp_path, write_scenario(tmp_path / "s.yaml", data))
     try:
         wait_for_records(tmp_path, proc, 3)
         sim.stop()  # the engine goes away mid-tier: the rest of the tier's requests are refused
         time.sleep(6)
-        sim = SimProcess.start("vllm", port=port)  # and comes back on the same address
+        sim = SimProcess.start("vllm", port=port, truth_log=str(truths[1]))  # back on the same address
         assert proc.wait(timeout=120) in (0, 1), (tmp_path / "out.log").read_text()[-3000:]
     finally:
         proc.kill()
@@ -117,6 +119,11 @@ def test_a_tier_cut_by_an_outage_is_incomplete_and_runs_again_once_the_engine_is
     row = summary.iloc[0]
     assert (row["requests"], row["ok_requests"]) == (len(second), len(second))
     assert row["earlier_attempt_requests"] == len(first) and bool(row["complete"])
+    # against the engine's own log: each request it received is one record, labelled with its attempt's tier
+    accounts = ledger(
+        "engine outage, tier run again", records, [t for p in truths for t in read_truth(p)], phases
+    )
+    assert accounts.clean, accounts
 
 
 def test_an_engine_that_never_comes_back_stops_the_campaign_naming_it(tmp_path: Path) -> None:
