@@ -46,6 +46,7 @@ from grill_locust.client.backend_http import (
     secret_value,
     tokenize,
 )
+from grill_locust.engines import engine_facts
 from grill_locust.record import (
     CANCELLED,
     STATUS_CONNECT,
@@ -147,6 +148,9 @@ class EngineClient:
         self.first_token_s = float(timeouts.first_token_s)
         self.total_s = float(timeouts.total_s)
         self.idle_s = float(timeouts.idle_s)
+        # an engine that closes the connection after each stream (llama.cpp) gets a fresh one each time,
+        # rather than a send on a socket its server is closing
+        self.reuses_connection = not engine_facts(backend.engine).closes_after_stream
         headers: dict[str, str] = {
             "Host": self.origin.host_header,
             "User-Agent": USER_AGENT,
@@ -343,7 +347,7 @@ class EngineClient:
             self._deadline_passed(timer, reader, passed.args[0])
         if reader.head is not None:
             head_out.append(reader.head)
-        if not reader.keep_alive:
+        if not reader.keep_alive or not self.reuses_connection:
             self.close()
 
     def _loop(

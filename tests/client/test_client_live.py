@@ -78,6 +78,17 @@ def test_server_closing_after_each_stream_is_reconnected_cleanly() -> None:
     server.close()
 
 
+def test_an_engine_that_closes_after_each_stream_gets_a_fresh_connection_each_time() -> None:
+    # the engine table says llama.cpp closes after a stream: the client does not wait to find out
+    server = Server(replaying("llamacpp_chat"))  # this server would keep the connection
+    client = EngineClient(backend(server.url, engine="llamacpp"))
+    for _ in range(3):
+        assert client.stream(PATH, PAYLOAD).raw.status == "ok"
+    assert client.connections_opened == server.connections == 3
+    assert [r.index_on_connection for r in server.requests] == [0, 0, 0]
+    server.close()
+
+
 def test_stale_connection_closed_as_the_request_arrives_is_resent_once_not_retried() -> None:
     def handler(conn: socket.socket, request: Request, server: Server) -> bool:
         if request.index_on_connection == 1:
