@@ -19,7 +19,7 @@ import pytest
 
 from tests.reliability.reliability_servers import InfluxCatcher
 from tests.run.conftest import LOCUSTFILE, only_run_dir, run_locust, sim_scenario, write_scenario
-from tests.run.test_distributed import finish, free_port
+from tests.run.test_distributed import cluster_master_args, cluster_worker_args, finish, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -85,26 +85,7 @@ def locust_process(args: list[str], cwd: Path, log: Path, env: dict[str, str]) -
 
 
 def master_args(port: int, scenario: Path, results: Path, workers: int) -> list[str]:
-    return [
-        "--master",
-        "--headless",
-        "--expect-workers",
-        str(workers),
-        "--master-bind-host",
-        "127.0.0.1",
-        "--master-bind-port",
-        str(port),
-        "--scenario",
-        str(scenario),
-        "--results-dir",
-        str(results),
-        "--telemetry-interval",
-        "0",
-    ]
-
-
-def worker_args(port: int) -> list[str]:
-    return ["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
+    return [*cluster_master_args(port, scenario, results, workers), "--telemetry-interval", "0"]
 
 
 def frames(path: Path) -> list[tuple[str, Any]]:
@@ -132,7 +113,7 @@ def test_a_stranger_on_the_master_port_receives_no_secret_while_real_workers_run
         tmp_path / "master.log",
         env,
     )
-    worker = locust_process(worker_args(port), tmp_path, tmp_path / "worker.log", env)
+    worker = locust_process(cluster_worker_args(port), tmp_path, tmp_path / "worker.log", env)
     received = tmp_path / "stranger.bin"
     stranger = subprocess.Popen(
         [sys.executable, "-c", STRANGER, str(port), str(received), "stranger-0001", "150"],
@@ -173,7 +154,7 @@ def test_a_worker_without_the_secrets_variable_refuses_and_the_master_reports_it
         tmp_path / "master.log",
         process_env(**{KEY_VARIABLE: key}),
     )
-    worker = locust_process(worker_args(port), tmp_path, tmp_path / "worker.log", process_env())
+    worker = locust_process(cluster_worker_args(port), tmp_path, tmp_path / "worker.log", process_env())
     code = finish(master, [worker], timeout_s=120)
     master_log = (tmp_path / "master.log").read_text()
     worker_log = (tmp_path / "worker.log").read_text()

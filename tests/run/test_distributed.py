@@ -46,37 +46,38 @@ def locust(args: list[str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
     )
 
 
+def cluster_master_args(port: int, scenario: Path, results: Path, workers: int) -> list[str]:
+    """A headless master on loopback that waits for `workers` workers."""
+    return [
+        "--master",
+        "--headless",
+        "--expect-workers",
+        str(workers),
+        "--master-bind-host",
+        "127.0.0.1",
+        "--master-bind-port",
+        str(port),
+        "--scenario",
+        str(scenario),
+        "--results-dir",
+        str(results),
+    ]
+
+
+def cluster_worker_args(port: int) -> list[str]:
+    return ["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)]
+
+
 def start_cluster(
     tmp_path: Path, scenario: Path, workers: int, master_args: tuple[str, ...] = ()
 ) -> tuple[subprocess.Popen[bytes], list[subprocess.Popen[bytes]]]:
     port = free_port()
     master = locust(
-        [
-            "--master",
-            "--headless",
-            "--expect-workers",
-            str(workers),
-            "--master-bind-host",
-            "127.0.0.1",
-            "--master-bind-port",
-            str(port),
-            "--scenario",
-            str(scenario),
-            "--results-dir",
-            str(tmp_path / "results"),
-            *master_args,
-        ],
+        [*cluster_master_args(port, scenario, tmp_path / "results", workers), *master_args],
         tmp_path,
         tmp_path / "master.log",
     )
-    procs = [
-        locust(
-            ["--worker", "--master-host", "127.0.0.1", "--master-port", str(port)],
-            tmp_path,
-            tmp_path / f"worker{i}.log",
-        )
-        for i in range(workers)
-    ]
+    procs = [locust(cluster_worker_args(port), tmp_path, tmp_path / f"worker{i}.log") for i in range(workers)]
     return master, procs
 
 
