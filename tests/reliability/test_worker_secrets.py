@@ -18,8 +18,8 @@ import pandas as pd
 import pytest
 
 from tests.reliability.reliability_servers import InfluxCatcher
-from tests.run.conftest import LOCUSTFILE, only_run_dir, run_locust, sim_scenario, write_scenario
-from tests.run.test_distributed import cluster_master_args, cluster_worker_args, finish, free_port
+from tests.run.conftest import only_run_dir, run_locust, sim_scenario, write_scenario
+from tests.run.test_distributed import cluster_master_args, cluster_worker_args, finish, free_port, locust
 
 pytestmark = pytest.mark.slow
 
@@ -74,16 +74,6 @@ def process_env(**variables: str) -> dict[str, str]:
     return {**env, "PYTHONUNBUFFERED": "1", **variables}
 
 
-def locust_process(args: list[str], cwd: Path, log: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), *args],
-        cwd=cwd,
-        env=env,
-        stdout=open(log, "wb"),
-        stderr=subprocess.STDOUT,
-    )
-
-
 def master_args(port: int, scenario: Path, results: Path, workers: int) -> list[str]:
     return [*cluster_master_args(port, scenario, results, workers), "--telemetry-interval", "0"]
 
@@ -107,13 +97,13 @@ def test_a_stranger_on_the_master_port_receives_no_secret_while_real_workers_run
     scenario = keyed_scenario(tmp_path / "s.yaml", influx.url)
     port = free_port()
     env = process_env(**{KEY_VARIABLE: key, "INFLUX_TOKEN": token})
-    master = locust_process(
+    master = locust(
         [*master_args(port, scenario, tmp_path / "r", workers=2), "--influx-url", influx.url],
         tmp_path,
         tmp_path / "master.log",
         env,
     )
-    worker = locust_process(cluster_worker_args(port), tmp_path, tmp_path / "worker.log", env)
+    worker = locust(cluster_worker_args(port), tmp_path, tmp_path / "worker.log", env)
     received = tmp_path / "stranger.bin"
     stranger = subprocess.Popen(
         [sys.executable, "-c", STRANGER, str(port), str(received), "stranger-0001", "150"],
@@ -148,13 +138,13 @@ def test_a_worker_without_the_secrets_variable_refuses_and_the_master_reports_it
     key = f"grillKey{secrets.token_hex(12)}"
     scenario = keyed_scenario(tmp_path / "s.yaml")
     port = free_port()
-    master = locust_process(
+    master = locust(
         master_args(port, scenario, tmp_path / "r", workers=1),
         tmp_path,
         tmp_path / "master.log",
         process_env(**{KEY_VARIABLE: key}),
     )
-    worker = locust_process(cluster_worker_args(port), tmp_path, tmp_path / "worker.log", process_env())
+    worker = locust(cluster_worker_args(port), tmp_path, tmp_path / "worker.log", process_env())
     code = finish(master, [worker], timeout_s=120)
     master_log = (tmp_path / "master.log").read_text()
     worker_log = (tmp_path / "worker.log").read_text()

@@ -35,12 +35,14 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def locust(args: list[str], cwd: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def locust(
+    args: list[str], cwd: Path, log: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """`locust -f` the product's locustfile, its output in `log`; `env`: the process's whole environment."""
     return subprocess.Popen(
         [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), *args],
         cwd=cwd,
-        env=env,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"} if env is None else env,
         stdout=open(log, "wb"),
         stderr=subprocess.STDOUT,
     )
