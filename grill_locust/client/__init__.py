@@ -6,7 +6,7 @@ from grill_locust.client._engine import EngineClient, StreamResult
 from grill_locust.client._http import End, Head, ProtocolError, ResponseParser
 from grill_locust.client._reader import StreamReader
 from grill_locust.client._sse import NamedEvent, SSEParser
-from grill_locust.client._timer import StreamTimer
+from grill_locust.client._timer import StreamTimer, ToolCall
 from grill_locust.client.backend_http import HttpReply, NoReply, TokenizeError, request_once
 from grill_locust.client.payloads import CHAT_PATH, COMPLETIONS_PATH, chat_payload, completions_payload
 
@@ -26,6 +26,7 @@ __all__ = [
     "StreamResult",
     "StreamTimer",
     "TokenizeError",
+    "ToolCall",
     "chat_payload",
     "completions_payload",
     "request_once",

@@ -27,7 +27,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from greenlet import GreenletExit
@@ -37,7 +37,7 @@ from grill_locust.client._connection import USER_AGENT, Origin, connect_error, o
 from grill_locust.client._http import Head
 from grill_locust.client._poller import DONE, RECV_BYTES, SETTLED, WAITING, phase_of, poller, read_ready
 from grill_locust.client._reader import StreamReader
-from grill_locust.client._timer import StreamTimer
+from grill_locust.client._timer import StreamTimer, ToolCall
 from grill_locust.client.backend_http import (
     StreamingBackend,
     TokenizeError,
@@ -63,12 +63,14 @@ TOKENIZE_TIMEOUT_S = 10.0
 
 @dataclass(slots=True)
 class StreamResult:
-    """One request: its raw timings (see `record.measure`), the visible text and the reasoning."""
+    """One request: its raw timings (see `record.measure`), the visible text, the reasoning and the
+    tool calls the model made."""
 
     raw: RawTiming
     text: str
     reasoning: str
     retry_after_s: float | None = None  # a 429/503 reply's Retry-After (seconds form only)
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
 class _Failed(Exception):
@@ -210,12 +212,18 @@ class EngineClient:
         except GreenletExit:
             timer.fail(time.perf_counter(), STATUS_STREAM_CUT, CANCELLED)
             self.close()
-            self.last_result = StreamResult(raw, timer.text, timer.reasoning)
+            self.last_result = StreamResult(raw, timer.text, timer.reasoning, tool_calls=timer.tool_calls)
             raise
         except BaseException:
             self.close()
             raise
-        result = StreamResult(raw, timer.text, timer.reasoning, _retry_after_s(head[0]) if head else None)
+        result = StreamResult(
+            raw,
+            timer.text,
+            timer.reasoning,
+            _retry_after_s(head[0]) if head else None,
+            timer.tool_calls,
+        )
         if (
             raw.completion_tokens is None
             and raw.status == STATUS_OK

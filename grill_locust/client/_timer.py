@@ -10,6 +10,7 @@ not output. The first non-reasoning output sets `first_visible_time` (TTFO).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -24,6 +25,16 @@ from grill_locust.record import (
     RawTiming,
     http_status_kind,
 )
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """One tool call the model made, whole: its id, the tool's name and the arguments as the JSON
+    text the engine streamed (not parsed: an agent sends it back as it came)."""
+
+    id: str
+    name: str
+    arguments: str
 
 
 def _loads(data: str | bytes) -> Any:
@@ -60,7 +71,8 @@ class StreamTimer:
         self.text_parts: list[str] = []
         self.reasoning_parts: list[str] = []
         self.done = False  # `[DONE]` arrived
-        self.tool_calls = False  # output came as tool calls: not in `text`, so not for the tokenizer
+        # tool calls by their index in the stream: name first, arguments in pieces (not in `text`)
+        self.tool_calls: list[ToolCall] = []
         self._output_times = raw.output_times
         self._timings: dict[str, Any] | None = None  # llama.cpp's `timings`, the last one sent
         self.secrets = secrets
@@ -122,9 +134,10 @@ class StreamTimer:
                                 raise TypeError("reasoning")
                             self.reasoning_parts.append(reasoning)
                             output = True
-                        if delta.get("tool_calls"):
+                        tool_calls = delta.get("tool_calls")
+                        if tool_calls:
                             output = visible = True
-                            self.tool_calls = True
+                            self._on_tool_call_deltas(tool_calls)
                 else:
                     text = choice.get("text")
                     if text:
@@ -148,6 +161,28 @@ class StreamTimer:
             self._timings = chunk["timings"]
         if chunk.get("error") is not None or chunk.get("object") == "error":
             self.on_error_payload(t, chunk)
+
+    def _on_tool_call_deltas(self, deltas: list[dict[str, Any]]) -> None:
+        """OpenAI's streamed tool calls: each piece names its call by `index`; the first piece of a
+        call carries its id and name, later ones add to its arguments."""
+        calls = self.tool_calls
+        for delta in deltas:
+            index = delta.get("index", len(calls) - 1 if calls else 0)
+            if type(index) is not int or index < 0:
+                raise TypeError("tool_calls.index")
+            while len(calls) <= index:
+                calls.append(ToolCall("", "", ""))
+            call = calls[index]
+            if delta.get("id"):
+                call.id = str(delta["id"])
+            function = delta.get("function") or {}
+            if function.get("name"):
+                call.name += str(function["name"])
+            arguments = function.get("arguments")
+            if arguments:
+                if type(arguments) is not str:
+                    raise TypeError("tool_calls.function.arguments")
+                call.arguments += arguments
 
     def on_done(self, t: float) -> None:
         """`data: [DONE]`: the end of the stream; E2E ends here."""

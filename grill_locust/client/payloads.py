@@ -55,10 +55,15 @@ def chat_payload(
     extra_body: dict[str, Any] | None = None,
     *,
     engine: str = "openai",
+    tools: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """A streaming chat completion request body."""
+    """A streaming chat completion request body; with `tools` (OpenAI's function schemas), the model
+    chooses whether to call them (`tool_choice: auto`)."""
     body = _sampling(model, engine)
     body["messages"] = messages
+    if tools:
+        body["tools"] = tools
+        body["tool_choice"] = "auto"
     return _streaming(body, extra_body)
 
 

@@ -31,6 +31,7 @@ class Expected:
     text: str
     reasoning: str = ""
     error_contains: str = ""
+    tool_calls: tuple[tuple[str, str, str], ...] = ()  # (id, name, arguments), assembled from the pieces
 
 
 VLLM_CHAT = Expected("ok", (2, 3, 4, 5, 6), 2, 9, "stop", 1534, 1520, 5, "usage", "def add(a, b):")
@@ -59,7 +60,19 @@ EXPECTED: dict[str, Expected] = {
     ),
     "ollama_chat": Expected("ok", (1, 2, 3), 2, 6, "stop", 26, None, 3, "usage", "print(1)", "Hmm"),
     # tool_calls deltas are output, and visible (not reasoning)
-    "litellm_tool_calls": Expected("ok", (2, 3), 2, 6, "tool_calls", 310, 256, 11, "usage", ""),
+    "litellm_tool_calls": Expected(
+        "ok",
+        (2, 3),
+        2,
+        6,
+        "tool_calls",
+        310,
+        256,
+        11,
+        "usage",
+        "",
+        tool_calls=(("call_1", "read_file", '{"path": "a.py"}'),),
+    ),
     "litellm_error_midstream": Expected(
         "http_500", (1,), 1, 2, None, None, None, 1, "events", "class", error_contains="Connection reset"
     ),
@@ -104,6 +117,7 @@ def test_transcript_metrics_follow_the_contract(name: str) -> None:
         assert m.tpot_s is None
     assert timer.text == expected.text
     assert timer.reasoning == expected.reasoning
+    assert tuple((c.id, c.name, c.arguments) for c in timer.tool_calls) == expected.tool_calls
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))
@@ -116,6 +130,7 @@ def test_transcript_in_one_recv_and_byte_by_byte_gives_the_same_record(name: str
         assert timer.raw.status == by_piece.raw.status
         assert len(timer.raw.output_times) == len(by_piece.raw.output_times)
         assert timer.text == by_piece.text and timer.reasoning == by_piece.reasoning
+        assert timer.tool_calls == by_piece.tool_calls
         assert timer.raw.completion_tokens == by_piece.raw.completion_tokens
         assert timer.raw.cached_tokens == by_piece.raw.cached_tokens
     # all events of one recv share its arrival time
