@@ -8,7 +8,14 @@ from grill_locust.client._reader import StreamReader
 from grill_locust.client._sse import NamedEvent, SSEParser
 from grill_locust.client._timer import StreamTimer, ToolCall
 from grill_locust.client.backend_http import HttpReply, NoReply, TokenizeError, request_once
-from grill_locust.client.payloads import CHAT_PATH, COMPLETIONS_PATH, chat_payload, completions_payload
+from grill_locust.client.payloads import (
+    CHAT_PATH,
+    COMPLETIONS_PATH,
+    chat_payload,
+    completion_prompt,
+    completions_payload,
+    request_for,
+)
 
 __all__ = [
     "CHAT_PATH",
@@ -28,6 +35,8 @@ __all__ = [
     "TokenizeError",
     "ToolCall",
     "chat_payload",
+    "completion_prompt",
     "completions_payload",
+    "request_for",
     "request_once",
 ]

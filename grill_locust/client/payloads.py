@@ -9,6 +9,7 @@ parameter is called, if it has one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from grill_locust.engines import engine_facts
@@ -74,3 +75,25 @@ def completions_payload(
     body = _sampling(model, engine)
     body["prompt"] = prompt
     return _streaming(body, extra_body)
+
+
+def completion_prompt(messages: Sequence[dict[str, Any]]) -> str:
+    """Chat messages as one plain-text prompt (completions API): each labelled with its role, then the
+    cue for the answer, so that a base model answers instead of carrying on the last message."""
+    parts = [f"{message['role'].capitalize()}: {message['content']}" for message in messages]
+    parts.append("Assistant:")
+    return "\n\n".join(parts)
+
+
+def request_for(
+    backend: Any, model: Any, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None
+) -> tuple[str, dict[str, Any]]:
+    """The path and streaming body that send `messages` (OpenAI chat form) over `backend.api`: the one
+    place that chooses the wire format of a conversation's request."""
+    extra_body = getattr(backend, "extra_body", None)
+    engine = getattr(backend, "engine", "openai")
+    if backend.api == "completions":
+        return COMPLETIONS_PATH, completions_payload(
+            model, completion_prompt(messages), extra_body, engine=engine
+        )
+    return CHAT_PATH, chat_payload(model, messages, extra_body, engine=engine, tools=tools)

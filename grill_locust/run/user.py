@@ -13,13 +13,12 @@ import gevent
 from gevent import GreenletExit
 from locust import User, constant, task
 
-from grill_locust.client import CHAT_PATH, COMPLETIONS_PATH, EngineClient, chat_payload, completions_payload
+from grill_locust.client import EngineClient, request_for
 from grill_locust.config import Scenario, Target
 from grill_locust.record import CANCELLED, STATUS_OK, build_record, measure
 from grill_locust.run.phase import Phase
 from grill_locust.run.state import run_state
 from grill_locust.run.worker import WorkerState
-from grill_locust.workload.generators import completion_prompt
 
 IDLE_POLL_S = 0.1  # how often an idle user looks for new work
 STATUS_RATE_LIMITED = "http_429"
@@ -80,14 +79,8 @@ class GrillUser(User):
     def _send(
         self, target: Target, messages: list[dict[str, str]], labels: dict[str, Any], turn: int
     ) -> str | None:
-        backend, model = target.backend, target.model
-        if backend.api == "completions":
-            prompt = completion_prompt(messages)
-            path = COMPLETIONS_PATH
-            payload = completions_payload(model, prompt, backend.extra_body, engine=backend.engine)
-        else:
-            path = CHAT_PATH
-            payload = chat_payload(model, messages, backend.extra_body, engine=backend.engine)
+        backend = target.backend
+        path, payload = request_for(backend, target.model, messages)
         client = self.client_for(target)
         retries = 0
         while True:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from grill_locust.client.payloads import completion_prompt
 from grill_locust.workload.calibrate import MeasuredCorpus, TokenCounter, id_span, name_span
 from grill_locust.workload.corpus import Corpus, Excerpt, stdlib_corpus
 from grill_locust.workload.heads import (
@@ -72,14 +73,6 @@ class ConversationScript:
     def prompt(self, turn: int, replies: Sequence[str]) -> str:
         """The same conversation as one plain-text prompt, for the completions API."""
         return completion_prompt(self.messages(turn, replies))
-
-
-def completion_prompt(messages: Sequence[dict[str, str]]) -> str:
-    """Chat messages as one plain-text prompt (completions API): each labelled with its role, then the
-    cue for the answer, so that a base model answers instead of carrying on the last message."""
-    parts = [f"{message['role'].capitalize()}: {message['content']}" for message in messages]
-    parts.append("Assistant:")
-    return "\n\n".join(parts)
 
 
 @dataclass(frozen=True)
