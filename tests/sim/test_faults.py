@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from sim_driver import TruthSim, chat_payload, request
+from sim_driver import TruthSim, chat_payload, request, truth_of
 
 from grill_locust.sim import SimProcess
 
@@ -46,17 +46,6 @@ def test_stall_accepts_then_sends_nothing(sim):
     assert result.error == "TimeoutError"
     assert result.output_times() == []
     assert time.monotonic() - started >= 0.5
-
-
-def truth_of(sim: TruthSim, request_id: str, timeout_s: float = 5.0) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for line in sim.truth_path.read_text().splitlines():
-            record = json.loads(line)
-            if record["request_id"] == request_id:
-                return record
-        time.sleep(0.1)
-    raise AssertionError(f"{request_id} not in the truth log")
 
 
 def test_cut_stream_has_no_finish_and_no_done(sim):
