@@ -169,8 +169,8 @@ def error_body(status: int, message: str, param: str | None = None) -> bytes:
 
 
 def error_event(status: int, message: str) -> bytes:
-    """An error inside a 200 stream, as vLLM sends an engine error raised mid-stream."""
-    return b"data: " + error_body(status, message) + b"\n\n"
+    """An error inside a 200 stream, then `[DONE]`, as vLLM ends a stream whose request failed."""
+    return b"data: " + error_body(status, message) + b"\n\n" + DONE_EVENT
 
 
 def json_body(value: Any) -> bytes:
