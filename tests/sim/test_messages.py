@@ -28,7 +28,7 @@ SYSTEM = "You are a coding agent working in a Python repository. " * 12
 @pytest.fixture(scope="module")
 def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TruthSim]:
     truth = tmp_path_factory.mktemp("messages") / "truth.jsonl"
-    args = ["--reasoning-tokens", str(REASONING_TOKENS)]
+    args = ["--reasoning-tokens", str(REASONING_TOKENS), "--step-a-ms", "3"]
     with SimProcess.start("vllm", truth_log=str(truth), extra_args=args, api_key=KEY) as process:
         yield TruthSim(process, truth)
 

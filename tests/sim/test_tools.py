@@ -4,14 +4,26 @@ arguments valid for the tool's schema and usage that counts exactly what was str
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import jsonschema
+import pytest
 from sim_driver import TruthSim, chat_payload, request, truth_of
 
 from grill_locust.client import EngineClient
 from grill_locust.client import chat_payload as client_chat_payload
 from grill_locust.config import Backend
 from grill_locust.record import measure
+from grill_locust.sim import SimProcess
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TruthSim]:
+    truth = tmp_path_factory.mktemp("tools") / "truth.jsonl"
+    args = ["--reasoning-tokens", "0", "--step-a-ms", "3"]  # short steps: tool calls are dozens of tokens
+    with SimProcess.start("vllm", truth_log=str(truth), extra_args=args) as process:
+        yield TruthSim(process, truth)
+
 
 TOOLS = [
     {
@@ -81,10 +93,8 @@ def tool_deltas(chunks: list[dict]) -> list[dict]:
     return [d for c in chunks for ch in c["choices"] for d in ch["delta"].get("tool_calls", [])]
 
 
-def test_tool_call_streams_as_vllm_and_the_client_reads_it_whole(vllm_sim: TruthSim) -> None:
-    client = EngineClient(
-        Backend.model_validate({"name": "sim", "url": vllm_sim.process.url, "engine": "vllm"})
-    )
+def test_tool_call_streams_as_vllm_and_the_client_reads_it_whole(sim: TruthSim) -> None:
+    client = EngineClient(Backend.model_validate({"name": "sim", "url": sim.process.url, "engine": "vllm"}))
     model = type("Model", (), {"name": "grill-sim", "max_tokens": 64, "temperature": 0.0})()
     payload = client_chat_payload(model, HISTORY, tools=TOOLS)
     result = client.stream("/v1/chat/completions", payload)
@@ -96,7 +106,7 @@ def test_tool_call_streams_as_vllm_and_the_client_reads_it_whole(vllm_sim: Truth
     # one output event per output token: the call's header, then one piece of its arguments each
     assert metrics.output_tokens == len(result.raw.output_times)
 
-    chunks = request(vllm_sim.port, "/v1/chat/completions", payload).chunks()
+    chunks = request(sim.port, "/v1/chat/completions", payload).chunks()
     deltas = tool_deltas(chunks)
     header, *pieces = deltas
     assert header == {
@@ -111,9 +121,9 @@ def test_tool_call_streams_as_vllm_and_the_client_reads_it_whole(vllm_sim: Truth
     assert finals == ["tool_calls"] and chunks[-1]["usage"]["completion_tokens"] == metrics.output_tokens
 
 
-def test_the_call_is_fixed_by_the_seed_or_else_by_the_prompt(vllm_sim: TruthSim) -> None:
+def test_the_call_is_fixed_by_the_seed_or_else_by_the_prompt(sim: TruthSim) -> None:
     def call(**extra) -> tuple[str, str, str]:
-        chunks = request(vllm_sim.port, "/v1/chat/completions", tool_payload(**extra)).chunks()
+        chunks = request(sim.port, "/v1/chat/completions", tool_payload(**extra)).chunks()
         header, *pieces = tool_deltas(chunks)
         return header["id"], header["function"]["name"], "".join(p["function"]["arguments"] for p in pieces)
 
@@ -125,18 +135,18 @@ def test_the_call_is_fixed_by_the_seed_or_else_by_the_prompt(vllm_sim: TruthSim)
         jsonschema.validate(json.loads(arguments), SCHEMAS[name])
 
 
-def test_usage_counts_the_tools_and_the_tool_history_as_tokenize_does(vllm_sim: TruthSim) -> None:
+def test_usage_counts_the_tools_and_the_tool_history_as_tokenize_does(sim: TruthSim) -> None:
     body = {"model": "grill-sim", "messages": HISTORY, "tools": TOOLS}
-    with_tools = request(vllm_sim.port, "/tokenize", body).json()["count"]
-    without_tools = request(vllm_sim.port, "/tokenize", {"messages": HISTORY}).json()["count"]
-    without_history = request(vllm_sim.port, "/tokenize", {"messages": HISTORY[:2], "tools": TOOLS}).json()
+    with_tools = request(sim.port, "/tokenize", body).json()["count"]
+    without_tools = request(sim.port, "/tokenize", {"messages": HISTORY}).json()["count"]
+    without_history = request(sim.port, "/tokenize", {"messages": HISTORY[:2], "tools": TOOLS}).json()
     assert with_tools > without_tools > 0 and with_tools > without_history["count"]
     payload = {**tool_payload(seed=3), "messages": HISTORY}
-    result = request(vllm_sim.port, "/v1/chat/completions", payload)
+    result = request(sim.port, "/v1/chat/completions", payload)
     usage = result.chunks()[-1]["usage"]
     assert usage["prompt_tokens"] == with_tools
     assert usage["completion_tokens"] == len(result.output_times()) + len(tool_deltas(result.chunks()))
-    truth = truth_of(vllm_sim, result.headers["x-request-id"])
+    truth = truth_of(sim, result.headers["x-request-id"])
     assert (truth["prompt_tokens"], truth["output_tokens"], truth["finish_reason"]) == (
         with_tools,
         usage["completion_tokens"],
@@ -144,10 +154,8 @@ def test_usage_counts_the_tools_and_the_tool_history_as_tokenize_does(vllm_sim: 
     )
 
 
-def test_ignore_eos_fills_max_tokens_with_text_then_the_call(vllm_sim: TruthSim) -> None:
-    result = request(
-        vllm_sim.port, "/v1/chat/completions", tool_payload(max_tokens=48, ignore_eos=True, seed=1)
-    )
+def test_ignore_eos_fills_max_tokens_with_text_then_the_call(sim: TruthSim) -> None:
+    result = request(sim.port, "/v1/chat/completions", tool_payload(max_tokens=48, ignore_eos=True, seed=1))
     chunks = result.chunks()
     assert chunks[-1]["usage"]["completion_tokens"] == 48
     kinds = ["tool" if ch["delta"].get("tool_calls") else "text" for c in chunks[1:-1] for ch in c["choices"]]
@@ -156,20 +164,20 @@ def test_ignore_eos_fills_max_tokens_with_text_then_the_call(vllm_sim: TruthSim)
     assert chunks[-2]["choices"][0]["finish_reason"] == "tool_calls"
 
 
-def test_a_call_cut_by_max_tokens_ends_with_length(vllm_sim: TruthSim) -> None:
+def test_a_call_cut_by_max_tokens_ends_with_length(sim: TruthSim) -> None:
     payload = tool_payload(max_tokens=12, ignore_eos=True, seed=1)  # the call needs more than 12 tokens
-    chunks = request(vllm_sim.port, "/v1/chat/completions", payload).chunks()
+    chunks = request(sim.port, "/v1/chat/completions", payload).chunks()
     assert chunks[-2]["choices"][0]["finish_reason"] == "length"
     assert len(tool_deltas(chunks)) == 12
-    whole = request(vllm_sim.port, "/v1/chat/completions", {**payload, "stream": False}).json()
+    whole = request(sim.port, "/v1/chat/completions", {**payload, "stream": False}).json()
     (choice,) = whole["choices"]
     assert choice["finish_reason"] == "length" and choice["message"]["tool_calls"] == []
 
 
-def test_not_streamed_the_call_is_in_the_message(vllm_sim: TruthSim) -> None:
-    streamed = request(vllm_sim.port, "/v1/chat/completions", tool_payload(seed=5))
+def test_not_streamed_the_call_is_in_the_message(sim: TruthSim) -> None:
+    streamed = request(sim.port, "/v1/chat/completions", tool_payload(seed=5))
     header, *pieces = tool_deltas(streamed.chunks())
-    whole = request(vllm_sim.port, "/v1/chat/completions", tool_payload(seed=5, stream=False)).json()
+    whole = request(sim.port, "/v1/chat/completions", tool_payload(seed=5, stream=False)).json()
     (choice,) = whole["choices"]
     assert choice["finish_reason"] == "tool_calls"
     assert choice["message"]["tool_calls"] == [
@@ -185,24 +193,22 @@ def test_not_streamed_the_call_is_in_the_message(vllm_sim: TruthSim) -> None:
     assert whole["usage"]["completion_tokens"] == streamed.chunks()[-1]["usage"]["completion_tokens"]
 
 
-def test_tool_choice_none_or_a_named_tool(vllm_sim: TruthSim) -> None:
-    plain = request(vllm_sim.port, "/v1/chat/completions", tool_payload(tool_choice="none", max_tokens=6))
+def test_tool_choice_none_or_a_named_tool(sim: TruthSim) -> None:
+    plain = request(sim.port, "/v1/chat/completions", tool_payload(tool_choice="none", max_tokens=6))
     assert not tool_deltas(plain.chunks()) and len(plain.output_times()) == 6
     named = {"type": "function", "function": {"name": "grep"}}
     for seed in range(2):
         header, *_ = tool_deltas(
-            request(
-                vllm_sim.port, "/v1/chat/completions", tool_payload(tool_choice=named, seed=seed)
-            ).chunks()
+            request(sim.port, "/v1/chat/completions", tool_payload(tool_choice=named, seed=seed)).chunks()
         )
         assert header["function"]["name"] == "grep"
 
 
-def test_malformed_tools_are_refused(vllm_sim: TruthSim) -> None:
+def test_malformed_tools_are_refused(sim: TruthSim) -> None:
     for tools, tool_choice in (([{"type": "function"}], "auto"), (TOOLS, {"function": {"name": "rm"}})):
         payload = {**tool_payload(), "tools": tools, "tool_choice": tool_choice}
-        result = request(vllm_sim.port, "/v1/chat/completions", payload)
+        result = request(sim.port, "/v1/chat/completions", payload)
         assert result.status == 400 and "tool" in result.json()["error"]["message"]
     history = [{"role": "assistant", "content": "x", "tool_calls": "read_file"}]
-    result = request(vllm_sim.port, "/v1/chat/completions", {**tool_payload(), "messages": history})
+    result = request(sim.port, "/v1/chat/completions", {**tool_payload(), "messages": history})
     assert result.status == 400 and "tool_calls" in result.json()["error"]["message"]
