@@ -253,7 +253,7 @@ def figure_agent_steps(steps: pd.DataFrame, colors: dict[str, str], conversation
     columns = min(len(tiers), AGENT_TIERS_PER_ROW)
     bands = math.ceil(len(tiers) / columns)
     figure, axes = plt.subplots(
-        2 * bands, columns, figsize=(3.6 * columns + 1.0, 5.6 * bands + 0.8), dpi=FIGURE_DPI, squeeze=False
+        2 * bands, columns, figsize=(3.6 * columns + 1.0, 5.6 * bands + 1.3), dpi=FIGURE_DPI, squeeze=False
     )
     for index, users in enumerate(tiers):
         ttft_axes = axes[2 * (index // columns)][index % columns]
@@ -293,9 +293,9 @@ def figure_agent_steps(steps: pd.DataFrame, colors: dict[str, str], conversation
         handles.append(Line2D([], [], color="grey", alpha=0.4, linewidth=6, label="TTFT p50 to p90"))
     figure.suptitle(f"{conversation}: agent steps, per tier", fontsize=12)
     figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
-    height_in = 5.6 * bands + 0.8
+    height_in = 5.6 * bands + 1.3
     figure.subplots_adjust(
-        left=0.08, right=0.98, top=1 - 0.5 / height_in, bottom=0.7 / height_in, hspace=0.55, wspace=0.3
+        left=0.08, right=0.98, top=1 - 1.0 / height_in, bottom=0.7 / height_in, hspace=0.55, wspace=0.3
     )
     return figure
 
