@@ -9,6 +9,7 @@ Measurements and fields: grill_locust/sinks/influx.py and grill_locust/telemetry
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ REQUEST_FILTER = (
     "AND $timeFilter"
 )
 OK_REQUEST_FILTER = f"\"status\" = 'ok' AND {REQUEST_FILTER}"
+# agent sessions' steps carry a `step` tag (grill_locust/sinks/line_protocol.py)
+OK_AGENT_STEP_FILTER = f"\"kind\" = 'agentic' AND {OK_REQUEST_FILTER}"
 TIER_FILTER = REQUEST_FILTER
 ENGINE_FILTER = '"backend" =~ /^$backend$/ AND $timeFilter'
 GPU_FILTER = '"host" =~ /^$host$/ AND $timeFilter'
@@ -133,10 +136,26 @@ def versus_users(
     panel_id: int, title: str, query: str, position: dict[str, int], unit: str, description: str
 ) -> dict[str, Any]:
     """A metric against tier users, one series per run, backend and model (the query groups by those
-    and tier_users): runs and models are never pooled, whatever the variables select.
+    and tier_users): runs and models are never pooled, whatever the variables select. The seed's
+    "metric vs concurrent users" lines."""
+    return xy_chart(panel_id, title, query, position, unit, description, "tier_users", SERIES_TAGS)
 
-    The table result (Time, run_id, backend, model, tier_users, value) is turned into one frame per
-    series with tier_users as a number, sorted, so the XY chart draws the seed's "metric vs concurrent users" lines.
+
+def xy_chart(
+    panel_id: int,
+    title: str,
+    query: str,
+    position: dict[str, int],
+    unit: str,
+    description: str,
+    x_field: str,
+    line_tags: tuple[str, ...],
+) -> dict[str, Any]:
+    """Lines of a metric against `x_field` (a column of the query: a field, or a tag it groups by),
+    one line per value of `line_tags` (tags the query groups by).
+
+    The table result (Time, the tags, the values) is turned into one frame per line with x as a number,
+    sorted by x, so the XY chart draws lines.
     """
     return {
         "id": panel_id,
@@ -150,10 +169,10 @@ def versus_users(
             {"id": "organize", "options": {"excludeByName": {"Time": True}}},
             {
                 "id": "convertFieldType",
-                "options": {"conversions": [{"targetField": "tier_users", "destinationType": "number"}]},
+                "options": {"conversions": [{"targetField": x_field, "destinationType": "number"}]},
             },
-            {"id": "partitionByValues", "options": {"fields": list(SERIES_TAGS), "keepFields": False}},
-            {"id": "sortBy", "options": {"sort": [{"field": "tier_users", "desc": False}]}},
+            {"id": "partitionByValues", "options": {"fields": list(line_tags), "keepFields": False}},
+            {"id": "sortBy", "options": {"sort": [{"field": x_field, "desc": False}]}},
         ],
         "fieldConfig": {
             "defaults": {
@@ -162,15 +181,15 @@ def versus_users(
             },
             "overrides": [
                 {
-                    "matcher": {"id": "byName", "options": "tier_users"},
+                    "matcher": {"id": "byName", "options": x_field},
                     "properties": [{"id": "unit", "value": "none"}],
                 }
             ],
         },
         "options": {
             "mapping": "auto",
-            "series": [{"x": {"matcher": {"id": "byName", "options": "tier_users"}}}],
-            "dims": {"x": "tier_users"},
+            "series": [{"x": {"matcher": {"id": "byName", "options": x_field}}}],
+            "dims": {"x": x_field},
             "legend": {"showLegend": True, "displayMode": "list", "placement": "bottom"},
             "tooltip": {"mode": "multi"},
         },
@@ -277,15 +296,69 @@ def engine_comparison() -> dict[str, Any]:
         position = grid((offset % 3) * 8, 1 + (offset // 3) * 8, 8, 8)
         panels.append(versus_users(panel_id, f"{title} — $conversation", query, position, unit, description))
         panel_id += 1
+    panels += agent_panels(panel_id, 1 + 8 * math.ceil((len(COMPARISON_METRICS) + len(TIER_METRICS)) / 3))
     return dashboard(
         "grill-engine-comparison",
         "grill-locust — Engine comparison",
-        "Per conversation: TTFT, TPOT, tokens/s and E2E p50 against concurrent users, one line per run, backend and model.",
+        "Per conversation: TTFT, TPOT, tokens/s and E2E p50 against concurrent users, one line per run, backend "
+        "and model; agent sessions: TTFT against context per step, the session wait, the cached ratio per step.",
         request_variables(),
         panels,
         "now-24h",
         "30s",
     )
+
+
+def agent_panels(first_id: int, y: int) -> list[dict[str, Any]]:
+    """The agent-session panels of a conversation's row (empty for conversations of other kinds)."""
+    step_group = f'GROUP BY {SERIES_GROUP}, "tier_users", "step"'
+    ttft_by_context = (
+        'SELECT median("prompt_tokens") AS "context_tokens_p50", median("ttft_s") AS "ttft_p50_s", '
+        f'percentile("ttft_s", 90) AS "ttft_p90_s" FROM "grill_request" WHERE {OK_AGENT_STEP_FILTER} {step_group}'
+    )
+    session_wait = (
+        'SELECT last("session_wait_p50_s") AS "session_wait_p50_s", last("session_wait_p90_s") AS '
+        f'"session_wait_p90_s" FROM "grill_tier" WHERE {TIER_FILTER} GROUP BY {SERIES_GROUP}, "tier_users"'
+    )
+    cached_by_step = (
+        'SELECT mean("cached_ratio") AS "cached_ratio_mean", percentile("cached_ratio", 10) AS "cached_ratio_p10" '
+        'FROM (SELECT "cached_tokens" / "prompt_tokens" AS "cached_ratio" FROM "grill_request" '
+        f"WHERE {OK_AGENT_STEP_FILTER} {step_group}) WHERE $timeFilter {step_group}"
+    )
+    per_step_lines = (*SERIES_TAGS, "tier_users")
+    return [
+        xy_chart(
+            first_id,
+            "Agent: TTFT vs context per step — $conversation",
+            ttft_by_context,
+            grid(0, y, 8, 8),
+            "s",
+            "Agent sessions, ok requests: TTFT p50 and p90 at each step against the step's median context "
+            "(prompt tokens), one line per run, backend, model and tier",
+            "context_tokens_p50",
+            per_step_lines,
+        ),
+        versus_users(
+            first_id + 1,
+            "Agent: session wait vs users — $conversation",
+            session_wait,
+            grid(8, y, 8, 8),
+            "s",
+            "The developer's wait per agent session (Σ E2E; of parallel sub-sessions the longest), p50 and "
+            "p90 over ok sessions, from the master's tier summary (grill_tier)",
+        ),
+        xy_chart(
+            first_id + 2,
+            "Agent: cached ratio per step — $conversation",
+            cached_by_step,
+            grid(16, y, 8, 8),
+            "percentunit",
+            "Agent sessions, ok requests: cached / prompt tokens at each step, mean and p10 (nearest rank: "
+            "none at a step with fewer than 5 requests)",
+            "step",
+            per_step_lines,
+        ),
+    ]
 
 
 # ---------------------------------------------------------------- (b) Live run

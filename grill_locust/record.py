@@ -21,6 +21,8 @@ CANCELLED = "cancelled"  # the error of a `stream_cut` request that our own stop
 STATUS_BAD_EVENT = "bad_event"
 STATUS_EMPTY = "empty"
 
+KIND_AGENTIC = "agentic"  # the workload kind of agent sessions: each record is a step, `turn` its number
+
 # The load generator's own health: above either threshold its latencies are suspect (the tier is flagged).
 SATURATION_LAG_P99_MS = 5.0  # event-loop lag p99 of the worker
 SATURATION_CPU_PCT = 70.0  # CPU use of the worker process, percent of one core

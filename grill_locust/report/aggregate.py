@@ -27,6 +27,13 @@ from grill_locust.record import (
     STATUS_STREAM_CUT,
 )
 from grill_locust.report.load import RunData, load_run
+from grill_locust.report.sessions import (
+    SESSION_TIER_COLUMNS,
+    STEP_COLUMNS,
+    agent_sessions,
+    agent_steps,
+    session_tier_figures,
+)
 
 TIER_KEYS: list[str] = ["target", "tier_index"]
 QUANTILES: tuple[int, ...] = (50, 90, 99)
@@ -83,6 +90,7 @@ SUMMARY_COLUMNS: list[str] = [
     "ttft_turn_ratio",
     "e2e_turn_ratio",
     "context_growth",
+    *SESSION_TIER_COLUMNS,
     "worker_lag_p99_ms",
     "worker_cpu_mean",
     "saturated",
@@ -162,15 +170,31 @@ class _Stats:
         return frame
 
 
+@dataclass(frozen=True)
+class RunTables:
+    """Every table of one run's report: tiers, multi-turn turns, agent sessions and agent steps."""
+
+    summary: pd.DataFrame
+    turns: pd.DataFrame
+    sessions: pd.DataFrame  # report.sessions.SESSION_COLUMNS, one row per agent session
+    agent_steps: pd.DataFrame  # STEP_COLUMNS, one row per target x tier x agent step
+
+
 def summarize(run: RunData) -> pd.DataFrame:
     """One row per target x tier (SUMMARY_COLUMNS, then any telemetry columns), sorted by target and users."""
-    return _summarize(run, _Stats.of(run.records))
+    return _summarize(run, _Stats.of(run.records), agent_sessions(run.records))
 
 
-def summarize_with_turns(run: RunData) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """summarize(run) and summarize_turns(run), sharing the work of reading the records once."""
+def summarize_all(run: RunData) -> RunTables:
+    """Every table of the run, sharing the work of reading the records once."""
     stats = _Stats.of(run.records)
-    return _summarize(run, stats), _summarize_turns(run, stats)
+    sessions = agent_sessions(run.records)
+    steps = agent_steps(run.records)
+    if len(steps):
+        steps["series"] = series_names(steps)
+    return RunTables(
+        _summarize(run, stats, sessions), _summarize_turns(run, stats), sessions, steps[STEP_COLUMNS]
+    )
 
 
 def _tier_lag_p99(frame: pd.DataFrame) -> pd.Series:
@@ -182,7 +206,7 @@ def _tier_lag_p99(frame: pd.DataFrame) -> pd.Series:
     return by_worker["worker_lag_p99_ms"].last().groupby(level=TIER_KEYS).max()
 
 
-def _summarize(run: RunData, stats: _Stats) -> pd.DataFrame:
+def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> pd.DataFrame:
     records = run.records
     if not len(records) and not len(run.phases):
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
@@ -246,6 +270,7 @@ def _summarize(run: RunData, stats: _Stats) -> pd.DataFrame:
     earlier = phases.get("earlier_attempt_requests", pd.Series(0, index=phases.index))
     summary["earlier_attempt_requests"] = earlier.reindex(summary.index).fillna(0).astype("int64")
     summary["flags"] = _flags(summary)
+    summary = summary.join(_session_columns(summary.index, sessions))
 
     summary = summary.reset_index()
     summary["series"] = series_names(summary)
@@ -257,6 +282,15 @@ def _summarize(run: RunData, stats: _Stats) -> pd.DataFrame:
     for name in (*LABEL_COLUMNS, "series", "flags", "note"):
         summary[name] = summary[name].astype(str)
     return summary.sort_values(["target", "tier_users", "tier_index"], kind="stable").reset_index(drop=True)
+
+
+def _session_columns(tiers: pd.MultiIndex, sessions: pd.DataFrame) -> pd.DataFrame:
+    """SESSION_TIER_COLUMNS for each tier of `tiers` (empty where the tier has no agent sessions)."""
+    keys = pd.MultiIndex.from_arrays(
+        [tiers.get_level_values(0).astype(str), tiers.get_level_values(1).astype("int64")], names=TIER_KEYS
+    )
+    figures = session_tier_figures(sessions).reindex(keys).set_axis(tiers)
+    return figures.astype({name: "Int64" if name.endswith("sessions") else "float64" for name in figures})
 
 
 def _percentiles(ok_by_tier: pd.core.groupby.DataFrameGroupBy) -> pd.DataFrame:

@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from grill_locust.config import Slo
-from grill_locust.report.aggregate import summarize_with_turns
+from grill_locust.report.aggregate import summarize_all
 from grill_locust.report.capacity import capacity_at_slo, recommendations
 from grill_locust.report.load import RunData, load_run
 from grill_locust.report.progress import Progress
@@ -37,6 +37,8 @@ class Report:
     slo: Slo
     summary: pd.DataFrame
     turns: pd.DataFrame
+    sessions: pd.DataFrame  # one row per agent session (report.sessions), empty without agentic records
+    agent_steps: pd.DataFrame  # per target x tier x agent step
     capacity: pd.DataFrame
     recommendations: pd.DataFrame
     compare: bool
@@ -63,32 +65,40 @@ def load_runs(
 
 
 def assemble(runs: list[LabelledRun], slo: Slo, compare: bool, progress: Progress | None = None) -> Report:
-    summaries, turn_tables = [], []
+    per_run: dict[str, list[pd.DataFrame]] = {"summary": [], "turns": [], "sessions": [], "agent_steps": []}
     for labelled in runs:
-        summary, turns = summarize_with_turns(labelled.run)
-        if compare:
-            summary["series"] = labelled.label + "/" + summary["series"].astype(str)
-            turns["series"] = labelled.label + "/" + turns["series"].astype(str)
-        summary.insert(0, "run_label", labelled.label)
-        turns.insert(0, "run_label", labelled.label)
-        summaries.append(summary)
-        turn_tables.append(turns)
+        tables = summarize_all(labelled.run)
+        for name, frames in per_run.items():
+            table = getattr(tables, name)
+            if compare and "series" in table:
+                table["series"] = labelled.label + "/" + table["series"].astype(str)
+            table.insert(0, "run_label", labelled.label)
+            frames.append(table)
         if progress:
             progress.step(f"summarised {labelled.label}")
-    summary = pd.concat(summaries, ignore_index=True) if summaries else pd.DataFrame()
-    nonempty_turns = [t for t in turn_tables if len(t)]
-    turns = pd.concat(nonempty_turns, ignore_index=True) if nonempty_turns else turn_tables[0]
+    summary = pd.concat(per_run["summary"], ignore_index=True) if runs else pd.DataFrame()
+    turns, sessions, agent_steps = (_concat(per_run[name]) for name in ("turns", "sessions", "agent_steps"))
     capacity = capacity_at_slo(summary, slo)
     return Report(
         runs=runs,
         slo=slo,
         summary=summary,
         turns=turns,
+        sessions=sessions,
+        agent_steps=agent_steps,
         capacity=capacity,
         recommendations=recommendations(capacity),
         compare=compare,
         notes=_unreadable_notes(runs) + _slo_notes(runs, slo),
     )
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The runs' tables one under the other; the first (empty, with its columns) when all are empty."""
+    nonempty = [frame for frame in frames if len(frame)]
+    if nonempty:
+        return pd.concat(nonempty, ignore_index=True)
+    return frames[0]
 
 
 def _unreadable_notes(runs: list[LabelledRun]) -> list[str]:
@@ -138,6 +148,7 @@ def report_json(report: Report) -> dict[str, Any]:
         ],
         "tiers": _records(report.summary),
         "turns": _records(report.turns),
+        **({"agent_steps": _records(report.agent_steps)} if len(report.agent_steps) else {}),
         "capacity": _records(report.capacity),
         "recommendations": _records(report.recommendations),
         "notes": report.notes,

@@ -12,7 +12,7 @@ from grill_locust.report.build import Report, assemble, load_runs
 from grill_locust.report.capacity import slo_of_run
 from grill_locust.report.figures import figure_count
 from grill_locust.report.progress import Progress
-from grill_locust.report.tables import format_capacity, format_table, format_turns
+from grill_locust.report.tables import format_agent_steps, format_capacity, format_table, format_turns
 from grill_locust.report.write import write_report
 
 DEFAULT_REPORT_SUBDIR = "report"
@@ -94,10 +94,10 @@ def print_tables(report: Report) -> None:
         print(f"note: {note}")
     print()
     print(format_table(report.summary))
-    turns = format_turns(report.turns)
-    if turns:
-        print()
-        print(turns)
+    for detail in (format_turns(report.turns), format_agent_steps(report.agent_steps)):
+        if detail:
+            print()
+            print(detail)
     print()
     print("Capacity at SLO")
     print(format_capacity(report.capacity))
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         print_tables(report)
         return 0
     out_dir = Path(args.out) if args.out else Path(args.run_dir) / DEFAULT_REPORT_SUBDIR
-    progress.total += figure_count(report.summary) + 1
+    progress.total += figure_count(report.summary, report.agent_steps) + 1
     written = write_report(report, out_dir, band=args.band, progress=progress)
     progress.close()
     for note in report.notes:

@@ -4,6 +4,8 @@ Figure 1.3: TTFT, TPOT, tokens/s and E2E p50 against users for one conversation 
 Figure 1.4: the same metrics as a grid, one row per conversation. GPU utilisation and VRAM against users
 when telemetry columns exist. Users on a log axis; an optional band from p50 to p90; tiers where the
 load generator was saturated are ringed in red, incomplete tiers drawn hollow.
+Agent sessions: per tier, TTFT against the context size of each step and the cached ratio per step;
+the developer's wait per session against users.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ SEED_METRICS: list[MetricPlot] = [
     ),
     MetricPlot("e2e_p50_s", "e2e_p90_s", "E2E latency p50", "s"),
 ]
+SESSION_METRICS: list[MetricPlot] = [
+    MetricPlot("session_wait_p50_s", "session_wait_p90_s", "Session wait p50 (Σ E2E of a session)", "s"),
+    MetricPlot("session_steps_mean", None, "Steps per session, mean", "steps"),
+]
+AGENT_TIERS_PER_ROW = 4  # tiers side by side in the per-step figure before it wraps
 TELEMETRY_METRICS: list[MetricPlot] = [
     MetricPlot("gpu_util_mean", None, "GPU utilisation, mean", "%"),
     MetricPlot("vram_peak_bytes", None, "VRAM, peak", "GiB", 1.0 / GIB_BYTES),
@@ -238,12 +245,96 @@ def figure_telemetry(summary: pd.DataFrame, conversation: str) -> Figure:
     return figure
 
 
+def figure_agent_steps(steps: pd.DataFrame, colors: dict[str, str], conversation: str, band: bool) -> Figure:
+    """Per tier: TTFT p50 (band to p90) against the median context of each step, and the cached ratio
+    per step (mean solid, p10 dashed); one line per series."""
+    rows = steps[steps["conversation"] == conversation]
+    tiers = sorted(rows["tier_users"].astype(int).unique())
+    columns = min(len(tiers), AGENT_TIERS_PER_ROW)
+    bands = math.ceil(len(tiers) / columns)
+    figure, axes = plt.subplots(
+        2 * bands, columns, figsize=(3.6 * columns + 1.0, 5.6 * bands + 1.3), dpi=FIGURE_DPI, squeeze=False
+    )
+    for index, users in enumerate(tiers):
+        ttft_axes = axes[2 * (index // columns)][index % columns]
+        cached_axes = axes[2 * (index // columns) + 1][index % columns]
+        for series, lines in rows[rows["tier_users"] == users].groupby("series", sort=True):
+            color = colors.get(str(series), "black")
+            by_context = lines.sort_values("context_tokens_p50")
+            context = by_context["context_tokens_p50"].astype(float)
+            ttft = by_context["ttft_p50_s"].astype(float)
+            ttft_axes.plot(context, ttft, color=color, marker="o", markersize=3, linewidth=1.6)
+            if band:
+                upper = by_context["ttft_p90_s"].astype(float)
+                ttft_axes.fill_between(context, ttft, upper, color=color, alpha=0.15, linewidth=0)
+            by_step = lines.sort_values("step")
+            cached_axes.plot(by_step["step"], by_step["cached_ratio_mean"] * 100, color=color, linewidth=1.6)
+            cached_axes.plot(
+                by_step["step"], by_step["cached_ratio_p10"] * 100, color=color, linewidth=1.0, linestyle="--"
+            )
+        ttft_axes.set_title(f"{users} users: TTFT p50 vs context", fontsize=9)
+        ttft_axes.set_xlabel("context tokens (median of the step)", fontsize=8)
+        ttft_axes.set_ylabel("s")
+        ttft_axes.set_ylim(bottom=0)
+        cached_axes.set_title(f"{users} users: cached % per step", fontsize=9)
+        cached_axes.set_xlabel("step", fontsize=8)
+        cached_axes.set_ylabel("%")
+        cached_axes.set_ylim(0, 105)
+        for panel in (ttft_axes, cached_axes):
+            panel.tick_params(labelsize=8)
+            panel.grid(True, alpha=0.3)
+    for index in range(len(tiers), bands * columns):  # the wrapped last row's empty places
+        axes[2 * (index // columns)][index % columns].set_visible(False)
+        axes[2 * (index // columns) + 1][index % columns].set_visible(False)
+    names = sorted(rows["series"].astype(str).unique())
+    handles = [Line2D([], [], color=colors.get(name, "black"), label=name) for name in names]
+    handles.append(Line2D([], [], color="grey", linestyle="--", label="cached % p10"))
+    if band:
+        handles.append(Line2D([], [], color="grey", alpha=0.4, linewidth=6, label="TTFT p50 to p90"))
+    figure.suptitle(f"{conversation}: agent steps, per tier", fontsize=12)
+    figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
+    height_in = 5.6 * bands + 1.3
+    figure.subplots_adjust(
+        left=0.08, right=0.98, top=1 - 1.0 / height_in, bottom=0.7 / height_in, hspace=0.55, wspace=0.3
+    )
+    return figure
+
+
+def figure_sessions(summary: pd.DataFrame, conversation: str, band: bool) -> Figure:
+    """Session wait p50 (band to p90) and steps per session against users, one line per series."""
+    tiers = summary[(summary["conversation"] == conversation) & summary["session_wait_p50_s"].notna()]
+    colors = series_colors(summary)
+    figure, axes = plt.subplots(1, len(SESSION_METRICS), figsize=(11, 4.2), dpi=FIGURE_DPI, squeeze=False)
+    for panel, metric in zip(axes[0], SESSION_METRICS, strict=True):
+        _plot_panel(panel, tiers, metric, colors, band)
+    figure.suptitle(f"{conversation}: the developer's wait per agent session", fontsize=12)
+    handles = _legend_handles(tiers, {s: colors[s] for s in sorted(tiers["series"].unique())}, band)
+    figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
+    figure.subplots_adjust(left=0.07, right=0.98, top=0.86, bottom=0.24, wspace=0.25)
+    return figure
+
+
+def _agent_conversations(summary: pd.DataFrame, steps: pd.DataFrame | None) -> list[str]:
+    """Conversations with agent steps to plot and session waits to plot (ok sessions in some tier)."""
+    if steps is None or not len(steps) or "session_wait_p50_s" not in summary:
+        return []
+    with_waits = set(summary.loc[summary["session_wait_p50_s"].notna(), "conversation"].astype(str))
+    return sorted(set(steps["conversation"].astype(str)) & with_waits)
+
+
 def slug(text: str) -> str:
     return re.sub(r"[^a-zA-Z0-9]+", "-", text).strip("-").lower() or "conversation"
 
 
-def write_figures(summary: pd.DataFrame, out_dir: Path, band: bool = True, on_step=None) -> list[FigureFile]:
-    """Every figure of a report as PNG in out_dir; `on_step(name)` after each (progress)."""
+def write_figures(
+    summary: pd.DataFrame,
+    out_dir: Path,
+    band: bool = True,
+    on_step=None,
+    steps: pd.DataFrame | None = None,
+) -> list[FigureFile]:
+    """Every figure of a report as PNG in out_dir; `on_step(name)` after each (progress); `steps`:
+    the report's agent steps (agent figures for each agentic conversation)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     files: list[FigureFile] = []
     plotted = summary[summary["requests"] > 0]
@@ -280,13 +371,32 @@ def write_figures(summary: pd.DataFrame, out_dir: Path, band: bool = True, on_st
                 f"{conversation}: GPU utilisation and VRAM against users",
                 "Per tier: mean GPU utilisation and peak VRAM from telemetry.",
             )
+    for conversation in _agent_conversations(plotted, steps):
+        assert steps is not None
+        save(
+            figure_agent_steps(steps, series_colors(plotted), conversation, band),
+            f"agent-steps-{slug(conversation)}.png",
+            f"{conversation}: TTFT against context size, cached ratio per step",
+            "Per tier, over successful requests: TTFT p50 at each step against the step's median context "
+            "tokens" + (" (shaded: to p90)" if band else "") + "; cached tokens / prompt tokens per step, "
+            "mean (solid) and p10 (dashed).",
+        )
+        save(
+            figure_sessions(plotted, conversation, band),
+            f"sessions-{slug(conversation)}.png",
+            f"{conversation}: session wait and steps per session against users",
+            "Σ E2E of each ok session (sub-sessions: the longest), p50"
+            + (" to p90" if band else "")
+            + "; failed sessions are not in the percentiles (summary.csv counts them).",
+        )
     return files
 
 
-def figure_count(summary: pd.DataFrame) -> int:
+def figure_count(summary: pd.DataFrame, steps: pd.DataFrame | None = None) -> int:
     """How many figures write_figures will write (for the progress bar)."""
     plotted = summary[summary["requests"] > 0]
     if not len(plotted):
         return 0
     conversations = plotted["conversation"].nunique()
-    return conversations + 1 + (conversations if has_telemetry(plotted) else 0)
+    agent = 2 * len(_agent_conversations(plotted, steps))
+    return conversations + 1 + (conversations if has_telemetry(plotted) else 0) + agent

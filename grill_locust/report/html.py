@@ -11,7 +11,7 @@ import pandas as pd
 
 from grill_locust.report.build import Report
 from grill_locust.report.figures import FigureFile
-from grill_locust.report.tables import display_capacity, display_tiers, display_turns
+from grill_locust.report.tables import display_agent_steps, display_capacity, display_tiers, display_turns
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2rem auto;
@@ -148,6 +148,24 @@ def _turns_section(report: Report) -> str:
     return "".join(parts)
 
 
+def _agent_section(report: Report) -> str:
+    if not len(report.agent_steps):
+        return ""
+    table = display_agent_steps(report.agent_steps)
+    parts = [
+        "<h2>Agent sessions: per step</h2>",
+        '<p class="legend">A session is one developer\'s agent task. Its wait is the sum of E2E of its model '
+        "calls (of parallel sub-sessions, the longest); a session with a failed step is failed and its wait "
+        "is not in the tiers' session percentiles. Per step, over successful requests: the median context "
+        "(prompt tokens), TTFT and the cached ratio (cached / prompt tokens). One row per session: "
+        "sessions.csv.</p>",
+    ]
+    for conversation in sorted(report.agent_steps["conversation"].unique()):
+        rows = table[report.agent_steps["conversation"] == conversation].drop(columns=["conversation"])
+        parts.append(f"<h3>{_e(conversation)}</h3>" + html_table(rows))
+    return "".join(parts)
+
+
 def render_html(report: Report, figures: list[FigureFile]) -> str:
     title = "grill-locust comparison" if report.compare else "grill-locust report"
     labels = ", ".join(r.label for r in report.runs)
@@ -160,6 +178,7 @@ def render_html(report: Report, figures: list[FigureFile]) -> str:
             _figures_section(figures),
             _tiers_section(report),
             _turns_section(report),
+            _agent_section(report),
             _runs_section(report),
         ]
     )

@@ -194,6 +194,79 @@ def synthetic_records(
     return frame[list(RECORD_COLUMNS)]
 
 
+AGENT_CONVERSATION = "agent-session"
+AGENT_SYSTEM_TOKENS = 8000
+AGENT_PREFILL_S_PER_TOKEN = 0.00004  # a new token's prefill: a cache miss costs this per token
+
+
+def synthetic_agent_records(
+    backends: Sequence[str] = ("vllm", "vllm-no-prefix-cache"),
+    tiers: Sequence[int] = (1, 4),
+    sessions_per_user: int = 2,
+    steps: tuple[int, int] = (4, 8),
+    run_id: str = "synthetic-agent",
+    model: str = "devstral-small",
+    seed: int = 0,
+) -> pd.DataFrame:
+    """Agent sessions (kind `agentic`), RECORD_COLUMNS: each step resends the context, grown by a tool
+    result; the engine's cache_hit share of the previous context is cached and the rest is prefilled,
+    so a caching engine's TTFT stays flat as the context grows and a non-caching one's climbs."""
+    rng = np.random.default_rng(seed)
+    rows: list[dict[str, Any]] = []
+    wall = START_WALL
+    for backend in backends:
+        shape = ENGINE_SHAPES.get(backend, ENGINE_SHAPES["vllm"])
+        for tier_index, users in enumerate(tiers):
+            for user in range(users):
+                for iteration in range(sessions_per_user):
+                    conversation_id = f"{AGENT_CONVERSATION}:{backend}-t{tier_index}-u{user}:{iteration}"
+                    context, previous, at = AGENT_SYSTEM_TOKENS, 0, wall + rng.random()
+                    for step in range(int(rng.integers(steps[0], steps[1] + 1))):
+                        cached = int(previous * shape.cache_hit) // 16 * 16
+                        ttft = (
+                            shape.ttft_base_s
+                            + shape.ttft_per_user_s * (users - 1)
+                            + AGENT_PREFILL_S_PER_TOKEN * (context - cached)
+                        ) * rng.lognormal(0.0, 0.1)
+                        output_tokens = int(rng.integers(30, 200))
+                        tpot = shape.tpot_base_s + shape.tpot_per_user_s * users
+                        e2e = ttft + tpot * (output_tokens - 1)
+                        rows.append(
+                            make_record(
+                                record_id=f"{conversation_id}#{step}",
+                                run_id=run_id,
+                                target=f"{backend}/{model}/{AGENT_CONVERSATION}",
+                                backend=backend,
+                                engine=shape.engine,
+                                model=model,
+                                conversation=AGENT_CONVERSATION,
+                                kind="agentic",
+                                tier_index=tier_index,
+                                tier_users=users,
+                                iteration=iteration,
+                                user_id=user,
+                                conversation_id=conversation_id,
+                                turn=step,
+                                wall_start=at,
+                                ttft_s=ttft,
+                                ttfo_s=ttft,
+                                tpot_s=tpot,
+                                e2e_s=e2e,
+                                itl_mean_s=tpot,
+                                prompt_tokens=context,
+                                cached_tokens=cached,
+                                output_tokens=output_tokens,
+                                tokens_per_s=output_tokens / e2e,
+                                finish_reason="tool_calls",
+                            )
+                        )
+                        at += e2e
+                        previous = context
+                        context += output_tokens + int(rng.lognormal(np.log(600), 0.8))
+            wall += 600.0 + TIER_PAUSE_S
+    return pd.DataFrame(rows, columns=list(RECORD_COLUMNS))
+
+
 def _map(values: np.ndarray, shapes: dict[str, EngineShape]) -> np.ndarray:
     return pd.Series(values).map({name: shape.engine for name, shape in shapes.items()}).to_numpy()
 

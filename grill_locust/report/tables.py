@@ -75,6 +75,11 @@ OPTIONAL_TIER_COLUMNS: list[tuple[str, str, Formatter]] = [
     ("ttft_turn_ratio", "TTFT last/first", _ratio),
     ("e2e_turn_ratio", "E2E last/first", _ratio),
     ("context_growth", "context growth", _ratio),
+    ("sessions", "sessions", _integer),
+    ("failed_sessions", "failed sessions", _integer),
+    ("session_wait_p50_s", "session wait p50 s", _seconds),
+    ("session_wait_p90_s", "session wait p90 s", _seconds),
+    ("session_steps_mean", "steps/session", _rate),
     ("gpu_util_mean", "GPU util %", _plain_percent),
     ("vram_peak_bytes", "VRAM peak GiB", _gib),
     ("power_mean_w", "power W", _plain_percent),
@@ -101,6 +106,11 @@ TERMINAL_TIER_COLUMNS = {
     "cached %",
     "TTFT last/first",
     "context growth",
+    "sessions",
+    "failed sessions",
+    "session wait p50 s",
+    "session wait p90 s",
+    "steps/session",
     "GPU util %",
     "VRAM peak GiB",
 }
@@ -112,6 +122,16 @@ TURN_TABLE: list[tuple[str, str, Formatter]] = [
     ("ttft_p50_s", "TTFT p50 s", _seconds),
     ("e2e_p50_s", "E2E p50 s", _seconds),
     ("prompt_tokens_mean", "prompt tokens", _integer),
+]
+AGENT_STEP_TABLE: list[tuple[str, str, Formatter]] = [
+    ("tier_users", "users", _integer),
+    ("step", "step", _integer),
+    ("ok_requests", "requests", _integer),
+    ("context_tokens_p50", "context tokens p50", _integer),
+    ("ttft_p50_s", "TTFT p50 s", _seconds),
+    ("ttft_p90_s", "TTFT p90 s", _seconds),
+    ("cached_ratio_mean", "cached % mean", _percent),
+    ("cached_ratio_p10", "cached % p10", _percent),
 ]
 
 
@@ -147,6 +167,10 @@ def display_tiers(summary: pd.DataFrame, terminal: bool = False) -> pd.DataFrame
 
 def display_turns(turns: pd.DataFrame) -> pd.DataFrame:
     return _display(turns, TURN_TABLE, ["series", "conversation"])
+
+
+def display_agent_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    return _display(steps, AGENT_STEP_TABLE, ["series", "conversation"])
 
 
 def display_capacity(capacity: pd.DataFrame) -> pd.DataFrame:
@@ -209,13 +233,19 @@ def format_table(summary: pd.DataFrame) -> str:
 
 
 def format_turns(turns: pd.DataFrame) -> str:
-    if not len(turns):
-        return ""
-    table = display_turns(turns)
+    return _format_blocks(display_turns(turns), "per turn") if len(turns) else ""
+
+
+def format_agent_steps(steps: pd.DataFrame) -> str:
+    return _format_blocks(display_agent_steps(steps), "per agent step") if len(steps) else ""
+
+
+def _format_blocks(table: pd.DataFrame, what: str) -> str:
+    """A table of strings as one text block per conversation x series, `(what)` in each heading."""
     blocks = []
     for (conversation, series), rows in table.groupby(["conversation", "series"], sort=True):
         blocks.append(
-            f"{series} · {conversation} (per turn)\n{format_text(rows.drop(columns=['conversation', 'series']))}"
+            f"{series} · {conversation} ({what})\n{format_text(rows.drop(columns=['conversation', 'series']))}"
         )
     return "\n\n".join(blocks)
 

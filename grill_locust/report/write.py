@@ -1,4 +1,4 @@
-"""Write a report's files: summary.csv, summary.json, the figures and report.html."""
+"""Write a report's files: summary.csv, summary.json, sessions.csv (agent sessions), the figures and report.html."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from grill_locust.report.build import Report, report_json
 from grill_locust.report.figures import write_figures
 from grill_locust.report.html import render_html
 from grill_locust.report.progress import Progress
+from grill_locust.report.sessions import SESSIONS_CSV
 
 SUMMARY_JSON = "summary.json"
 REPORT_HTML = "report.html"
@@ -23,8 +24,17 @@ def write_report(
     folder.mkdir(parents=True, exist_ok=True)
     written = [folder / SUMMARY_CSV, folder / SUMMARY_JSON]
     report.summary.to_csv(written[0], index=False)
+    if len(report.sessions):  # a run without agent sessions writes what it always wrote
+        written.append(folder / SESSIONS_CSV)
+        report.sessions.to_csv(written[-1], index=False)
     written[1].write_text(json.dumps(report_json(report), indent=1, default=str), encoding="utf-8")
-    figures = write_figures(report.summary, folder, band=band, on_step=progress.step if progress else None)
+    figures = write_figures(
+        report.summary,
+        folder,
+        band=band,
+        on_step=progress.step if progress else None,
+        steps=report.agent_steps,
+    )
     written += [f.path for f in figures]
     html_path = folder / REPORT_HTML
     html_path.write_text(render_html(report, figures), encoding="utf-8")

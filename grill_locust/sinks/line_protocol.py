@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from grill_locust.record import LABEL_COLUMNS, NUMERIC_RECORD_COLUMNS
+from grill_locust.record import KIND_AGENTIC, LABEL_COLUMNS, NUMERIC_RECORD_COLUMNS
 from grill_locust.telemetry.samples import KIND_GPU
 
 MEASUREMENT_REQUEST = "grill_request"
@@ -32,6 +32,9 @@ REQUEST_TAGS: tuple[str, ...] = (*RUN_TAGS, "status")
 TELEMETRY_TAGS: tuple[str, ...] = ("run_id", "backend", "source", "host", "gpu_index", "gpu_uuid", "gpu_name")
 PHASE_TAGS: tuple[str, ...] = (*RUN_TAGS, "event")
 WORKER_TAG = "worker"  # the load generator process that measured a request (the master for run events)
+# an agent session's step (the record's turn) on its requests only, for per-step panels: one series per
+# step a session reaches (tens), never per session; other kinds' points are as they were
+STEP_TAG = "step"
 
 # columns that hold a time, not a measurement: never fields; a point's timestamp comes from one of them
 TIME_COLUMNS: tuple[str, ...] = ("wall_start", "wall_time", "start_wall", "end_wall", "time")
@@ -115,6 +118,8 @@ def request_point(record: Mapping[str, Any], worker: str) -> Point | None:
     """A grill_request point from a record dict (record.py RECORD_COLUMNS)."""
     tags = {key: record.get(key) for key in REQUEST_TAGS}
     tags[WORKER_TAG] = worker
+    if record.get("kind") == KIND_AGENTIC:
+        tags[STEP_TAG] = record.get("turn")
     fields = {}
     for name in REQUEST_FIELDS:
         value = field_value(record.get(name))

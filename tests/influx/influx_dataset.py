@@ -1,4 +1,8 @@
-"""A known campaign for the InfluxDB tests: records (record.py columns), phases, tier rows and telemetry."""
+"""A known campaign for the InfluxDB tests: records (record.py columns), phases, tier rows and telemetry.
+
+The agentic conversation's requests are steps of sessions (its tier rows are the master's summary of
+them, as a live run writes them); the other conversations' are single requests.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,20 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+import pandas as pd
+
 from grill_locust.record import RECORD_COLUMNS, RequestRecord
+from grill_locust.report import RunData, summarize
 
 BACKENDS = ("vllm", "sglang")
-CONVERSATIONS = {"multi-turn-session": "multi-turn", "shared-prefix": "shared-prefix"}  # name -> kind
+AGENT_CONVERSATION = "agent-session"
+# name -> kind
+CONVERSATIONS = {
+    "multi-turn-session": "multi-turn",
+    "shared-prefix": "shared-prefix",
+    AGENT_CONVERSATION: "agentic",
+}
+AGENT_STEPS = 3  # an agent session's steps: each user runs two sessions per tier
 KINDS = tuple(CONVERSATIONS.values())
 TIERS = (1, 5, 10)
 WORKERS = ("w1", "w2")
@@ -60,6 +74,31 @@ class Campaign:
         return [record for records in self.records.values() for record in records]
 
 
+def master_tier_row(
+    campaign: Campaign, phase: dict[str, Any], start_s: float, end_s: float
+) -> dict[str, Any]:
+    """The summary row the master writes when a tier ends (run/campaign.py), from the tier's records."""
+    records = [
+        record
+        for record in campaign.all_records()
+        if record["target"] == phase["target"] and record["tier_index"] == phase["tier_index"]
+    ]
+    phase_row = {
+        **phase,
+        "engine": phase["backend"],
+        "model": "m",
+        "start_wall": start_s,
+        "end_wall": end_s,
+        "iterations_target": 2,
+        "iterations_done": 2,
+        "complete": True,
+        "note": "",
+    }
+    run = RunData(pd.DataFrame(records, columns=list(RECORD_COLUMNS)), pd.DataFrame([phase_row]), None, {})
+    (row,) = summarize(run).to_dict("records")
+    return {**row, "end_wall": end_s}  # the master writes it at the tier's end: its point is stamped then
+
+
 def make_campaign(start_s: float, seed: int = 7, run_id: str = "run-a") -> Campaign:
     """Every (conversation, backend, tier) for TIER_SPAN_S seconds each, requests from two workers.
 
@@ -94,6 +133,24 @@ def make_campaign(start_s: float, seed: int = 7, run_id: str = "run-a") -> Campa
                     status = "ok"
                     if index % 7 == 3:
                         status = "http_500" if index % 2 else "timeout"
+                    labels: dict[str, Any] = {
+                        "iteration": index // users,
+                        "user_id": index % users,
+                        "conversation_id": f"conv-{record_number}",
+                        "prompt_tokens": 100 + index,
+                        "cached_tokens": 50,
+                    }
+                    if kind == "agentic":  # session index // AGENT_STEPS, its steps on one worker
+                        session, turn = divmod(index, AGENT_STEPS)
+                        worker = WORKERS[session % len(WORKERS)]
+                        labels = {
+                            "iteration": session // users,
+                            "user_id": session % users,
+                            "conversation_id": f"agent-{backend}-{tier_index}-{session}",
+                            "turn": turn,
+                            "prompt_tokens": 8000 + 1000 * turn + 10 * session,
+                            "cached_tokens": (8000 + 1000 * turn - 500 * (session % 3)) if turn else 0,
+                        }
                     ttft = round(slow * users * 0.01 * (1 + rng.random()), 6)
                     output_tokens = rng.randint(5, 60)
                     e2e = round(ttft + output_tokens * 0.005 * slow * (1 + rng.random()), 6)
@@ -107,18 +164,13 @@ def make_campaign(start_s: float, seed: int = 7, run_id: str = "run-a") -> Campa
                         kind=kind,
                         tier_index=tier_index,
                         tier_users=users,
-                        iteration=index // users,
-                        user_id=index % users,
                         worker_id=worker,
-                        conversation_id=f"conv-{record_number}",
                         wall_start=wall_start_ms / 1000.0,
                         ttft_s=ttft,
                         ttfo_s=ttft,
                         e2e_s=e2e,
                         tpot_s=round((e2e - ttft) / (output_tokens - 1), 6),
                         itl_mean_s=0.005,
-                        prompt_tokens=100 + index,
-                        cached_tokens=50,
                         output_tokens=output_tokens,
                         tokens_per_s=round(output_tokens / e2e, 6),
                         finish_reason="stop",
@@ -126,25 +178,29 @@ def make_campaign(start_s: float, seed: int = 7, run_id: str = "run-a") -> Campa
                         http_status=500 if status == "http_500" else (200 if status == "ok" else None),
                         worker_lag_p99_ms=1.5,
                         worker_cpu=20.0,
+                        **labels,
                     )
                     campaign.records[worker].append(record)
                     record_number += 1
                 end_s = at_s + TIER_SPAN_S
                 campaign.phases.append(("end", phase, end_s))
-                campaign.tiers.append(
-                    {
-                        **phase,
-                        "engine": backend,
-                        "model": "m",
-                        "end_wall": end_s,
-                        "requests": users * 6,
-                        "success_rate": 0.75 + 0.01 * users,
-                        "output_tokens_per_s": 100.0 * users / slow,
-                        "ttft_p50_s": 0.1,
-                        "complete": True,
-                        "note": "",
-                    }
-                )
+                if kind == "agentic":
+                    campaign.tiers.append(master_tier_row(campaign, phase, at_s, end_s))
+                else:
+                    campaign.tiers.append(
+                        {
+                            **phase,
+                            "engine": backend,
+                            "model": "m",
+                            "end_wall": end_s,
+                            "requests": users * 6,
+                            "success_rate": 0.75 + 0.01 * users,
+                            "output_tokens_per_s": 100.0 * users / slow,
+                            "ttft_p50_s": 0.1,
+                            "complete": True,
+                            "note": "",
+                        }
+                    )
                 at_s = end_s + 1.0
     campaign.end_s = at_s
     sample_s = start_s

@@ -16,8 +16,18 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
-from influx_dataset import BACKENDS, CONVERSATIONS, KINDS, TIERS, WORKERS, Campaign, make_campaign
+from influx_dataset import (
+    AGENT_CONVERSATION,
+    BACKENDS,
+    CONVERSATIONS,
+    KINDS,
+    TIERS,
+    WORKERS,
+    Campaign,
+    make_campaign,
+)
 from influx_servers import InfluxD
 
 from grill_locust.sinks.influx import _SeriesClock
@@ -188,11 +198,16 @@ def test_every_query_runs_and_answers(loaded: InfluxD, campaign: Campaign, name:
         ALL,
         {**ALL, "backend": ["sglang"], "conversation": ["shared-prefix"]},
         {**ALL, "kind": ["multi-turn"], "conversation": ["multi-turn-session"]},
+        {**ALL, "backend": ["vllm"], "kind": ["agentic"], "conversation": [AGENT_CONVERSATION]},
     ]
     for selection in selections:
         for where, query in all_queries(board):
             series = loaded.query(expand(query, campaign, selection))
-            assert series, f"{name} {where}: no data for {selection}"
+            # the agent panels answer for agent sessions only: other conversations have none
+            if where.startswith("panel 'Agent:") and AGENT_CONVERSATION not in selection["conversation"]:
+                assert not series, f"{name} {where}: data for {selection}"
+            else:
+                assert series, f"{name} {where}: no data for {selection}"
 
 
 def test_variables_list_the_campaign_labels(loaded: InfluxD, campaign: Campaign) -> None:
@@ -360,3 +375,71 @@ def test_gpu_and_engine_panels(loaded: InfluxD, campaign: Campaign) -> None:
         key: {round(value, 6) for _, value in values[:-1] if value is not None} for key, values in got.items()
     }
     assert rates == {("vllm",): {100.0}, ("sglang",): {50.0}}
+
+
+def agent_panel(loaded: InfluxD, campaign: Campaign, title: str, column: str) -> dict[tuple[str, ...], Any]:
+    board = load_dashboards()["engine-comparison.json"]
+    selection = {**ALL, "conversation": [AGENT_CONVERSATION]}
+    series = loaded.query(expand(panel_query(board, title), campaign, selection))
+    return {key: values[0][1] for key, values in by_tags(series, column).items()}
+
+
+def agent_steps(campaign: Campaign) -> dict[tuple[str, ...], list[dict[str, Any]]]:
+    """Ok agent requests by the panels' tags in key order: (backend, model, run_id, step, tier_users)."""
+    steps: dict[tuple[str, ...], list[dict[str, Any]]] = defaultdict(list)
+    for record in ok_records(campaign, conversation=AGENT_CONVERSATION):
+        key = (record["backend"], "m", "run-a", str(record["turn"]), str(record["tier_users"]))
+        steps[key].append(record)
+    return steps
+
+
+def test_agent_ttft_against_context_per_step(loaded: InfluxD, campaign: Campaign) -> None:
+    steps = agent_steps(campaign)
+    assert len(steps) == len(BACKENDS) * len(TIERS) * 3  # every step of every tier of both backends
+    columns = {
+        "context_tokens_p50": lambda rs: statistics.median(r["prompt_tokens"] for r in rs),
+        "ttft_p50_s": lambda rs: statistics.median(r["ttft_s"] for r in rs),
+        "ttft_p90_s": lambda rs: influx_percentile([r["ttft_s"] for r in rs], 90),
+    }
+    for column, expected in columns.items():
+        got = agent_panel(loaded, campaign, "Agent: TTFT vs context", column)
+        assert got == pytest.approx({key: expected(records) for key, records in steps.items()}), column
+
+
+def test_agent_cached_ratio_per_step(loaded: InfluxD, campaign: Campaign) -> None:
+    steps = agent_steps(campaign)
+    ratios = {key: [r["cached_tokens"] / r["prompt_tokens"] for r in rs] for key, rs in steps.items()}
+    got = agent_panel(loaded, campaign, "Agent: cached ratio", "cached_ratio_mean")
+    assert got == pytest.approx({key: statistics.mean(values) for key, values in ratios.items()})
+    got = agent_panel(loaded, campaign, "Agent: cached ratio", "cached_ratio_p10")
+    # InfluxQL's nearest rank has no p10 of fewer than 5 values (the rank would be 0): null, not a guess
+    assert {key for key, value in got.items() if value is None} == {
+        k for k, v in ratios.items() if len(v) < 5
+    }
+    got = {key: value for key, value in got.items() if value is not None}
+    assert got and got == pytest.approx(
+        {key: influx_percentile(values, 10) for key, values in ratios.items() if len(values) >= 5}
+    )
+    assert {value for key, value in got.items() if key[3] == "0"} == {0.0}  # the first step has no cache
+
+
+def test_agent_session_wait_per_tier_is_the_masters_summary_of_its_sessions(
+    loaded: InfluxD, campaign: Campaign
+) -> None:
+    sessions: dict[tuple[str, ...], dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    for record in campaign.all_records():
+        if record["conversation"] == AGENT_CONVERSATION:
+            key = (record["backend"], "m", "run-a", str(record["tier_users"]))
+            sessions[key][record["conversation_id"]].append(record)
+    waits = {  # Σ E2E of each session whose every step is ok; a failed session is not in the percentiles
+        key: [
+            sum(r["e2e_s"] for r in steps)
+            for steps in by_id.values()
+            if all(r["status"] == "ok" for r in steps)
+        ]
+        for key, by_id in sessions.items()
+    }
+    assert any(len(w) < len(sessions[key]) for key, w in waits.items())  # some sessions failed
+    for column, q in (("session_wait_p50_s", 50), ("session_wait_p90_s", 90)):
+        got = agent_panel(loaded, campaign, "Agent: session wait", column)
+        assert got == pytest.approx({key: float(np.percentile(w, q)) for key, w in waits.items()}), column

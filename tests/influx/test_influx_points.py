@@ -45,6 +45,16 @@ def test_request_point_has_only_label_tags_and_numeric_fields() -> None:
     assert all(isinstance(value, float) for value in point.fields.values())  # one type per field, always
 
 
+def test_an_agent_step_is_tagged_with_its_step_and_still_carries_its_turn() -> None:
+    point = request_point(make_record(kind="agentic", turn=7, prompt_tokens=12_000), "w")
+    assert point is not None
+    _, tags, fields, _ = parse_line(point.line())
+    assert tags["step"] == "7" and tags["kind"] == "agentic"
+    assert fields["turn"] == 7.0 and fields["prompt_tokens"] == 12_000.0
+    first = request_point(make_record(kind="agentic", turn=0), "w")
+    assert first is not None and parse_line(first.line())[1]["step"] == "0"  # step 0 is a value, not empty
+
+
 def test_not_finite_numbers_are_left_out() -> None:
     point = request_point(make_record(ttft_s=math.nan, e2e_s=math.inf, output_tokens=3), "w")
     assert point is not None

@@ -12,8 +12,9 @@ from typing import Any
 from influx_dataset import WORKERS, make_campaign, make_record
 from influx_servers import VictoriaMetrics, free_port
 
+from grill_locust.record import KIND_AGENTIC
 from grill_locust.sinks.influx import InfluxSink
-from grill_locust.sinks.line_protocol import REQUEST_FIELDS, REQUEST_TAGS
+from grill_locust.sinks.line_protocol import REQUEST_FIELDS, REQUEST_TAGS, STEP_TAG
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -33,6 +34,8 @@ def expected_samples(records: list[dict[str, Any]], worker: str) -> dict[tuple[A
     for record in records:
         tags = {key: str(record[key]) for key in REQUEST_TAGS if record[key] not in (None, "")}
         tags["worker"] = worker
+        if record["kind"] == KIND_AGENTIC:
+            tags[STEP_TAG] = str(record["turn"])
         tag_key = tuple(sorted(tags.items()))
         for name in REQUEST_FIELDS:
             if record[name] is not None:

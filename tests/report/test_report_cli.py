@@ -72,6 +72,9 @@ def test_report_writes_html_summaries_and_figures(report_dir):
     ]
     summary = json.loads((report_dir / "summary.json").read_text())
     assert {t["series"] for t in summary["tiers"]} == {"vllm", "llamacpp"}
+    # no agent sessions: no sessions.csv (the list above), no step table, empty session figures
+    assert "agent_steps" not in summary and "Agent sessions" not in (report_dir / "report.html").read_text()
+    assert all(t["sessions"] is None and t["session_wait_p50_s"] is None for t in summary["tiers"])
     assert len(summary["tiers"]) == 2 * 2 * 4  # backends x conversations x tiers
     assert summary["slo"] == {"ttft_p50_s": 2.0, "e2e_p50_s": 10.0, "success_rate": 0.99}
     assert {c["conversation"] for c in summary["capacity"]} == set(CONVERSATIONS)
