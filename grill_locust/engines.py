@@ -41,13 +41,15 @@ class MetricNames:
 class EngineFacts:
     """What the code decides by engine.
 
-    `metrics_path` / `tokenize_path`: routes scraped or called without being configured (None: the
-    engine has none by default). Every engine here ends a stream with `data: [DONE]` and sends usage
-    in the stream when `stream_options.include_usage` is asked; `cached_tokens_flag` is the server
-    flag without which usage carries no `cached_tokens`. `closes_after_stream`: the server closes the
-    connection after each streamed reply despite keep-alive, so a client reconnects rather than
-    reusing it. `ignore_eos_param`: the body field that makes generation run to max_tokens (None:
-    the engine has none, and a model's `ignore_eos` is not sent to it).
+    `apis`: the request APIs the server answers (a backend's `api` must be one of them; `messages`
+    is Anthropic's `/v1/messages`). `metrics_path` / `tokenize_path`: routes scraped or called
+    without being configured (None: the engine has none by default). Every engine here ends an
+    OpenAI stream with `data: [DONE]` (a Messages stream with `message_stop`) and sends usage in it
+    when `stream_options.include_usage` is asked; `cached_tokens_flag` is the server flag without
+    which usage carries no `cached_tokens`. `closes_after_stream`: the server closes the connection
+    after each streamed reply despite keep-alive, so a client reconnects rather than reusing it.
+    `ignore_eos_param`: the body field that makes generation run to max_tokens (None: the engine
+    has none, and a model's `ignore_eos` is not sent to it).
     """
 
     name: str
@@ -177,7 +179,8 @@ ENGINES: dict[str, EngineFacts] = {
             health_path="/health",
             synonyms=("textgenerationinference",),
         ),
-        EngineFacts("ollama", apis=_OPENAI_APIS),
+        # Anthropic's Messages API since Ollama 0.14 (its own docs); TGI serves OpenAI's routes only
+        EngineFacts("ollama", apis=_WITH_MESSAGES),
         # gateways and unnamed OpenAI-compatible servers: ignore_eos is passed on to the engine behind
         EngineFacts(
             "litellm", apis=_WITH_MESSAGES, health_path="/health/liveliness", ignore_eos_param="ignore_eos"

@@ -1,9 +1,11 @@
-"""How requests are sent and timed: a sans-IO HTTP/1.1 + SSE parser, the metric contract's timer,
-`EngineClient`, a keep-alive streaming client for OpenAI-compatible engines, and `backend_http`,
-the backend's plain calls (models, tokenize, health, /metrics)."""
+"""How requests are sent and timed: a sans-IO HTTP/1.1 + SSE parser, the metric contract's timers
+(OpenAI's chunks, Anthropic's Messages events), `EngineClient`, a keep-alive streaming client for
+OpenAI- and Anthropic-compatible engines, and `backend_http`, the backend's plain calls (models,
+tokenize, health, /metrics)."""
 
 from grill_locust.client._engine import EngineClient, StreamResult
 from grill_locust.client._http import End, Head, ProtocolError, ResponseParser
+from grill_locust.client._messages import MessagesTimer
 from grill_locust.client._reader import StreamReader
 from grill_locust.client._sse import NamedEvent, SSEParser
 from grill_locust.client._timer import StreamTimer, ToolCall
@@ -11,19 +13,23 @@ from grill_locust.client.backend_http import HttpReply, NoReply, TokenizeError, 
 from grill_locust.client.payloads import (
     CHAT_PATH,
     COMPLETIONS_PATH,
+    MESSAGES_PATH,
     chat_payload,
     completion_prompt,
     completions_payload,
+    messages_payload,
     request_for,
 )
 
 __all__ = [
     "CHAT_PATH",
     "COMPLETIONS_PATH",
+    "MESSAGES_PATH",
     "End",
     "EngineClient",
     "Head",
     "HttpReply",
+    "MessagesTimer",
     "NamedEvent",
     "NoReply",
     "ProtocolError",
@@ -37,6 +43,7 @@ __all__ = [
     "chat_payload",
     "completion_prompt",
     "completions_payload",
+    "messages_payload",
     "request_for",
     "request_once",
 ]

@@ -35,6 +35,7 @@ from greenlet import GreenletExit
 import grill_locust.client._arrival as _arrival
 from grill_locust.client._connection import USER_AGENT, Origin, connect_error, open_socket
 from grill_locust.client._http import Head
+from grill_locust.client._messages import MessagesTimer
 from grill_locust.client._poller import DONE, RECV_BYTES, SETTLED, WAITING, phase_of, poller, read_ready
 from grill_locust.client._reader import StreamReader
 from grill_locust.client._timer import StreamTimer, ToolCall
@@ -46,6 +47,7 @@ from grill_locust.client.backend_http import (
     secret_value,
     tokenize,
 )
+from grill_locust.client.payloads import MESSAGES_PATH
 from grill_locust.engines import engine_facts
 from grill_locust.record import (
     CANCELLED,
@@ -189,7 +191,9 @@ class EngineClient:
         """POST `payload` to `path` (e.g. "/v1/chat/completions") and time its event stream.
 
         `request_id` goes out as `X-Request-Id` (engines and gateways log it; the simulator's truth
-        log keys on it), so that a record can be joined with the server's view of the request."""
+        log keys on it), so that a record can be joined with the server's view of the request. The
+        reply is read as the route answers: Anthropic's events from `/v1/messages`, OpenAI's chunks
+        from the others."""
         body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         target = (self.origin.prefix + "/" + path.lstrip("/")).encode("latin-1")
         id_header = b"X-Request-Id: %s\r\n" % _header_value(request_id) if request_id else b""
@@ -203,7 +207,8 @@ class EngineClient:
         read_ready()  # other streams' bytes that arrived while this user built its request
         t0 = time.perf_counter()
         raw = RawTiming(t0=t0, wall_start=time.time())
-        timer = StreamTimer(raw, secrets=self.secrets)
+        timer_class = MessagesTimer if "/" + path.lstrip("/") == MESSAGES_PATH else StreamTimer
+        timer = timer_class(raw, secrets=self.secrets)
         head: list[Head] = []  # the reply's status line and headers, once they arrive
         try:
             self._exchange(request, timer, t0, head)

@@ -55,8 +55,22 @@ def error_message(payload: Any) -> str | None:
     return None
 
 
+# Anthropic's error types and the HTTP status each stands for, as its API documents them
+ANTHROPIC_ERROR_STATUS: dict[str, int] = {
+    "invalid_request_error": 400,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "request_too_large": 413,
+    "rate_limit_error": 429,
+    "api_error": 500,
+    "overloaded_error": 529,
+}
+
+
 def error_code(payload: Any) -> int | None:
-    """An HTTP-like status code inside an error object (vLLM `code`, llama.cpp `code`, LiteLLM "500")."""
+    """An HTTP-like status code inside an error object (vLLM `code`, llama.cpp `code`, LiteLLM "500",
+    the type of Anthropic's `{"type": "error", "error": {"type": ...}}`)."""
     if not isinstance(payload, dict):
         return None
     inner = payload.get("error")
@@ -64,6 +78,10 @@ def error_code(payload: Any) -> int | None:
         found = error_code(inner)
         if found is not None:
             return found
+        if payload.get("type") == "error":
+            found = ANTHROPIC_ERROR_STATUS.get(str(inner.get("type")))
+            if found is not None:
+                return found
     for key in ("code", "status", "status_code"):
         value = payload.get(key)
         if isinstance(value, str) and value.isdigit():

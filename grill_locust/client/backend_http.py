@@ -23,6 +23,7 @@ from grill_locust.client._poller import RECV_BYTES
 from grill_locust.engines import engine_facts
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
+ANTHROPIC_VERSION = "2023-06-01"  # the Messages API version every server of it accepts
 
 
 class BackendAddress(Protocol):
@@ -119,11 +120,18 @@ def secret_value(secret: Any) -> str | None:
 
 
 def auth_headers(backend: BackendAddress) -> dict[str, str]:
-    """`Authorization: Bearer <api_key>`, then the backend's own `headers` (which may replace it)."""
+    """`Authorization: Bearer <api_key>`; for `api: messages` also Anthropic's `x-api-key: <api_key>`
+    and `anthropic-version`; then the backend's own `headers` (which may replace them)."""
     headers: dict[str, str] = {}
     api_key = secret_value(backend.api_key)
     if api_key:
         headers["Authorization"] = f"Bearer {api_key}"
+    if getattr(backend, "api", None) == "messages":
+        # servers of the Messages API check one or the other (Anthropic's own x-api-key, or the
+        # Bearer header of an OpenAI-compatible server's --api-key): both go
+        if api_key:
+            headers["x-api-key"] = api_key
+        headers["anthropic-version"] = ANTHROPIC_VERSION
     for name, value in (backend.headers or {}).items():
         headers[str(name)] = str(value)
     return headers

@@ -1,7 +1,8 @@
-"""Request bodies for OpenAI-compatible streaming: `/v1/chat/completions` and `/v1/completions`.
+"""Streaming request bodies: OpenAI's `/v1/chat/completions` and `/v1/completions`, Anthropic's
+`/v1/messages`.
 
-Every body asks for a stream with usage (`stream_options.include_usage`), so output tokens come
-from the engine itself wherever it supports it. `model` is a `grill_locust.config.Model` (or any
+Every OpenAI body asks for a stream with usage (`stream_options.include_usage`), so output tokens
+come from the engine itself wherever it supports it (Anthropic streams always carry usage). `model` is a `grill_locust.config.Model` (or any
 object with its attributes: name, max_tokens, min_tokens, temperature, top_p, top_k, ignore_eos)
 or just the served model name; `engine` (a name of the engine table) says what its ignore-EOS
 parameter is called, if it has one.
@@ -9,6 +10,7 @@ parameter is called, if it has one.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +18,9 @@ from grill_locust.engines import engine_facts
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
+MESSAGES_PATH = "/v1/messages"
+# Anthropic requires max_tokens in every body: this one is sent for a model given by name only
+MESSAGES_DEFAULT_MAX_TOKENS = 256
 
 
 def _sampling(model: Any, engine: str) -> dict[str, Any]:
@@ -85,6 +90,97 @@ def completion_prompt(messages: Sequence[dict[str, Any]]) -> str:
     return "\n\n".join(parts)
 
 
+def messages_payload(
+    model: Any,
+    messages: list[dict[str, Any]],
+    extra_body: dict[str, Any] | None = None,
+    *,
+    engine: str = "openai",
+    tools: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
+    """A streaming Anthropic Messages body from OpenAI-form `messages` and `tools`: the system prompt
+    apart, tool calls as `tool_use` blocks, each run of tool results as one user message of
+    `tool_result` blocks, sampling as in the chat body, `max_tokens` always."""
+    body = _sampling(model, engine)
+    body.setdefault("max_tokens", MESSAGES_DEFAULT_MAX_TOKENS)
+    system = [str(m["content"]) for m in messages if m["role"] == "system" and m.get("content")]
+    if system:
+        body["system"] = "\n\n".join(system)
+    body["messages"] = anthropic_messages(messages)
+    if tools:
+        body["tools"] = [anthropic_tool(tool) for tool in tools]
+        body["tool_choice"] = {"type": "auto"}
+    body["stream"] = True
+    if extra_body:
+        body.update(extra_body)
+    return body
+
+
+def anthropic_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The `messages` of an Anthropic body (system messages left out: they go to `system`)."""
+    out: list[dict[str, Any]] = []
+    results: list[dict[str, Any]] | None = None  # the tool_result blocks of the run in progress
+    for message in messages:
+        role = message["role"]
+        if role == "tool":
+            block = {
+                "type": "tool_result",
+                "tool_use_id": message.get("tool_call_id", ""),
+                "content": message.get("content") or "",
+            }
+            if results is None:
+                results = []
+                out.append({"role": "user", "content": results})
+            results.append(block)
+            continue
+        results = None
+        if role == "system":
+            continue
+        if role == "assistant" and message.get("tool_calls"):
+            blocks: list[dict[str, Any]] = []
+            if message.get("content"):
+                blocks.append({"type": "text", "text": message["content"]})
+            blocks += [_tool_use(call) for call in message["tool_calls"]]
+            out.append({"role": "assistant", "content": blocks})
+        else:
+            out.append({"role": role, "content": message.get("content") or ""})
+    return out
+
+
+def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
+    function = call.get("function") or {}
+    return {
+        "type": "tool_use",
+        "id": call.get("id", ""),
+        "name": function.get("name", ""),
+        "input": tool_input(function.get("arguments") or ""),
+    }
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """A tool call's arguments (JSON text) as the object Anthropic's `input` must be. Text that is
+    not a JSON object (arguments cut by max_tokens, a model's slip) is kept whole under
+    `raw_arguments`: an empty input would send the engine a call it never made, and a context
+    shorter than the same conversation has over the chat API."""
+    if not arguments.strip():
+        return {}
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        parsed = None
+    return parsed if isinstance(parsed, dict) else {"raw_arguments": arguments}
+
+
+def anthropic_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI function schema (`{"type": "function", "function": {...}}`) in Anthropic's shape."""
+    function = tool.get("function", tool)
+    converted: dict[str, Any] = {"name": function["name"]}
+    if function.get("description"):
+        converted["description"] = function["description"]
+    converted["input_schema"] = function.get("parameters") or {"type": "object", "properties": {}}
+    return converted
+
+
 def request_for(
     backend: Any, model: Any, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None
 ) -> tuple[str, dict[str, Any]]:
@@ -96,4 +192,6 @@ def request_for(
         return COMPLETIONS_PATH, completions_payload(
             model, completion_prompt(messages), extra_body, engine=engine
         )
+    if backend.api == "messages":
+        return MESSAGES_PATH, messages_payload(model, messages, extra_body, engine=engine, tools=tools)
     return CHAT_PATH, chat_payload(model, messages, extra_body, engine=engine, tools=tools)

@@ -1,7 +1,7 @@
 """`grill ping FILE`: check each backend of a scenario and print what it can do for a load test.
 
-Per backend: reachable, its target models listed at /v1/models, a tiny request streams, usage in
-the stream, cached_tokens reported, /tokenize and /metrics answering. Simulated backends
+Per backend: reachable, its target models listed at /v1/models, a tiny request streams over the
+backend's own API (chat, completions or Anthropic's messages, as a run sends it), usage in the stream, cached_tokens reported, /tokenize and /metrics answering. Simulated backends
 (`engine: sim` without a URL) are started for the check and stopped after it.
 """
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from grill_locust.client._engine import EngineClient
 from grill_locust.client._replies import scrub
 from grill_locust.client.backend_http import NoReply, fetch_text, headers_for, list_models
-from grill_locust.client.payloads import CHAT_PATH, COMPLETIONS_PATH, chat_payload, completions_payload
+from grill_locust.client.payloads import request_for
 from grill_locust.engines import engine_facts
 from grill_locust.errors import GrillError
 from grill_locust.record import STATUS_OK, measure
@@ -110,6 +110,8 @@ def check_backend(
     backend: Backend, models: list[str], *, timeout_s: float = DEFAULT_TIMEOUT_S
 ) -> BackendCheck:
     """Probe one backend."""
+    from grill_locust.config import Model
+
     check = BackendCheck(name=backend.name, engine=backend.engine, url=backend.url)
     client = EngineClient(backend)
     client.connect_s = min(client.connect_s, timeout_s)
@@ -140,12 +142,11 @@ def check_backend(
     if model is None:
         notes.append("no model to stream with")
     else:
-        extra_body = {"max_tokens": PING_MAX_TOKENS, **(getattr(backend, "extra_body", None) or {})}
-        if getattr(backend, "api", "chat") == "completions":
-            result = client.stream(COMPLETIONS_PATH, completions_payload(model, PING_PROMPT, extra_body))
-        else:
-            messages = [{"role": "user", "content": PING_PROMPT}]
-            result = client.stream(CHAT_PATH, chat_payload(model, messages, extra_body))
+        # the backend's own API and body, as a run sends them: a short reply, the backend's extra_body
+        path, payload = request_for(
+            backend, Model(name=model, max_tokens=PING_MAX_TOKENS), [{"role": "user", "content": PING_PROMPT}]
+        )
+        result = client.stream(path, payload)
         raw = result.raw
         measurement = measure(raw)
         check.streams = measurement.status == STATUS_OK

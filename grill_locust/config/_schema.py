@@ -55,7 +55,7 @@ class Backend(_Frozen):
     profile: str | None = None
     sim_args: dict[str, Any] = Field(default_factory=dict)
     api_key: SecretStr | None = None
-    api: Literal["chat", "completions"] = "chat"
+    api: Literal["chat", "completions", "messages"] = "chat"
     timeouts: Timeouts = Timeouts()
     metrics_url: str | None = None
     tokenize_url: str | None = None
@@ -130,6 +130,12 @@ class Backend(_Frozen):
                 raise ValueError("sim_args: only for engine: sim")
             if not self.url:
                 raise ValueError("url: required (e.g. http://127.0.0.1:8000)")
+        served = engine_facts(self.engine).apis
+        if self.api not in served:
+            raise ValueError(
+                f"api: engine {self.engine!r} does not serve the {self.api} API "
+                f"(it serves: {', '.join(sorted(served))})"
+            )
         if self.url:
             for key, path in self._default_endpoints():
                 if getattr(self, key) is None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from grill_locust.client import StreamReader, StreamTimer
+from grill_locust.client import MessagesTimer, StreamReader, StreamTimer
 from grill_locust.record import RawTiming
 
 TRANSCRIPTS = Path(__file__).parent / "transcripts"
@@ -33,9 +33,16 @@ def piece_time(k: int) -> float:
     return 1.0 + k * STEP_S
 
 
-def replay(pieces: list[bytes], *, secrets: tuple[str, ...] = ()) -> tuple[StreamTimer, StreamReader]:
+def timer_class_for(name: str) -> type[StreamTimer]:
+    """The timer that reads transcript `name`: Anthropic's for `<engine>_messages*`, else OpenAI's."""
+    return MessagesTimer if name.split("_", 1)[-1].startswith("messages") else StreamTimer
+
+
+def replay(
+    pieces: list[bytes], *, secrets: tuple[str, ...] = (), timer_class: type[StreamTimer] = StreamTimer
+) -> tuple[StreamTimer, StreamReader]:
     """Feed pieces at fake times; if the reader is not finished after the last one, the peer closes."""
-    timer = StreamTimer(RawTiming(t0=0.0, wall_start=1_700_000_000.0), secrets=secrets)
+    timer = timer_class(RawTiming(t0=0.0, wall_start=1_700_000_000.0), secrets=secrets)
     reader = StreamReader(timer)
     for k, piece in enumerate(pieces):
         reader.feed(piece_time(k), piece)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from client_replay import load
 from client_servers import Request, Server
 
 from grill_locust.cli import main
@@ -100,6 +101,38 @@ def test_ping_tells_a_missing_model_and_a_stream_without_usage(tmp_path: Path, c
     assert "not listed: grill-sim" in out and "sk-ping-secret" not in out
     assert all(r.headers.get("authorization") == "Bearer sk-ping-secret-123456" for r in server.requests)
     server.close()
+
+
+def test_ping_streams_over_the_backends_own_api_anthropics_messages_included(tmp_path: Path, capsys) -> None:
+    models = json.dumps({"object": "list", "data": [{"id": "grill-sim", "object": "model"}]}).encode()
+    stream = load("llamacpp_messages")  # a whole Anthropic reply: usage with cache_read_input_tokens
+
+    def handler(conn: socket.socket, request: Request, server: Server) -> bool:
+        if request.path == "/v1/models":
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(models), models))
+        elif request.path == "/v1/messages":
+            conn.sendall(stream)
+        else:
+            conn.sendall(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
+        return False
+
+    server = Server(handler)
+    scenario = write_scenario(
+        tmp_path,
+        f"  - name: anthropic\n    engine: litellm\n    api: messages\n    url: {server.url}",
+        "  - backend: anthropic\n    model: grill-sim\n    conversation: short",
+    )
+    try:
+        assert main(["ping", scenario]) == 0
+    finally:
+        server.close()
+    row = table_rows(capsys.readouterr().out)["anthropic"]
+    assert row[3:10] == ["yes", "yes", "yes", "yes", "yes", "-", "-"]  # streams, usage, cached: yes
+    sent = [r for r in server.requests if r.method == "POST"]
+    assert [r.path for r in sent] == ["/v1/messages"]
+    assert (
+        json.loads(sent[0].body)["max_tokens"] == 8 and sent[0].headers["anthropic-version"] == "2023-06-01"
+    )
 
 
 def test_ping_bad_timeout_is_a_one_line_error(tmp_path: Path, capsys) -> None:

@@ -1,13 +1,14 @@
 """Real-shaped transcripts of vLLM, SGLang, llama.cpp, TGI, Ollama, LiteLLM and OpenAI's API, replayed
 on a fake clock through the client's sans-IO reader: each metric of the contract (docs/metrics.md) is pinned.
-Every engine of the engine table has at least one (`<engine>_<what>.http`)."""
+Every engine of the engine table has at least one (`<engine>_<what>.http`); `<engine>_messages*` are
+Anthropic Messages streams, read by `MessagesTimer`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import pytest
-from client_replay import load, piece_time, replay, split_pieces, transcript_names
+from client_replay import load, piece_time, replay, split_pieces, timer_class_for, transcript_names
 
 from grill_locust.engines import ENGINE_NAMES
 from grill_locust.record import measure
@@ -78,6 +79,45 @@ EXPECTED: dict[str, Expected] = {
     ),
     # `usage: null` in every chunk, usage with details last; the role chunk's empty content is no output
     "openai_chat": Expected("ok", (2, 3, 4), 2, 7, "stop", 1100, 1024, 3, "usage", "def add():"),
+    # Anthropic's Messages API: E2E ends at message_stop; prompt tokens are input + cache-read
+    # (+ cache-creation) input tokens, cached tokens the cache-read ones; stop reasons in its words
+    "llamacpp_messages": Expected("ok", (3, 4, 5), 3, 8, "end_turn", 1085, 1024, 3, "usage", "for i in"),
+    # thinking deltas are output (TTFT) but not visible (TTFO waits for the text); signature_delta is none
+    "vllm_messages_thinking": Expected(
+        "ok", (3, 4, 8, 9), 8, 12, "max_tokens", 40, None, 4, "usage", "Use sorted", "The user"
+    ),
+    # the tool_use block's start is output; its input arrives as pieces; the ping is nothing
+    "litellm_messages_tool_use": Expected(
+        "ok",
+        (4, 6, 8, 9),
+        4,
+        12,
+        "tool_use",
+        310,
+        256,
+        21,
+        "usage",
+        "Reading it.",
+        tool_calls=(("toolu_01T1x1fJ34qAmk2tNTrN7Up6", "read_file", '{"path": "a.py"}'),),
+    ),
+    # Anthropic's overloaded_error is its HTTP 529; message_start's output_tokens is a placeholder
+    "litellm_messages_overloaded": Expected(
+        "http_529", (4,), 4, 5, None, 310, 256, 1, "events", "class", error_contains="Overloaded"
+    ),
+    # a delta for a block never started fails the request where it arrives, and its text is kept
+    "vllm_messages_out_of_order": Expected(
+        "bad_event",
+        (2, 3),
+        2,
+        2,
+        "end_turn",
+        40,
+        None,
+        2,
+        "usage",
+        "def f",
+        error_contains="content_block_delta for block 0, never started",
+    ),
 }
 
 
@@ -95,7 +135,7 @@ def test_every_engine_of_the_table_has_a_replayed_transcript() -> None:
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_transcript_metrics_follow_the_contract(name: str) -> None:
     expected = EXPECTED[name]
-    timer, reader = replay(split_pieces(load(name)))
+    timer, reader = replay(split_pieces(load(name)), timer_class=timer_class_for(name))
     raw = timer.raw
     m = measure(raw)
     assert reader.finished
@@ -123,9 +163,10 @@ def test_transcript_metrics_follow_the_contract(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_transcript_in_one_recv_and_byte_by_byte_gives_the_same_record(name: str) -> None:
     wire = load(name)
-    by_piece, _ = replay(split_pieces(wire))
-    whole, _ = replay([wire])
-    tiny, _ = replay([wire[i : i + 1] for i in range(len(wire))])
+    timer_class = timer_class_for(name)
+    by_piece, _ = replay(split_pieces(wire), timer_class=timer_class)
+    whole, _ = replay([wire], timer_class=timer_class)
+    tiny, _ = replay([wire[i : i + 1] for i in range(len(wire))], timer_class=timer_class)
     for timer in (whole, tiny):
         assert timer.raw.status == by_piece.raw.status
         assert len(timer.raw.output_times) == len(by_piece.raw.output_times)

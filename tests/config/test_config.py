@@ -491,6 +491,21 @@ def test_an_empty_api_key_sends_none(tmp_path: Path) -> None:
     assert load_scenario(write(tmp_path, text)).backends[0].api_key is None
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "llamacpp", "ollama", "litellm", "sim"])
+def test_api_messages_is_accepted_where_the_engine_serves_it(tmp_path: Path, engine: str) -> None:
+    text = MINIMAL.replace("engine: vllm", f"engine: {engine}, api: messages")
+    assert load_scenario(write(tmp_path, text)).backends[0].api == "messages"
+
+
+@pytest.mark.parametrize("engine", ["tgi", "openai"])
+def test_an_api_the_engine_does_not_serve_is_refused_naming_the_key(tmp_path: Path, engine: str) -> None:
+    text = MINIMAL.replace("engine: vllm", f"engine: {engine}, api: messages")
+    with pytest.raises(
+        ConfigError, match=rf"backends\[0\]\.api: engine '{engine}' does not serve the messages API"
+    ):
+        load_scenario(write(tmp_path, text))
+
+
 def test_overrides_replace_the_load_and_are_validated(tmp_path: Path) -> None:
     scenario = load_scenario(write(tmp_path, MINIMAL))
     changed = scenario.with_overrides(tiers=[1, 4], iterations=1, pause_s=0.2, think_time_s=0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from grill_locust.client import CHAT_PATH, EngineClient, chat_payload
+from grill_locust.client import CHAT_PATH, MESSAGES_PATH, EngineClient, chat_payload, request_for
 from grill_locust.config import Backend, Conversation, Model
 from grill_locust.record import STATUS_OK, TOKENS_FROM_USAGE, measure
 from grill_locust.telemetry.engine_metrics import dialect_for, parse_samples, read_fields
@@ -62,6 +62,37 @@ def test_stream_reports_usage_timings_and_reconnects_after_the_server_closes(
     assert results[-1].raw.cached_tokens is not None and results[-1].raw.cached_tokens > 0
     # llama-server closes the connection after each streamed response: every request reconnected cleanly
     assert client.connections_opened == 3
+
+
+def test_messages_api_streams_with_usage_and_counts_the_cached_prefix_in_the_prompt(
+    llama_server: ServerProcess,
+) -> None:
+    backend = Backend(name="llamacpp", url=llama_server.url, engine="llamacpp", api="messages")
+    client = EngineClient(backend)
+    model = Model(name=SERVED_MODEL, max_tokens=8, ignore_eos=True)
+    messages = [
+        {"role": "system", "content": "You review Python code and answer in one short sentence."},
+        {"role": "user", "content": "Is `sorted(xs)[0]` the fastest way to find the smallest item?"},
+    ]
+    try:
+        path, payload = request_for(backend, model, messages)
+        results = [client.stream(path, payload) for _ in range(2)]
+    finally:
+        client.close()
+    assert path == MESSAGES_PATH
+    for result in results:
+        metrics = measure(result.raw)
+        assert metrics.status == STATUS_OK, result.raw.error
+        assert metrics.tokens_source == TOKENS_FROM_USAGE and metrics.output_tokens == 8
+        assert metrics.finish_reason == "max_tokens"  # Anthropic's word, kept
+        assert metrics.ttft_s is not None and metrics.e2e_s is not None
+        assert 0 < metrics.ttft_s == metrics.ttfo_s < metrics.e2e_s
+    first, second = (result.raw for result in results)
+    # the same prefix again: served from the slot's cache, reported as cache_read_input_tokens; the
+    # prompt is input + cached tokens, so it is the same size both times
+    assert second.cached_tokens is not None and second.cached_tokens > 0
+    assert first.prompt_tokens is not None and first.prompt_tokens > 20
+    assert second.prompt_tokens == first.prompt_tokens
 
 
 def test_metrics_endpoint_names_processing_and_deferred_requests(llama_server: ServerProcess) -> None:

@@ -1,7 +1,8 @@
 """Loopback servers for the reliability tests: canned engine replies, recorded request headers.
 
 `CannedEngine` answers `POST <prefix>/v1/chat/completions` with the reply its prefix names
-(`/ok` streams a proper OpenAI answer, as do `/ok-a`, `/ok-b`, ...; `/html`, `/empty`, ... answer what real proxies and broken
+(`/ok` streams a proper OpenAI answer, as do `/ok-a`, `/ok-b`, ...; `<prefix>/v1/messages` under
+`/ok...` the same answer in Anthropic's events; `/html`, `/empty`, ... answer what real proxies and broken
 servers send) and keeps every request's path and headers, so a test can check who got which key.
 `InfluxCatcher` accepts every InfluxDB write and keeps its body and token header.
 A uniquely named module (not conftest) so that test files can import it.
@@ -79,6 +80,24 @@ def ok_stream() -> bytes:
     return _sse(chunks)
 
 
+def ok_messages_stream() -> bytes:
+    """The same answer as Anthropic's Messages events (`/v1/messages`)."""
+    events: list[dict[str, Any]] = [
+        {"type": "message_start", "message": {"usage": {"input_tokens": 5, "output_tokens": 1}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    ]
+    for token in OK_TOKENS:
+        events.append(
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": token}}
+        )
+    events.append({"type": "content_block_stop", "index": 0})
+    events.append(
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 4}}
+    )
+    events.append({"type": "message_stop"})
+    return "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events).encode()
+
+
 @dataclass(frozen=True)
 class CannedReply:
     status: int
@@ -99,6 +118,8 @@ REPLIES: dict[str, CannedReply] = {
     "sse_text": CannedReply(200, "text/event-stream", b"data: <html>oops</html>\n\n"),
     "gzip": CannedReply(200, "text/event-stream", gzip.compress(ok_stream()), "gzip"),
 }
+# prefix -> what an Anthropic Messages request under it gets
+MESSAGES_REPLIES: dict[str, CannedReply] = {"ok": CannedReply(200, "text/event-stream", ok_messages_stream())}
 
 
 @dataclass(frozen=True)
@@ -150,8 +171,14 @@ class CannedEngine:
                 self.rfile.read(length)
                 self._remember()
                 prefix = self.path.strip("/").split("/", 1)[0]
-                reply = REPLIES.get(prefix.split("-", 1)[0])  # `ok-a`, `ok-b`: two backends, one reply
-                if reply is None or not self.path.endswith("/chat/completions"):
+                kind = prefix.split("-", 1)[0]  # `ok-a`, `ok-b`: two backends, one reply
+                if self.path.endswith("/chat/completions"):
+                    reply = REPLIES.get(kind)
+                elif self.path.endswith("/v1/messages"):
+                    reply = MESSAGES_REPLIES.get(kind)
+                else:
+                    reply = None
+                if reply is None:
                     reply = CannedReply(404, "application/json", b'{"error": "no such route"}')
                 self._send(reply)
 

@@ -28,6 +28,7 @@ PER_TARGET = 2  # tier [2], one iteration of a one-turn conversation
 class Secrets:
     key_a: str  # backend rec-a's api_key
     key_b: str  # backend rec-b's api_key and x-api-key header
+    key_c: str  # backend rec-c's api_key, sent as Anthropic's x-api-key too (api: messages)
     key_sim: str  # the simulated engine's api_key (it answers 401 without it)
     influx_cli: str  # --influx-token
     influx_file: str  # the scenario's sinks.influx.token (overridden by the option, still a secret)
@@ -54,10 +55,11 @@ def _secret(tag: str) -> str:
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
     tmp_path = tmp_path_factory.mktemp("secrets")
-    found = Secrets(*(_secret(tag) for tag in ("KeyA", "KeyB", "KeySim", "InfluxCli", "InfluxFile")))
+    found = Secrets(*(_secret(tag) for tag in ("KeyA", "KeyB", "KeyC", "KeySim", "InfluxCli", "InfluxFile")))
     env = {
         "GRILL_TEST_KEY_A": found.key_a,
         "GRILL_TEST_KEY_B": found.key_b,
+        "GRILL_TEST_KEY_C": found.key_c,
         "GRILL_TEST_KEY_SIM": found.key_sim,
         "GRILL_TEST_INFLUX_TOKEN": found.influx_file,
     }
@@ -84,6 +86,13 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
                         "headers": {"x-api-key": "${GRILL_TEST_KEY_B}"},
                     },
                     {
+                        "name": "rec-c",
+                        "engine": "litellm",
+                        "api": "messages",
+                        "url": f"{engine.url}/ok-c",
+                        "api_key": "${GRILL_TEST_KEY_C}",
+                    },
+                    {
                         "name": "sim",
                         "engine": "sim",
                         "api_key": "${GRILL_TEST_KEY_SIM}",
@@ -94,7 +103,7 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Campaign]:
                 "conversations": [{"name": "sb", "kind": "short-baseline", "prompt_tokens": 20}],
                 "targets": [
                     {"backend": name, "model": "grill-sim", "conversation": "sb"}
-                    for name in ("rec-a", "rec-b", "sim")
+                    for name in ("rec-a", "rec-b", "rec-c", "sim")
                 ],
                 "load": {"tiers": [PER_TARGET], "iterations": 1, "pause_s": 0.1, "think_time_s": 0.0},
                 "sinks": {
@@ -144,7 +153,7 @@ def leaks_in(text: str | bytes, named: dict[str, str]) -> list[str]:
 def test_the_campaign_ran_with_every_key_accepted(campaign: Campaign) -> None:
     assert campaign.done.returncode == 0, campaign.done.stderr[-3000:]
     records = pd.read_parquet(campaign.run_dir / "records.parquet")
-    assert records.groupby("backend").size().to_dict() == {"rec-a": 2, "rec-b": 2, "sim": 2}
+    assert records.groupby("backend").size().to_dict() == {"rec-a": 2, "rec-b": 2, "rec-c": 2, "sim": 2}
     assert (records["status"] == "ok").all()  # the simulated engine answers 401 to a missing or wrong key
     assert "grill_request" in campaign.points  # the Influx sink was on
 
@@ -154,6 +163,7 @@ def test_the_campaign_ran_with_every_key_accepted(campaign: Campaign) -> None:
     [
         "key_a",
         "key_b",
+        "key_c",
         "key_sim",
         "influx_cli",
         "influx_file",
@@ -169,7 +179,7 @@ def test_no_results_file_holds_a_secret(campaign: Campaign, secret: str) -> None
 
 def test_config_copy_shows_secrets_redacted(campaign: Campaign) -> None:
     config = (campaign.run_dir / "config.yaml").read_text()
-    assert config.count("***") >= 3  # two api keys and the Influx token at least
+    assert config.count("***") >= 4  # three api keys and the Influx token at least
 
 
 def test_no_log_line_holds_a_secret(campaign: Campaign) -> None:
@@ -191,7 +201,7 @@ def test_no_grafana_file_holds_a_secret(campaign: Campaign) -> None:
 
 def test_each_key_goes_only_to_its_own_backend(campaign: Campaign) -> None:
     named = campaign.secrets.named()
-    own = {"ok-a": {"key_a"}, "ok-b": {"key_b"}}
+    own = {"ok-a": {"key_a"}, "ok-b": {"key_b"}, "ok-c": {"key_c"}}
     for prefix, mine in own.items():
         seen = campaign.engine.requests_under(prefix)
         assert len([r for r in seen if r.method == "POST"]) == PER_TARGET
@@ -200,6 +210,10 @@ def test_each_key_goes_only_to_its_own_backend(campaign: Campaign) -> None:
             assert found == mine, (prefix, request.path, found)
             assert request.headers["authorization"] == f"Bearer {named[next(iter(mine))]}"
     assert campaign.engine.requests_under("ok-b")[0].headers["x-api-key"] == campaign.secrets.key_b
+    messages_requests = [r for r in campaign.engine.requests_under("ok-c") if r.method == "POST"]
+    assert {r.path for r in messages_requests} == {"/ok-c/v1/messages"}
+    assert {r.headers["x-api-key"] for r in messages_requests} == {campaign.secrets.key_c}
+    assert {r.headers["anthropic-version"] for r in messages_requests} == {"2023-06-01"}
 
 
 def test_no_key_goes_to_a_tokenizer_or_metrics_url_on_another_server(campaign: Campaign) -> None:

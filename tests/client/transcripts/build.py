@@ -210,6 +210,125 @@ OPENAI_CHAT = [
     "[DONE]",
 ]
 
+# Anthropic's Messages API (`/v1/messages`): every event an `event:` line naming its JSON `type`.
+# llama-server's (b11434, captured): input_tokens leaves out the cached tokens it reports apart; it
+# writes message_start, the block start and the first delta in one chunk, the last three in one.
+LLAMACPP_MESSAGES = [
+    (
+        "message_start",
+        '{"type":"message_start","message":{"id":"chatcmpl-Qm3vT8","type":"message","role":"assistant",'
+        '"content":[],"model":"devstral","stop_reason":null,"stop_sequence":null,"usage":'
+        '{"cache_read_input_tokens":1024,"input_tokens":61,"output_tokens":0}}}',
+    ),
+    (
+        "content_block_start",
+        '{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}',
+    ),
+    (
+        "content_block_delta",
+        '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"for"}}',
+    ),
+    (
+        "content_block_delta",
+        '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" i"}}',
+    ),
+    (
+        "content_block_delta",
+        '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":" in"}}',
+    ),
+    ("content_block_stop", '{"type":"content_block_stop","index":0}'),
+    (
+        "message_delta",
+        '{"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":3}}',
+    ),
+    ("message_stop", '{"type":"message_stop"}'),
+]
+# vLLM's (its OpenAI stream converted): a thinking block closed by a signature_delta, then the text;
+# usage without cache fields, input_tokens again in message_delta
+VM = '{"type":"content_block_delta","index":'
+VLLM_MESSAGES_THINKING = [
+    (
+        "message_start",
+        '{"type":"message_start","message":{"id":"chatcmpl-8c1d","content":[],"model":"Qwen/Qwen3-8B",'
+        '"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":40,"output_tokens":0}}}',
+    ),
+    (
+        "content_block_start",
+        '{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}',
+    ),
+    ("content_block_delta", VM + '0,"delta":{"type":"thinking_delta","thinking":"The"}}'),
+    ("content_block_delta", VM + '0,"delta":{"type":"thinking_delta","thinking":" user"}}'),
+    ("content_block_delta", VM + '0,"delta":{"type":"signature_delta","signature":"5e0c2b9f41a74d0c"}}'),
+    ("content_block_stop", '{"type":"content_block_stop","index":0}'),
+    (
+        "content_block_start",
+        '{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}',
+    ),
+    ("content_block_delta", VM + '1,"delta":{"type":"text_delta","text":"Use"}}'),
+    ("content_block_delta", VM + '1,"delta":{"type":"text_delta","text":" sorted"}}'),
+    ("content_block_stop", '{"type":"content_block_stop","index":1}'),
+    (
+        "message_delta",
+        '{"type":"message_delta","delta":{"stop_reason":"max_tokens"},"usage":{"input_tokens":40,"output_tokens":4}}',
+    ),
+    ("message_stop", '{"type":"message_stop"}'),
+]
+# Anthropic's own stream as LiteLLM passes it through: a ping, text, then a tool_use block whose
+# input arrives as JSON pieces (the first one empty); all three input counts in the usage
+AM = '{"type": "content_block_delta", "index": '
+LITELLM_MESSAGES_TOOL_USE = [
+    (
+        "message_start",
+        '{"type": "message_start", "message": {"id": "msg_01XFDUDYJgAACzvnptvVoYEL", "type": "message", '
+        '"role": "assistant", "model": "claude-sonnet-4-5", "content": [], "stop_reason": null, '
+        '"stop_sequence": null, "usage": {"input_tokens": 54, "cache_creation_input_tokens": 0, '
+        '"cache_read_input_tokens": 256, "output_tokens": 1}}}',
+    ),
+    ("ping", '{"type": "ping"}'),
+    (
+        "content_block_start",
+        '{"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}',
+    ),
+    ("content_block_delta", AM + '0, "delta": {"type": "text_delta", "text": "Reading it."}}'),
+    ("content_block_stop", '{"type": "content_block_stop", "index": 0}'),
+    (
+        "content_block_start",
+        '{"type": "content_block_start", "index": 1, "content_block": {"type": "tool_use", '
+        '"id": "toolu_01T1x1fJ34qAmk2tNTrN7Up6", "name": "read_file", "input": {}}}',
+    ),
+    ("content_block_delta", AM + '1, "delta": {"type": "input_json_delta", "partial_json": ""}}'),
+    (
+        "content_block_delta",
+        AM + '1, "delta": {"type": "input_json_delta", "partial_json": "{\\"path\\": "}}',
+    ),
+    ("content_block_delta", AM + '1, "delta": {"type": "input_json_delta", "partial_json": "\\"a.py\\"}"}}'),
+    ("content_block_stop", '{"type": "content_block_stop", "index": 1}'),
+    (
+        "message_delta",
+        '{"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": null}, '
+        '"usage": {"output_tokens": 21}}',
+    ),
+    ("message_stop", '{"type": "message_stop"}'),
+]
+# an overloaded upstream mid-stream: Anthropic's `event: error`, then the body ends
+LITELLM_MESSAGES_OVERLOADED = [
+    *LITELLM_MESSAGES_TOOL_USE[:3],
+    ("content_block_delta", AM + '0, "delta": {"type": "text_delta", "text": "class"}}'),
+    ("error", '{"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}'),
+]
+# a fault, not vLLM's habit: a delta for a block that was never started, the rest in order
+VLLM_MESSAGES_OUT_OF_ORDER = [
+    VLLM_MESSAGES_THINKING[0],
+    ("content_block_delta", VM + '0,"delta":{"type":"text_delta","text":"def"}}'),
+    ("content_block_delta", VM + '0,"delta":{"type":"text_delta","text":" f"}}'),
+    ("content_block_stop", '{"type":"content_block_stop","index":0}'),
+    (
+        "message_delta",
+        '{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":40,"output_tokens":2}}',
+    ),
+    ("message_stop", '{"type":"message_stop"}'),
+]
+
 
 def chunked(body_pieces: list[str]) -> str:
     out = []
@@ -223,6 +342,10 @@ def chunked(body_pieces: list[str]) -> str:
 def sse(events: list[str], *, space: bool = True, newline: str = "\n") -> list[str]:
     prefix = "data: " if space else "data:"
     return [(e if e.startswith(":") else prefix + e) + newline + newline for e in events]
+
+
+def named(events: list[tuple[str, str]]) -> list[str]:
+    return [f"event: {name}\ndata: {data}\n\n" for name, data in events]
 
 
 def write(name: str, head: str, pieces: list[str]) -> None:
@@ -253,6 +376,12 @@ def main() -> None:
     # sse-starlette (used by several OpenAI-compatible servers and proxies) ends lines with CRLF
     write("litellm_crlf", LITELLM_HEAD, sse(VLLM_CHAT, newline="\r\n"))
     write("openai_chat", OPENAI_HEAD, sse(OPENAI_CHAT))
+    llama = named(LLAMACPP_MESSAGES)
+    write("llamacpp_messages", LLAMACPP_HEAD, ["".join(llama[:3]), *llama[3:5], "".join(llama[5:])])
+    write("vllm_messages_thinking", UVICORN_HEAD, named(VLLM_MESSAGES_THINKING))
+    write("vllm_messages_out_of_order", UVICORN_HEAD, named(VLLM_MESSAGES_OUT_OF_ORDER))
+    write("litellm_messages_tool_use", LITELLM_HEAD, named(LITELLM_MESSAGES_TOOL_USE))
+    write("litellm_messages_overloaded", LITELLM_HEAD, named(LITELLM_MESSAGES_OVERLOADED))
 
 
 if __name__ == "__main__":
