@@ -67,7 +67,8 @@ class EngineCounters:
     prompt_tokens: int = 0
     generation_tokens: int = 0
     preemptions: int = 0
-    requests_finished: int = 0
+    # requests that ended by themselves, by finish reason (vLLM's `request_success_total`)
+    finished_by_reason: dict[str, int] = field(default_factory=lambda: {FINISH_STOP: 0, FINISH_LENGTH: 0})
     steps: int = 0
     ttft_bucket_counts: list[int] = field(default_factory=lambda: [0] * (len(TTFT_BUCKETS_S) + 1))
     ttft_sum_s: float = 0.0
@@ -241,7 +242,8 @@ class Engine:
             self.cache.release(seq)
         if seq.state != FINISHED:
             self.counters.prompt_tokens += seq.prompt_len
-            self.counters.requests_finished += 1
+            if reason in self.counters.finished_by_reason:
+                self.counters.finished_by_reason[reason] += 1
         seq.state = FINISHED
         seq.finish_reason = reason
         if seq.on_finish is not None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from grill_locust.client import CHAT_PATH, EngineClient, chat_payload
 from grill_locust.client.backend_http import request_once
@@ -23,7 +24,6 @@ from grill_locust.sim import SimProcess
 from grill_locust.sim.engine import Engine
 from grill_locust.sim.params import PROFILES
 from grill_locust.sim.sequence import Sequence
-from grill_locust.telemetry.engine_metrics import parse_samples
 from grill_locust.workload.tokens import truncate_to_tokens
 
 MODEL = "grill-sim"
@@ -109,9 +109,18 @@ def run_sessions(url: str, sessions: int, prefix: str, **session_args: int) -> l
     return results
 
 
+def metrics(url: str) -> dict[tuple[str, str], float]:
+    """The simulator's /metrics: (sample name, finished_reason label or "") -> value."""
+    text = request_once(url + "/metrics", timeout_s=5.0).body.decode()
+    return {
+        (sample.name, sample.labels.get("finished_reason", "")): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
 def preemptions(url: str) -> float:
-    reply = request_once(url + "/metrics", timeout_s=5.0)
-    return parse_samples(reply.body.decode())["vllm:num_preemptions_total"][0]
+    return metrics(url)[("vllm:num_preemptions_total", "")]
 
 
 def show(label: str, figures: list[StepFigures]) -> None:
@@ -136,8 +145,20 @@ SESSION = {"steps": 8, "system_tokens": 1000, "chunk_tokens": 1200}
 
 @pytest.mark.slow
 def test_with_prefix_caching_ttft_stays_flat_as_the_context_grows(small_sim: str) -> None:
+    before = metrics(small_sim)
     figures = run_session(small_sim, "flat", **SESSION)
     show("prefix caching", figures)
+    after = metrics(small_sim)
+
+    def grew(name: str, reason: str = "") -> float:
+        return after[(name, reason)] - before[(name, reason)]
+
+    # vLLM's prefix-cache counters count tokens: what the requests looked up, what they found
+    assert grew("vllm:prefix_cache_queries_total") == sum(f.context_tokens for f in figures)
+    assert grew("vllm:prefix_cache_hits_total") == sum(f.cached_tokens for f in figures)
+    assert grew("vllm:request_success_total", "length") == len(figures)  # max_tokens reached
+    assert grew("vllm:request_success_total", "stop") == 0
+    assert 0.0 <= after[("vllm:kv_cache_usage_perc", "")] <= 1.0
     first, last = figures[1], figures[-1]  # the first step with a cached prefix, the last
     assert last.context_tokens > 3 * first.context_tokens
     # every step after the first finds all but the new chunk (and the reply's unfilled block) cached
