@@ -158,14 +158,16 @@ def test_with_prefix_caching_ttft_stays_flat_as_the_context_grows(small_sim: str
     assert grew("vllm:prefix_cache_hits_total") == sum(f.cached_tokens for f in figures)
     assert grew("vllm:request_success_total", "length") == len(figures)  # max_tokens reached
     assert grew("vllm:request_success_total", "stop") == 0
-    assert 0.0 <= after[("vllm:kv_cache_usage_perc", "")] <= 1.0
     first, last = figures[1], figures[-1]  # the first step with a cached prefix, the last
     assert last.context_tokens > 3 * first.context_tokens
     # every step after the first finds all but the new chunk (and the reply's unfilled block) cached
-    for before, after in zip(figures, figures[1:], strict=False):
-        assert after.cached_tokens >= before.context_tokens - 16
+    for previous, current in zip(figures, figures[1:], strict=False):
+        assert current.cached_tokens >= previous.context_tokens - 16
     assert min(f.cached_ratio for f in figures[2:]) > 0.7
-    assert last.ttft_s < 2 * first.ttft_s
+    # context x3, TTFT about the same (medians of three steps: the machine's noise is in milliseconds)
+    early_s = statistics.median(f.ttft_s for f in figures[1:4])
+    late_s = statistics.median(f.ttft_s for f in figures[-3:])
+    assert late_s < 1.5 * early_s
 
 
 @pytest.mark.slow
