@@ -171,6 +171,7 @@ def sim_args(level: Level, truth_path: Path) -> dict[str, Any]:
         "truth_log": str(truth_path),
         "max_num_seqs": level.streams + 8,
         "kv_blocks": kv_blocks,
+        "max_model_len": 32768,  # short prompts: the KV above need not hold a 128k context
         "step_a_ms": STEP_A_MS,
         "step_b_ms": STEP_B_MS,
         "step_c_ms": 0.001,

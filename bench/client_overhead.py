@@ -147,7 +147,7 @@ def run_live(streams: int, window_s: float, max_tokens: int) -> None:
     step_args = [
         f"--step-a-ms={LIVE_STEP_A_MS}", f"--step-b-ms={LIVE_STEP_B_MS}", "--step-c-ms=0.001",
         "--step-d-ms=0", "--reasoning-tokens=0", "--spin-ms=0", f"--max-num-seqs={streams + 8}",
-        f"--kv-blocks={streams * (max_tokens + 200) // 16 + 4096}",
+        f"--kv-blocks={streams * (max_tokens + 200) // 16 + 4096}", "--max-model-len=32768",
     ]  # fmt: skip
     model = Model(name="grill-sim", max_tokens=max_tokens, ignore_eos=True)
     with SimProcess.start("vllm", served_model_name="grill-sim", extra_args=step_args) as sim:

@@ -98,7 +98,7 @@ def measure(
     kv_blocks = streams * (max_tokens + 64) // 16 + 1024  # room for every stream: no preemption
     engine_args = [
         "--max-num-seqs", str(max(streams, 1)),
-        "--kv-blocks", str(kv_blocks),
+        "--kv-blocks", str(kv_blocks), "--max-model-len", "32768",
         "--step-a-ms", str(step_ms),
         "--step-b-ms", "0", "--step-c-ms", "0", "--step-d-ms", "0",
     ]  # fmt: skip

@@ -11,7 +11,7 @@ from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 
-from grill_locust.sim.kvcache import BlockCache, KvCache, SlotCache
+from grill_locust.sim.kvcache import BlockCache, KvCache, SlotCache, prefill_target
 from grill_locust.sim.params import CACHE_SLOTS, EngineParams
 from grill_locust.sim.sequence import FINISHED, RUNNING, WAITING, Sequence
 
@@ -67,7 +67,8 @@ class EngineCounters:
     prompt_tokens: int = 0
     generation_tokens: int = 0
     preemptions: int = 0
-    requests_finished: int = 0
+    # requests that ended by themselves, by finish reason (vLLM's `request_success_total`)
+    finished_by_reason: dict[str, int] = field(default_factory=lambda: {FINISH_STOP: 0, FINISH_LENGTH: 0})
     steps: int = 0
     ttft_bucket_counts: list[int] = field(default_factory=lambda: [0] * (len(TTFT_BUCKETS_S) + 1))
     ttft_sum_s: float = 0.0
@@ -93,6 +94,7 @@ class Engine:
         self.running: list[Sequence] = []
         self.counters = EngineCounters()
         self.kv_tokens = 0  # tokens in KV over the running sequences
+        self.preempted_in_step = False
 
     # -- requests in
     def add(self, seq: Sequence) -> None:
@@ -122,6 +124,7 @@ class Engine:
         emitting: list[Sequence] = []
         decode_batch = 0
         prefill_tokens = 0
+        self.preempted_in_step = False
         self._drop_cancelled(now)
 
         index = 0
@@ -141,8 +144,7 @@ class Engine:
                 decode_batch += 1
                 emitting.append(seq)
             else:  # prefill, or recompute after preemption (up to the last sampled token)
-                target = context if not seq.output_count else context - 1
-                chunk = min(target - seq.num_computed, budget)
+                chunk = min(prefill_target(seq) - seq.num_computed, budget)
                 if not self._grow(seq, seq.num_computed + chunk):
                     continue
                 seq.num_computed += chunk
@@ -151,15 +153,17 @@ class Engine:
                 if seq.num_computed == context:
                     emitting.append(seq)
 
+        # as vLLM's scheduler: a step that had to preempt admits nobody (the victim would come straight
+        # back into the memory it just gave up); a step left with no work at all is vLLM's next one
+        admit = not self.preempted_in_step or not (emitting or prefill_tokens)
         waiting = self.waiting
-        while waiting and budget > 0 and len(running) < params.max_num_seqs:
+        while admit and waiting and budget > 0 and len(running) < params.max_num_seqs:
             seq = waiting[0]
             if seq.cancelled:
                 waiting.popleft()
                 self._finish(seq, now, None)
                 continue
-            chunk_guess = min(seq.prompt_len + seq.output_count, budget)
-            if not cache.admit(seq, chunk_guess):
+            if not cache.admit(seq, budget):
                 break  # FIFO: the head waits for room, nobody overtakes it
             waiting.popleft()
             seq.state = RUNNING
@@ -167,8 +171,7 @@ class Engine:
                 seq.admitted_at = now
             running.append(seq)
             context = seq.prompt_len + seq.output_count
-            target = context if not seq.output_count else context - 1
-            chunk = min(target - seq.num_computed, budget)
+            chunk = min(prefill_target(seq) - seq.num_computed, budget)
             if chunk > 0:
                 if not self._grow(seq, seq.num_computed + chunk):
                     break
@@ -225,6 +228,7 @@ class Engine:
         seq.state = WAITING
         seq.preemptions += 1
         self.counters.preemptions += 1
+        self.preempted_in_step = True
         self.waiting.appendleft(seq)
 
     def _drop_cancelled(self, now: float) -> None:
@@ -238,7 +242,8 @@ class Engine:
             self.cache.release(seq)
         if seq.state != FINISHED:
             self.counters.prompt_tokens += seq.prompt_len
-            self.counters.requests_finished += 1
+            if reason in self.counters.finished_by_reason:
+                self.counters.finished_by_reason[reason] += 1
         seq.state = FINISHED
         seq.finish_reason = reason
         if seq.on_finish is not None:

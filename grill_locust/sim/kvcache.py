@@ -32,14 +32,22 @@ class KvCache(Protocol):
 
     def held_blocks(self, seq: Sequence) -> int: ...
 
-    def admit(self, seq: Sequence, first_chunk: int) -> bool:
-        """Take `seq` in with room for its first chunk, setting its cached prefix; False if it must wait."""
+    def admit(self, seq: Sequence, budget: int) -> bool:
+        """Take `seq` in with its cached prefix and room for its first chunk (what is not cached, up to
+        `budget` tokens); False if it must wait."""
 
     def grow(self, seq: Sequence, new_computed: int) -> bool:
         """Room for `new_computed` tokens of `seq`; False when memory is out (nothing taken)."""
 
     def release(self, seq: Sequence) -> None:
         """`seq` finished or was preempted: its memory goes back (what is cached stays findable)."""
+
+
+def prefill_target(seq: Sequence) -> int:
+    """Tokens to compute before `seq` samples its next token: its whole context, or, recomputing after
+    a preemption, all but its last sampled token (which is fed as the next input)."""
+    context = seq.prompt_len + seq.output_count
+    return context - 1 if seq.output_count else context
 
 
 def chain_hashes(ids: list[int], block_size: int) -> list[int]:
@@ -115,12 +123,13 @@ class BlockCache(_PrefixHits):
             matched += 1
         return matched * self.block_size
 
-    def admit(self, seq: Sequence, first_chunk: int) -> bool:
+    def admit(self, seq: Sequence, budget: int) -> bool:
         """Take the cached prefix and room for the first chunk, or nothing (and return False)."""
         cached_tokens = self.match(seq)
         matched_blocks = cached_tokens // self.block_size
         hashes = seq.block_hashes[:matched_blocks] if matched_blocks and seq.block_hashes else []
         revived = sum(1 for h in hashes if self.ref_counts[h] == 0)
+        first_chunk = min(prefill_target(seq) - cached_tokens, budget)
         need = self.blocks_for(cached_tokens + first_chunk) - matched_blocks
         if need > self.available_blocks() - revived:
             return False
@@ -246,7 +255,7 @@ class SlotCache(_PrefixHits):
     def used_blocks(self) -> int:
         return self.held_tokens
 
-    def admit(self, seq: Sequence, first_chunk: int) -> bool:
+    def admit(self, seq: Sequence, budget: int) -> bool:
         best_slot, best_common = -1, -1
         for slot, busy in enumerate(self.busy):
             if busy:

@@ -66,14 +66,14 @@ def render_metrics(engine: Engine, model: str, flavor: str = "vllm") -> str:
             "Cumulative number of preemption from the engine.",
             counters.preemptions,
         ),
-        (
-            "vllm:request_success_total",
-            "Count of successfully processed requests.",
-            counters.requests_finished,
-        ),
     )
     for name, help_text, value in counter_values:
         _sample(lines, name, "counter", help_text, value, labels)
+    name = "vllm:request_success_total"  # one series per finish reason; a cancelled request is none
+    lines.append(f"# HELP {name} Count of successfully processed requests.")
+    lines.append(f"# TYPE {name} counter")
+    for reason, count in counters.finished_by_reason.items():
+        lines.append(f'{name}{{finished_reason="{reason}",{labels}}} {float(count)!r}')
     name = "vllm:time_to_first_token_seconds"
     lines.append(f"# HELP {name} Histogram of time to first token in seconds.")
     lines.append(f"# TYPE {name} histogram")

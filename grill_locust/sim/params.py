@@ -23,9 +23,11 @@ class EngineParams:
 
     max_num_seqs: int = 256  # running requests at most (llama.cpp: the number of slots)
     max_num_batched_tokens: int = 4096  # tokens per step (prefill chunks + one per decode)
-    max_model_len: int = 32768  # longest prompt + output accepted
+    max_model_len: int = 131072  # longest prompt + output accepted (Qwen2.5-Coder-32B: 128k)
     block_size: int = 16  # KV block (page) size in tokens; 1 = token-granular radix reuse
-    kv_blocks: int = 10000  # KV capacity in blocks
+    # Qwen2.5-Coder-32B on one 80 GB GPU: 64 layers x 8 KV heads x 128 dims x 2 (K, V) x 2 bytes = 256 KiB
+    # a token; 0.9 x 79.6 GiB less 34 GB of FP8 weights and ~3 GiB of activations leaves 37 GiB = 151,552
+    kv_blocks: int = 9472  # KV capacity in blocks: 151,552 tokens, one 128k session and a little more
     prefix_caching: bool = True
     cache_kind: str = CACHE_BLOCKS
     # step time = a + b * decode_batch + c * prefill_tokens + d * kv_tokens
@@ -111,22 +113,23 @@ _VLLM = EngineParams()
 PROFILES: dict[str, EngineParams] = {
     "vllm": _VLLM,
     "vllm-no-prefix-cache": dataclasses.replace(_VLLM, prefix_caching=False),
-    # SGLang: radix tree at token granularity (page size 1), a little slower per step here
+    # SGLang: radix tree at token granularity (page size 1), the same memory; a little slower per step here
     "sglang": dataclasses.replace(
         _VLLM,
         block_size=1,
-        kv_blocks=_VLLM.kv_blocks * 16,
+        kv_blocks=_VLLM.kv_capacity_tokens,
         step_a_ms=13.0,
         step_b_ms=0.04,
         step_c_ms=0.02,
         metrics_flavor="sglang",
     ),
-    # llama.cpp: 4 slots, no paging, each slot keeps its own last prompt; slow prefill and decode
+    # llama.cpp: 4 slots, no paging, each slot keeps its own last prompt; slow prefill and decode.
+    # `-c 131072 -np 4` on the same GPU (its f16 KV holds ~150k tokens): a slot holds 32k, not a 128k session
     "llamacpp": dataclasses.replace(
         _VLLM,
         max_num_seqs=4,
         max_num_batched_tokens=2048,
-        kv_blocks=4 * 32768 // 16,
+        kv_blocks=131072 // _VLLM.block_size,
         cache_kind=CACHE_SLOTS,
         step_a_ms=25.0,
         step_b_ms=1.0,

@@ -176,7 +176,7 @@ def test_mix_header_draws_a_fault(sim):
 
 
 def test_a_request_that_fits_no_llamacpp_slot_is_refused_and_the_queue_moves_on():
-    # 8 slots of 131072 / 8 = 16384 tokens, under max_model_len 32768: llama.cpp refuses what a slot
+    # 8 slots of 131072 / 8 = 16384 tokens, under max_model_len 131072: llama.cpp refuses what a slot
     # cannot hold (it looped, preempting others, and blocked every request behind it)
     with SimProcess.start("llamacpp", extra_args=["--max-num-seqs", "8"]) as sim:
         too_big = request(sim.port, "/v1/chat/completions", chat_payload("x", max_tokens=17000), timeout_s=10)

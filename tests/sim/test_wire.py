@@ -102,7 +102,7 @@ def test_usage_prompt_tokens_equal_tokenize_count(vllm_sim):
     }
     usage = request(vllm_sim.port, "/v1/chat/completions", payload).chunks()[-1]["usage"]
     assert usage["prompt_tokens"] == count["count"] == len(count["tokens"])
-    assert count["max_model_len"] == 32768
+    assert count["max_model_len"] == 131072
     assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"]
     prompt = request(vllm_sim.port, "/tokenize", {"prompt": "abc def"}).json()
     assert prompt["count"] == 2
@@ -138,7 +138,7 @@ def test_bad_requests_get_openai_errors(vllm_sim):
     assert set(error) == {"message", "type", "param", "code"} and error["code"] == 400
     unknown = request(vllm_sim.port, "/v1/chat/completions", chat_payload("hi", model="nope"))
     assert unknown.status == 404 and "does not exist" in unknown.json()["error"]["message"]
-    too_long = request(vllm_sim.port, "/v1/chat/completions", chat_payload("word " * 40000, max_tokens=10))
+    too_long = request(vllm_sim.port, "/v1/chat/completions", chat_payload("word " * 140000, max_tokens=10))
     assert too_long.status == 400 and "maximum context length" in too_long.json()["error"]["message"]
     conn_result = request(vllm_sim.port, "/v1/chat/completions", None)
     assert conn_result.status == 400
