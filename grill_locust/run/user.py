@@ -1,7 +1,8 @@
 """Locust users: each one plays coding-assistant conversations against a target and records every request.
 
 `CampaignUser` follows the phases a scenario's load shape broadcasts (k conversations per user per
-tier, then idle). `MultiTurnUser`, `SharedPrefixUser`, `ShortBaselineUser` and `UniquePromptsUser` work
+tier, then idle). An agentic conversation is a session of model calls played step by step
+(workload/agentic.py), its sub-agents in greenlets of the same user. `MultiTurnUser`, `SharedPrefixUser`, `ShortBaselineUser` and `UniquePromptsUser` work
 as plain Locust users with `--host` and `--model`, with no scenario file (`-u/-r/-t` rule then).
 """
 
