@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from grill_locust.errors import GrillError
 
 FAULT_HEADER = "x-grill-fault"
-# stall: accepted, then nothing; stall_mid: the first output event, then nothing (the connection stays open)
-FAULT_KINDS = ("500", "503", "429", "stall", "cut", "bad_json", "trickle", "stall_mid")
+# stall: accepted, then nothing; stall_mid: the first output event, then nothing (the connection stays open);
+# error_mid: some output, then the engine fails the request (an error event ends the stream; not streamed: a 500)
+FAULT_KINDS = ("500", "503", "429", "stall", "cut", "bad_json", "trickle", "stall_mid", "error_mid")
 MIX = "mix"
 
 

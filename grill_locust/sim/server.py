@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from grill_locust.sim import wire
+from grill_locust.sim import anthropic, wire
 from grill_locust.sim.engine import Engine
 from grill_locust.sim.faults import FAULT_HEADER, FaultPicker, FaultSettings
 from grill_locust.sim.httpserver import HttpConnection, HttpRequest
@@ -25,9 +25,11 @@ from grill_locust.sim.metrics import render_metrics
 from grill_locust.sim.params import EngineParams
 from grill_locust.sim.sequence import Sequence
 from grill_locust.sim.text import OUTPUT_JSON, VOCAB_SIZE, output_text, render_chat, token_ids
+from grill_locust.sim.tools import ToolCall, ToolError, plan_tool_call
 from grill_locust.sim.truth import TruthLog
 
 NO_STOP = 1 << 62
+FINISH_TOOL_CALLS = "tool_calls"
 SPIN_WINDOW_S = 0.0015  # epoll waits in whole milliseconds: spin the last stretch of a step instead
 TRUTH_MARGIN_S = 0.002  # leave this much of a step's wait free of truth-log writing
 JITTER_SAMPLES = 200_000
@@ -72,6 +74,7 @@ class SimServer:
             ("GET", "/v1/models"): self._models,
             ("POST", "/v1/chat/completions"): self._chat,
             ("POST", "/v1/completions"): self._completions,
+            ("POST", anthropic.MESSAGES_PATH): self._messages,
             ("POST", "/tokenize"): self._tokenize,
             ("GET", "/metrics"): self._metrics,
             ("GET", "/sim/stats"): self._stats,
@@ -152,20 +155,28 @@ class SimServer:
     # -- routing
     def handle(self, conn: HttpConnection, request: HttpRequest) -> None:
         route = self.routes.get((request.method, request.path))
+        error_body = error_body_for(request.path)
         if route is None:
             if any(path == request.path for _, path in self.routes):
-                conn.respond(405, wire.error_body(405, "Method Not Allowed"))
+                conn.respond(405, error_body(405, "Method Not Allowed"))
             else:
                 conn.respond(404, b'{"detail":"Not Found"}')
             return
         if self.api_key and request.path.startswith("/v1/"):
-            if request.headers.get("authorization", "") != f"Bearer {self.api_key}":
-                conn.respond(401, wire.error_body(401, "Unauthorized"))
+            bearer = request.headers.get("authorization", "") == f"Bearer {self.api_key}"
+            # Anthropic's clients send the key as x-api-key
+            keyed = (
+                request.path == anthropic.MESSAGES_PATH and request.headers.get("x-api-key") == self.api_key
+            )
+            if not (bearer or keyed):
+                conn.respond(401, error_body(401, "Unauthorized"))
                 return
         try:
             route(conn, request)
         except BadRequest as error:
-            conn.respond(error.status, wire.error_body(error.status, str(error), error.param))
+            conn.respond(error.status, error_body(error.status, str(error), error.param))
+        except ToolError as error:
+            conn.respond(400, error_body(400, str(error), "tools"))
 
     def _health(self, conn: HttpConnection, request: HttpRequest) -> None:
         conn.respond(200, b"", "application/json")
@@ -189,7 +200,7 @@ class SimServer:
             messages = body["messages"]
             if not isinstance(messages, list):
                 raise BadRequest("messages: expected a list of messages", "messages")
-            ids = token_ids(render_chat(messages))
+            ids = token_ids(render_chat(messages, body.get("tools")))
         elif isinstance(body.get("prompt"), str):
             ids = token_ids(body["prompt"])
         elif isinstance(body.get("content"), str):  # llama.cpp's shape, answered in llama.cpp's shape
@@ -244,7 +255,21 @@ class SimServer:
         for message in messages:
             if not isinstance(message, dict) or "role" not in message:
                 raise BadRequest("messages: each message needs a role", "messages")
-        self._generate(conn, request, body, wire.CHAT, token_ids(render_chat(messages)))
+            calls = message.get("tool_calls")
+            if calls is not None and not (
+                isinstance(calls, list) and all(isinstance(c, dict) for c in calls)
+            ):
+                raise BadRequest("messages: an assistant's tool_calls must be a list of objects", "messages")
+        self._generate(conn, request, body, wire.CHAT, token_ids(render_chat(messages, body.get("tools"))))
+
+    def _messages(self, conn: HttpConnection, request: HttpRequest) -> None:
+        """Anthropic's Messages API: the chat request with the same content, answered in Anthropic's events."""
+        try:
+            body = anthropic.chat_request(_json_object(request.body))
+        except ValueError as error:
+            raise BadRequest(str(error)) from None
+        ids = token_ids(render_chat(body["messages"], body.get("tools")))
+        self._generate(conn, request, body, anthropic.MESSAGES, ids)
 
     def _completions(self, conn: HttpConnection, request: HttpRequest) -> None:
         body = _json_object(request.body)
@@ -287,13 +312,21 @@ class SimServer:
                 "max_tokens" if prompt_len < max_model_len else "messages",
             )
         min_tokens = _int_field(body, "min_tokens", 0) or 0
+        seed = body.get("seed")
+        tool_call = None
+        if kind != wire.COMPLETIONS:  # the call is fixed by the seed, else by the prompt, even when sampling
+            tool_call = plan_tool_call(
+                body.get("tools"),
+                body.get("tool_choice"),
+                seed if isinstance(seed, int) else hash(tuple(ids)),
+            )
         try:
             fault = self.faults.pick(request.headers.get(FAULT_HEADER))
         except ValueError as error:
             raise BadRequest(f"{FAULT_HEADER}: unknown fault {error}", FAULT_HEADER) from None
         self.requests += 1
         request_id = request.headers.get("x-request-id") or f"{self._id_prefix}{self.requests:012x}"
-        prefix = "chatcmpl-" if kind == wire.CHAT else "cmpl-"
+        prefix = {wire.CHAT: "chatcmpl-", wire.COMPLETIONS: "cmpl-", anthropic.MESSAGES: "msg_"}[kind]
         response_id = prefix + request_id
         headers = [("x-request-id", request_id)]
 
@@ -306,7 +339,7 @@ class SimServer:
             }
             if status == 429:
                 headers.append(("retry-after", str(self.faults.settings.retry_after_s)))
-            conn.respond(status, wire.error_body(status, messages[status]), headers=headers)
+            conn.respond(status, error_body_for(request.path)(status, messages[status]), headers=headers)
             if self.truth is not None:
                 now = self.clock()
                 self.truth.add(
@@ -314,7 +347,6 @@ class SimServer:
                 )
             return
 
-        seed = body.get("seed")
         if not isinstance(seed, int):
             temperature = body.get("temperature")
             seed = hash(tuple(ids)) if temperature in (None, 0, 0.0) else self._rng.getrandbits(32)
@@ -325,12 +357,23 @@ class SimServer:
             stop_after = NO_STOP
         else:
             stop_after = max(min_tokens, 1, int(natural * (0.5 + rng.random())))
+        call_at = NO_STOP
+        if tool_call is not None:  # reasoning, a little text, then the call, which ends the answer
+            reasoning_tokens = self.params.reasoning_tokens
+            text_tokens = tool_call.preamble_tokens
+            if body.get("ignore_eos"):  # the call comes last in an answer of max_tokens
+                text_tokens = max_tokens - reasoning_tokens - tool_call.token_count
+            text_tokens = max(text_tokens, min_tokens - reasoning_tokens - tool_call.token_count, 0)
+            call_at = reasoning_tokens + text_tokens
+            stop_after = call_at + tool_call.token_count
         stream = bool(body.get("stream"))
         options = body.get("stream_options")
         include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
-        reply = ResponseWriter(
+        writer = AnthropicWriter if kind == anthropic.MESSAGES else ResponseWriter
+        reply = writer(
             self, conn, kind, request_id, response_id, stream, include_usage, fault, arrival, request.path
         )
+        reply.plan_tool_call(tool_call, call_at)
         gap_s = self.faults.settings.trickle_gap_ms / 1000.0 if fault == "trickle" else 0.0
         seq = Sequence(
             request_id,
@@ -345,11 +388,11 @@ class SimServer:
         )
         reply.seq = seq
         limit = seq.output_limit
-        reply.fault_at = min(max(1, limit // 2), limit - 1) if fault == "cut" else max(0, limit // 2)
+        after_first = fault in ("cut", "error_mid")  # at least one token before, where the answer has two
+        reply.fault_at = min(max(1, limit // 2), limit - 1) if after_first else max(0, limit // 2)
         conn.on_close = reply.on_client_gone
         if stream:
-            first = reply.templates.role_event() if kind == wire.CHAT else b""
-            conn.start_stream(headers, first)
+            conn.start_stream(headers, reply.opening())
         else:
             reply.headers = headers
         if fault == "stall":
@@ -407,6 +450,10 @@ class ResponseWriter:
         "seq",
         "templates",
         "reasoning_tokens",
+        "tool_call",
+        "call_at",
+        "call_end",
+        "tool_call_openings",
         "event_times",
         "outcome",
         "headers",
@@ -440,19 +487,43 @@ class ResponseWriter:
         self.seq: Sequence | None = None
         self.templates = wire.ChunkTemplates(kind, response_id, server.created, server.model)
         self.reasoning_tokens = server.params.reasoning_tokens
+        self.tool_call: ToolCall | None = None
+        self.call_at = self.call_end = NO_STOP  # where the tool call's tokens begin and end
+        self.tool_call_openings: list[bytes] = []
         self.event_times: list[float] | None = [] if server.truth is not None else None
         self.outcome = "ok"
         self.headers: list[tuple[str, str]] = []
         self.ended = False
 
+    def plan_tool_call(self, call: ToolCall | None, call_at: int) -> None:
+        """The answer ends with `call`, whose header is output token `call_at`."""
+        self.tool_call = call
+        if call is not None:
+            self.call_at = call_at
+            self.call_end = call_at + call.token_count
+            if self.stream and self.kind == wire.CHAT:
+                self.tool_call_openings = self.templates.tool_call_openings(call)
+
+    def opening(self) -> bytes:
+        """What a stream starts with, before any token: vLLM's role-only chunk (chat)."""
+        return self.templates.role_event() if self.kind == wire.CHAT else b""
+
     def on_token(self, seq: Sequence, now: float) -> None:
         """Hot path: one output event."""
         index = seq.output_count - 1
+        if index + 1 == self.call_end and seq.finish_reason is not None:
+            seq.finish_reason = FINISH_TOOL_CALLS  # the call is whole: that, not the length, ended it
         if not self.stream:
-            if self.fault == "cut" and index == self.fault_at:
-                self.outcome = "cut"
-                self.conn.abort()
+            if self.fault in ("cut", "error_mid") and index == self.fault_at:
+                self.outcome = self.fault
                 self.server.engine.cancel(seq, now)
+                if self.fault == "cut":
+                    self.conn.abort()
+                else:
+                    status = 500
+                    self.conn.respond(
+                        status, self.error_body(status, ERROR_MID_MESSAGE), headers=self.headers
+                    )
             elif self.event_times is not None:
                 self.event_times.append(now)
             return
@@ -467,34 +538,54 @@ class ResponseWriter:
                 self.conn.abort()
                 self.server.engine.cancel(seq, now)
                 return
+            if self.fault == "error_mid":  # the engine fails the request; the stream ends with the error
+                self.outcome = "error_mid"
+                self.server.engine.cancel(seq, now)
+                self.conn.end_stream(self.error_event(500, ERROR_MID_MESSAGE))
+                return
             if self.fault == "bad_json":
-                self.conn.write_chunk(self.templates.broken_event())
-        templates = self.templates
-        token = OUTPUT_JSON[(seq.output_start + index) % VOCAB_SIZE]
-        opening = templates.reasoning_open if index < self.reasoning_tokens else templates.content_open
+                self.conn.write_chunk(self.broken_event())
+        data = self.token_event(seq, index)
         if self.event_times is not None:
             self.event_times.append(self.server.clock())  # just before the write, as the client's t is after
-        if seq.finish_reason is None:
-            self.conn.write_chunk(opening + token + templates.close_running)
-        else:
-            self.conn.write_chunk(opening + token + templates.close_final % seq.finish_reason.encode())
+        self.conn.write_chunk(data)
         self.server.events += 1
+
+    # -- the wire format (vLLM's OpenAI chunks here; AnthropicWriter's events for /v1/messages)
+    error_body = staticmethod(wire.error_body)
+    error_event = staticmethod(wire.error_event)
+
+    def token_event(self, seq: Sequence, index: int) -> bytes:
+        templates = self.templates
+        if index >= self.call_at:
+            opening = self.tool_call_openings[index - self.call_at]
+        else:
+            token = OUTPUT_JSON[(seq.output_start + index) % VOCAB_SIZE]
+            opening = (
+                templates.reasoning_open if index < self.reasoning_tokens else templates.content_open
+            ) + token
+        if seq.finish_reason is None:
+            return opening + templates.close_running
+        return opening + templates.close_final % seq.finish_reason.encode()
+
+    def broken_event(self) -> bytes:
+        return self.templates.broken_event()
 
     def on_finish(self, seq: Sequence, now: float) -> None:
         if self.ended:
             return
         self.ended = True
         conn = self.conn
-        if seq.finish_reason is None:  # cut, or the client went away
+        if seq.finish_reason is None or self.outcome != "ok":  # cut, failed, or the client went away
             if self.outcome == "ok":
                 self.outcome = "client_closed"
         elif self.stream:
-            tail = b""
-            if self.include_usage:
-                tail = self.templates.usage_event(seq.prompt_len, seq.output_count, seq.num_cached)
-            conn.end_stream(tail + wire.DONE_EVENT)
+            conn.end_stream(self.stream_end(seq))
         else:
-            self._respond_whole(seq)
+            body = self.whole_body(seq, *self._answer(seq))
+            if self.fault == "bad_json":
+                body = body[: len(body) // 2]
+            conn.respond(200, body, headers=self.headers)
         self._record_truth(seq, self.server.clock())
         self._release(seq)
 
@@ -518,24 +609,39 @@ class ResponseWriter:
             return
         self.server.engine.cancel(seq, self.server.clock())
 
-    def _respond_whole(self, seq: Sequence) -> None:
+    def _answer(self, seq: Sequence) -> tuple[str | None, str, ToolCall | None]:
+        """A whole answer's reasoning, text and tool call; a call cut short by max_tokens stays text,
+        as an engine's tool parser leaves what it cannot parse."""
         count = seq.output_count
         reasoning_count = min(self.reasoning_tokens, count)
         reasoning = output_text(seq.output_start, reasoning_count) if reasoning_count else None
-        content = output_text(seq.output_start + reasoning_count, count - reasoning_count)
-        usage = wire.usage_body(seq.prompt_len, count, seq.num_cached)
+        text_end = min(count, self.call_at)
+        content = output_text(seq.output_start + reasoning_count, text_end - reasoning_count)
+        call = self.tool_call
+        if call is not None and count < self.call_end:
+            content += call.arguments_so_far(count - self.call_at)
+            call = None
+        return reasoning, content, call
+
+    def stream_end(self, seq: Sequence) -> bytes:
+        tail = b""
+        if self.include_usage:
+            tail = self.templates.usage_event(seq.prompt_len, seq.output_count, seq.num_cached)
+        return tail + wire.DONE_EVENT
+
+    def whole_body(self, seq: Sequence, reasoning: str | None, content: str, call: ToolCall | None) -> bytes:
+        usage = wire.usage_body(seq.prompt_len, seq.output_count, seq.num_cached)
         reason = seq.finish_reason or "stop"
         created = self.server.created
         model = self.server.model
         if self.kind == wire.CHAT:
-            body = wire.chat_response(self.response_id, created, model, content, reasoning, reason, usage)
-        else:
-            body = wire.completion_response(
-                self.response_id, created, model, (reasoning or "") + content, reason, usage
+            calls = [wire.message_tool_call(call)] if call is not None else None
+            return wire.chat_response(
+                self.response_id, created, model, content, reasoning, reason, usage, calls
             )
-        if self.fault == "bad_json":
-            body = body[: len(body) // 2]
-        self.conn.respond(200, body, headers=self.headers)
+        return wire.completion_response(
+            self.response_id, created, model, (reasoning or "") + content, reason, usage
+        )
 
     def _record_truth(self, seq: Sequence, end: float) -> None:
         truth = self.server.truth
@@ -543,8 +649,9 @@ class ResponseWriter:
             return
         offset = self.server.wall_offset
         times = self.event_times or []
+        status = 500 if self.outcome == "error_mid" and not self.stream else 200  # answered as an error
         record = self.server._truth_base(
-            self.request_id, self.path, self.kind, self.fault, 200, self.arrival, end, seq.prompt_len
+            self.request_id, self.path, self.kind, self.fault, status, self.arrival, end, seq.prompt_len
         )
         record.update(
             outcome=self.outcome,
@@ -558,6 +665,49 @@ class ResponseWriter:
             event_times=[round(t + offset, 6) for t in times],
         )
         truth.add(record)
+
+
+class AnthropicWriter(ResponseWriter):
+    """Writes one /v1/messages answer in Anthropic's events (or as one message, not streamed)."""
+
+    __slots__ = ("message_stream",)
+    error_body = staticmethod(anthropic.error_body)
+    error_event = staticmethod(anthropic.error_event)
+
+    def plan_tool_call(self, call: ToolCall | None, call_at: int) -> None:
+        super().plan_tool_call(call, call_at)
+        self.message_stream = anthropic.MessageStream(
+            self.response_id, self.server.model, self.reasoning_tokens, self.call_at, call
+        )
+
+    def opening(self) -> bytes:
+        return b""  # message_start waits for the first token: its usage has the cached count by then
+
+    def token_event(self, seq: Sequence, index: int) -> bytes:
+        usage = anthropic.usage_body(seq.prompt_len, seq.num_cached, 0) if index == 0 else {}
+        return self.message_stream.token(index, OUTPUT_JSON[(seq.output_start + index) % VOCAB_SIZE], usage)
+
+    def broken_event(self) -> bytes:
+        return self.message_stream.broken_event()
+
+    def stream_end(self, seq: Sequence) -> bytes:
+        usage = anthropic.usage_body(seq.prompt_len, seq.num_cached, seq.output_count)
+        return self.message_stream.end(seq.finish_reason or "stop", usage)
+
+    def whole_body(self, seq: Sequence, reasoning: str | None, content: str, call: ToolCall | None) -> bytes:
+        usage = anthropic.usage_body(seq.prompt_len, seq.num_cached, seq.output_count)
+        reason = seq.finish_reason or "stop"
+        return anthropic.message_body(
+            self.response_id, self.server.model, reasoning, content, call, reason, usage
+        )
+
+
+def error_body_for(path: str) -> Callable[..., bytes]:
+    """The error body of the route at `path`: Anthropic's on /v1/messages, OpenAI's elsewhere."""
+    return anthropic.error_body if path == anthropic.MESSAGES_PATH else wire.error_body
+
+
+ERROR_MID_MESSAGE = "Internal server error mid-stream (simulated)"
 
 
 class BadRequest(Exception):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from grill_locust.sim.tools import tool_functions
 from grill_locust.workload.tokens import token_id, tokenize
 
 _ID_CACHE: dict[str, int] = {}
@@ -52,11 +53,30 @@ def message_text(content: object) -> str:
     return str(content)
 
 
-def render_chat(messages: list[dict[str, Any]]) -> str:
-    """The deterministic chat template: `<|role|>\\n content \\n` per message, then the assistant tag."""
+def render_chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+    """The deterministic chat template: the offered tools first (one JSON line each, as chat templates
+    put them in the system prompt), then `<|role|>\\n content \\n` per message with an assistant's
+    tool calls after its text (`<|tool_call|>` name arguments; ids are not rendered, as most
+    templates leave them out), then the assistant tag."""
     pieces = []
+    if tools:
+        lines = [
+            json.dumps(
+                {
+                    "name": f["name"],
+                    "description": f.get("description", ""),
+                    "parameters": f.get("parameters", {}),
+                },
+                ensure_ascii=False,
+            )
+            for f in tool_functions(tools)
+        ]
+        pieces.append("<|tools|>\n" + "\n".join(lines) + "\n")
     for message in messages:
         pieces.append(f"<|{message.get('role', 'user')}|>\n{message_text(message.get('content'))}\n")
+        for call in message.get("tool_calls") or ():
+            function = (call.get("function") if isinstance(call, dict) else None) or {}
+            pieces.append(f"<|tool_call|>{function.get('name', '')} {function.get('arguments', '')}\n")
     pieces.append("<|assistant|>\n")
     return "".join(pieces)
 

@@ -10,9 +10,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from grill_locust.sim.tools import ToolCall
+
 CHAT = "chat"
 COMPLETIONS = "completions"
 DONE_EVENT = b"data: [DONE]\n\n"
+TOOL_CALL_ID_PREFIX = "chatcmpl-tool-"  # vLLM's
 
 
 def _dumps(value: Any) -> str:
@@ -72,6 +75,23 @@ class ChunkTemplates:
         """A malformed JSON event (the `bad_json` fault): the object is cut off."""
         return self.content_open + b'"\\u00\n\n'
 
+    def tool_call_openings(self, call: ToolCall) -> list[bytes]:
+        """vLLM's streamed tool call, one chunk per output token (each still to be closed like a content
+        chunk): the header (id, name, empty arguments), then one piece of the arguments text each."""
+        start = self.head + b'"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,'
+        header = (
+            f'"id":{_dumps(TOOL_CALL_ID_PREFIX + call.call_hex)},"type":"function",'
+            f'"function":{{"name":{_dumps(call.name)},"arguments":""}}}}]'
+        )
+        pieces = [f'"function":{{"arguments":{_dumps(piece)}}}}}]' for piece in call.argument_pieces]
+        return [start + header.encode(), *(start + piece.encode() for piece in pieces)]
+
+
+def message_tool_call(call: ToolCall) -> dict[str, Any]:
+    """A whole tool call, as a non-streamed chat answer's message carries it."""
+    function = {"name": call.name, "arguments": call.arguments}
+    return {"id": TOOL_CALL_ID_PREFIX + call.call_hex, "type": "function", "function": function}
+
 
 def chat_response(
     response_id: str,
@@ -81,6 +101,7 @@ def chat_response(
     reasoning: str | None,
     finish_reason: str,
     usage: dict[str, Any],
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> bytes:
     body = {
         "id": response_id,
@@ -94,7 +115,7 @@ def chat_response(
                     "role": "assistant",
                     "reasoning_content": reasoning,
                     "content": content,
-                    "tool_calls": [],
+                    "tool_calls": tool_calls or [],
                 },
                 "logprobs": None,
                 "finish_reason": finish_reason,
@@ -145,6 +166,11 @@ def error_body(status: int, message: str, param: str | None = None) -> bytes:
     """OpenAI's error JSON, as vLLM sends it."""
     error = {"message": message, "type": ERROR_TYPES.get(status, "Error"), "param": param, "code": status}
     return _dumps({"error": error}).encode()
+
+
+def error_event(status: int, message: str) -> bytes:
+    """An error inside a 200 stream, then `[DONE]`, as vLLM ends a stream whose request failed."""
+    return b"data: " + error_body(status, message) + b"\n\n" + DONE_EVENT
 
 
 def json_body(value: Any) -> bytes:

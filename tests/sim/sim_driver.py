@@ -26,12 +26,25 @@ class TruthSim:
         return self.process.port
 
 
+def truth_of(sim: TruthSim, request_id: str, timeout_s: float = 5.0) -> dict[str, Any]:
+    """The simulator's truth-log record of one request (written in the gaps between steps: wait for it)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in sim.truth_path.read_text().splitlines():
+            record: dict[str, Any] = json.loads(line)
+            if record["request_id"] == request_id:
+                return record
+        time.sleep(0.05)
+    raise AssertionError(f"{request_id} not in the truth log")
+
+
 @dataclass
 class StreamResult:
     status: int
     headers: dict[str, str]
     t0: float  # time.time() just before sending
     payloads: list[str] = field(default_factory=list)  # each SSE `data:` payload, in order
+    event_names: list[str] = field(default_factory=list)  # each SSE `event:` name (Anthropic's), in order
     arrivals: list[float] = field(default_factory=list)  # time.time() at each payload's arrival
     body: bytes = b""  # non-streamed (or error) body
     ended_cleanly: bool = False  # the chunked body ended with its terminator
@@ -96,7 +109,9 @@ def request(
             if not line:
                 result.ended_cleanly = response.isclosed() and response.chunk_left is None
                 break
-            if line.startswith(b"data: "):
+            if line.startswith(b"event: "):
+                result.event_names.append(line[7:].rstrip(b"\n").decode())
+            elif line.startswith(b"data: "):
                 result.payloads.append(line[6:].rstrip(b"\n").decode())
                 result.arrivals.append(time.time())
     except (http.client.IncompleteRead, ConnectionError, TimeoutError, OSError) as error:

@@ -7,9 +7,13 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from sim_driver import TruthSim, chat_payload, request
+from sim_driver import TruthSim, chat_payload, request, truth_of
 
+from grill_locust.client import EngineClient
+from grill_locust.config import Backend
+from grill_locust.record import measure
 from grill_locust.sim import SimProcess
+from grill_locust.sim.faults import FAULT_HEADER
 
 
 @pytest.fixture(scope="module")
@@ -48,17 +52,6 @@ def test_stall_accepts_then_sends_nothing(sim):
     assert time.monotonic() - started >= 0.5
 
 
-def truth_of(sim: TruthSim, request_id: str, timeout_s: float = 5.0) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        for line in sim.truth_path.read_text().splitlines():
-            record = json.loads(line)
-            if record["request_id"] == request_id:
-                return record
-        time.sleep(0.1)
-    raise AssertionError(f"{request_id} not in the truth log")
-
-
 def test_cut_stream_has_no_finish_and_no_done(sim):
     result = faulty(sim, "cut", max_tokens=8)
     assert result.status == 200 and not result.ended_cleanly
@@ -76,6 +69,43 @@ def test_stall_mid_sends_the_first_token_then_nothing(sim):
     assert len(result.output_times()) == 1
     truth = truth_of(sim, result.headers["x-request-id"])
     assert (truth["fault"], truth["outcome"], truth["output_tokens"]) == ("stall_mid", "stalled", 1)
+
+
+def test_error_mid_sends_some_tokens_then_an_error_chunk_and_done(sim):
+    result = faulty(sim, "error_mid", max_tokens=8)
+    assert result.status == 200 and result.ended_cleanly and result.payloads[-1] == "[DONE]"
+    *tokens, error = result.chunks()[1:]  # after the role chunk
+    assert 1 <= len(tokens) < 8 and all(c["choices"][0]["delta"]["content"] for c in tokens)
+    assert error == {
+        "error": {
+            "message": error["error"]["message"],
+            "type": "InternalServerError",
+            "param": None,
+            "code": 500,
+        }
+    }
+    truth = truth_of(sim, result.headers["x-request-id"])
+    assert (truth["fault"], truth["outcome"], truth["output_tokens"]) == (
+        "error_mid",
+        "error_mid",
+        len(tokens),
+    )
+    faulty_backend = {
+        "name": "sim",
+        "url": sim.process.url,
+        "engine": "vllm",
+        "headers": {FAULT_HEADER: "error_mid"},
+    }
+    client = EngineClient(Backend.model_validate(faulty_backend))
+    measured = measure(client.stream("/v1/chat/completions", chat_payload("fault please", max_tokens=8)).raw)
+    assert measured.status == "http_500" and len(measured.error) > 0
+
+
+def test_error_mid_not_streamed_is_a_500(sim):
+    result = faulty(sim, "error_mid", max_tokens=8, stream=False)
+    assert result.status == 500 and result.json()["error"]["code"] == 500
+    truth = truth_of(sim, result.headers["x-request-id"])
+    assert (truth["status"], truth["outcome"]) == (500, "error_mid")
 
 
 def test_bad_json_event_then_the_stream_goes_on(sim):
