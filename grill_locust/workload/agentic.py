@@ -12,9 +12,10 @@ the next model call (OpenAI chat form), `on_reply(reply)` carries the engine's r
   a directory listing (list_dir), an edit confirmation (edit_file), a pytest log with a traceback into
   corpus code (run_tests, bash). The step's tool decides the material, whatever the model named;
 - the last step asks for the final answer (final_max_tokens; other steps step_max_tokens);
-- with `context_limit_tokens`, when the next request and final_max_tokens of answer would pass it,
-  one summarising request goes first and the context restarts from the system prompt and the real
-  summary (then the held-back reply and results);
+- with `context_limit_tokens`, when the next request, a request for a summary and final_max_tokens
+  of answer would pass it, one summarising request goes first (the context as last sent, and that
+  request) and the context restarts from the system prompt and the real summary (then the held-back
+  reply and results): no request with its answer passes the limit;
 - with `subagents: k`, the reply of one step (drawn) gets k `task` calls; `on_reply` returns k sub-plans,
   played in parallel by the caller, whose final answers answer those calls (`on_subagents_done`).
 
@@ -340,7 +341,9 @@ class AgenticSession:
             if before is None:
                 before = sum(self._message_tokens(message) for message in self._sent.messages)
             next_prompt = before + sum(self._message_tokens(message) for message in added)
-            if next_prompt + plan.final_max_tokens > limit:
+            # compact now if a summary asked after the next request could not fit any more
+            summary_request = self._message_tokens({"role": "user", "content": SUMMARY_REQUEST})
+            if next_prompt + summary_request + plan.final_max_tokens > limit:
                 self._compact, self._held = True, added
                 return
         self.context += added
