@@ -179,5 +179,11 @@ def _resolve_target(
     backend: Backend = pick(backend_key, "backend", file_target.backend, backends)
     model: Model = pick("model", "model", file_target.model, models)
     conversation: Conversation = pick("conversation", "conversation", file_target.conversation, conversations)
+    if conversation.kind == "agentic" and backend.api == "completions":
+        message = (
+            f"conversation {conversation.name!r} is agentic: its tool calls need a backend with api: chat "
+            f"or messages (backend {backend.name!r} has api: completions)"
+        )
+        raise ConfigError(at(source, ("targets", index, "conversation"), lines, message))
     name = file_target.name or f"{backend.name}/{model.name}/{conversation.name}"
     return Target(name=name, backend=backend, model=model, conversation=conversation)

@@ -31,6 +31,7 @@ from grill_locust.workload.kinds import BUILTIN_CONVERSATION_KINDS, KINDS, SIZE_
 
 DEFAULT_TIERS = (1, 5, 10, 20, 50, 100, 150, 200)
 _MAX_TOKENS_PER_MESSAGE = 1_000_000
+_MAX_SUBAGENTS = 16
 
 
 class _Frozen(BaseModel):
@@ -189,6 +190,24 @@ class Turn(_Frozen):
     content: str
 
 
+class LogNormalTokens(_Frozen):
+    """A size in tokens drawn from a log-normal with this median and 95th percentile (equal: fixed)."""
+
+    median: int = Field(ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    p95: int = Field(ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _number_is_fixed(cls, data: Any) -> Any:
+        return {"median": data, "p95": data} if isinstance(data, int) and not isinstance(data, bool) else data
+
+    @model_validator(mode="after")
+    def _p95_not_below_median(self) -> LogNormalTokens:
+        if self.p95 < self.median:
+            raise ValueError(f"p95: {self.p95} is below the median ({self.median})")
+        return self
+
+
 class Conversation(_Frozen):
     """What one simulated user sends in one iteration: a workload kind and its sizes (tokens)."""
 
@@ -202,6 +221,13 @@ class Conversation(_Frozen):
     prefix_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
     question_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
     prompt_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    # agentic (workload/agentic.py): model calls per session as [min, max] (a number n is [n, n])
+    steps: tuple[int, int] | None = None
+    tool_result_tokens: LogNormalTokens | None = None  # each step's tool results, in all
+    step_max_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    final_max_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    context_limit_tokens: int | None = Field(default=None, ge=1, le=10 * _MAX_TOKENS_PER_MESSAGE)
+    subagents: int | None = Field(default=None, ge=1, le=_MAX_SUBAGENTS)
     seed: int = 0
     salt: bool = True
     turns: list[Turn] = Field(default_factory=list)
@@ -240,19 +266,58 @@ class Conversation(_Frozen):
             data["seed"] = zlib.crc32(str(name).encode("utf-8"))
         return data
 
+    @field_validator("steps", mode="before")
+    @classmethod
+    def _step_range(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = [value, value]
+        if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) for v in value):
+            low, high = value
+            if low < 1:
+                raise ValueError(f"steps: expected at least 1 step, got {low}")
+            if low > high:
+                raise ValueError(f"steps: the minimum {low} is above the maximum {high}")
+        elif value is not None:
+            raise ValueError(f"steps: expected a number of steps or [min, max], got {value!r}")
+        return value
+
     @model_validator(mode="after")
     def _has_user_turn(self) -> Conversation:
         if self.kind == "fixed" and not any(turn.role == "user" for turn in self.turns):
             raise ValueError("turns: needs at least one user turn (each user turn is one request)")
         return self
 
+    @model_validator(mode="after")
+    def _agentic_sizes_fit(self) -> Conversation:
+        if self.kind != "agentic":
+            return self
+        from grill_locust.workload.tools import MIN_SYSTEM_TOKENS
+
+        system_tokens = self.system_tokens or 1
+        if system_tokens < MIN_SYSTEM_TOKENS:
+            raise ValueError(
+                f"system_tokens: {system_tokens} cannot hold the tool definitions and an instruction "
+                f"(give at least {MIN_SYSTEM_TOKENS})"
+            )
+        if self.context_limit_tokens is not None and system_tokens >= self.context_limit_tokens:
+            raise ValueError(
+                f"context_limit_tokens: {self.context_limit_tokens} leaves no room after the system prompt "
+                f"(system_tokens: {system_tokens}): give a limit above it"
+            )
+        return self
+
     @property
-    def requests_per_iteration(self) -> int:
-        """Requests one iteration (one whole conversation) sends."""
+    def requests_per_iteration(self) -> float:
+        """Requests one iteration (one whole conversation) sends; for an agentic session, the expected
+        number (workload/agentic.py says how it is estimated)."""
         if self.kind == "fixed":
             return sum(1 for turn in self.turns if turn.role == "user")
         if self.kind == "multi-turn":
             return self.user_turns or 1
+        if self.kind == "agentic":
+            from grill_locust.workload.agentic import expected_requests_per_session
+
+            return expected_requests_per_session(self)
         return 1
 
 

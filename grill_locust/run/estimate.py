@@ -2,7 +2,8 @@
 
 The estimate is targets × tiers × iterations, the requests that makes, and a duration estimate from
 stated assumptions (time to first token, time per output token), since the engines' speed is
-exactly what the campaign is there to measure.
+exactly what the campaign is there to measure. An agentic session's requests are an expectation
+(its steps are drawn per session), shown with `~`.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from typing import TextIO
 
 from grill_locust.config import Scenario, Target, load_scenario, parse_tiers
 from grill_locust.errors import GrillError
+from grill_locust.workload.agentic import AgenticPlan
 from grill_locust.workload.generators import build_workload
 from grill_locust.workload.tokens import count_tokens
+from grill_locust.workload.tools import TOOLS_APPROX_TOKENS
 
 # assumptions of the duration estimate (overridable on the command line)
 ASSUMED_TTFT_S = 0.5
@@ -25,10 +28,15 @@ ASSUMED_TPOT_MS = 20.0
 @dataclass(frozen=True)
 class TargetEstimate:
     target: Target
-    requests_per_iteration: int
+    requests_per_iteration: float  # expected, for agentic sessions (see `expected`)
     first_prompt_tokens: int  # approximate tokens of the first request's messages (system + first turn)
     requests: int  # over all tiers and iterations
     duration_s: float  # all tiers of this target, without pauses
+
+    @property
+    def expected(self) -> bool:
+        """True when the request count is an expectation (steps drawn per session), not exact."""
+        return self.target.conversation.kind == "agentic"
 
 
 @dataclass(frozen=True)
@@ -49,17 +57,22 @@ def estimate_campaign(
     for target in scenario.targets:
         workload = build_workload(target.conversation, target.model)
         first = workload.script("validate", 0)
-        first_prompt_tokens = count_tokens(first.system or "") + count_tokens(first.user_turns[0])
+        if isinstance(first, AgenticPlan):
+            first_prompt_tokens = count_tokens(first.system) + TOOLS_APPROX_TOKENS + count_tokens(first.task)
+        else:
+            first_prompt_tokens = count_tokens(first.system or "") + count_tokens(first.user_turns[0])
         per_iteration = workload.requests_per_iteration
-        request_s = ttft_s + target.model.max_tokens * tpot_ms / 1000.0
+        request_s = ttft_s + _max_tokens(target)[0] * tpot_ms / 1000.0
         duration_s = 0.0
         requests = 0
         for users in load.tiers:
             spawn_s = users / load.spawn_rate if load.spawn_rate else 0.0
             user_requests = load.iterations * per_iteration
-            tier_s = spawn_s + user_requests * request_s + max(0, user_requests - 1) * load.think_time_s
+            tier_s = spawn_s + user_requests * request_s + max(0, load.iterations - 1) * load.think_time_s
+            if target.conversation.kind != "agentic":  # an agent's steps follow each other without a pause
+                tier_s += max(0, user_requests - load.iterations) * load.think_time_s
             duration_s += min(tier_s, load.tier_timeout_s)
-            requests += users * user_requests
+            requests += round(users * user_requests)
         estimates.append(TargetEstimate(target, per_iteration, first_prompt_tokens, requests, duration_s))
     phases = len(scenario.targets) * len(load.tiers)
     pauses_s = max(0, phases - 1) * load.pause_s
@@ -102,10 +115,12 @@ def format_estimate(estimate: CampaignEstimate, ttft_s: float, tpot_ms: float) -
                 engine,
                 target.model.name,
                 f"{target.conversation.name} [{target.conversation.kind}]",
-                str(target_estimate.requests_per_iteration),
+                f"~{target_estimate.requests_per_iteration:.1f}"
+                if target_estimate.expected
+                else f"{target_estimate.requests_per_iteration:g}",
                 str(target_estimate.first_prompt_tokens),
-                str(target.model.max_tokens),
-                f"{target_estimate.requests:,}",
+                _max_tokens(target)[1],
+                f"{'~' if target_estimate.expected else ''}{target_estimate.requests:,}",
             )
         )
     widths = [max(len(row[column]) for row in rows) for column in range(len(header))]
@@ -121,12 +136,27 @@ def format_estimate(estimate: CampaignEstimate, ttft_s: float, tpot_ms: float) -
         f"pause {load.pause_s:g} s; think time {load.think_time_s:g} s; spawn: {spawn}; "
         f"tier time cap {load.tier_timeout_s:g} s"
     )
-    lines.append(f"requests to send: {estimate.requests:,}")
+    expected = any(target_estimate.expected for target_estimate in estimate.targets)
+    lines.append(f"requests to send: {'~' if expected else ''}{estimate.requests:,}")
+    if expected:
+        lines.append(
+            "~: agentic sessions draw their steps per session; their requests per iteration are the mean of "
+            "steps, plus the sub-agents' steps, plus the compactions the mean sizes lead to"
+        )
     lines.append(
         f"duration estimate: ~{format_duration(estimate.duration_s)} (assuming {ttft_s:g} s to first token and "
         f"{tpot_ms:g} ms per output token at max_tokens, and engines that keep up; more when they queue)"
     )
     return "\n".join(lines)
+
+
+def _max_tokens(target: Target) -> tuple[int, str]:
+    """max_tokens of most requests, and as the table shows it (an agent's steps / its final answer)."""
+    conversation = target.conversation
+    if conversation.kind == "agentic":
+        step, final = conversation.step_max_tokens or 1, conversation.final_max_tokens or 1
+        return step, f"{step}/{final}"
+    return target.model.max_tokens, str(target.model.max_tokens)
 
 
 def format_duration(seconds: float) -> str:

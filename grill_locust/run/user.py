@@ -1,7 +1,8 @@
 """Locust users: each one plays coding-assistant conversations against a target and records every request.
 
 `CampaignUser` follows the phases a scenario's load shape broadcasts (k conversations per user per
-tier, then idle). `MultiTurnUser`, `SharedPrefixUser`, `ShortBaselineUser` and `UniquePromptsUser` work
+tier, then idle). An agentic conversation is a session of model calls played step by step
+(workload/agentic.py), its sub-agents in greenlets of the same user. `MultiTurnUser`, `SharedPrefixUser`, `ShortBaselineUser` and `UniquePromptsUser` work
 as plain Locust users with `--host` and `--model`, with no scenario file (`-u/-r/-t` rule then).
 """
 
@@ -13,12 +14,14 @@ import gevent
 from gevent import GreenletExit
 from locust import User, constant, task
 
-from grill_locust.client import EngineClient, request_for
-from grill_locust.config import Scenario, Target
-from grill_locust.record import CANCELLED, STATUS_OK, build_record, measure
+from grill_locust.client import EngineClient, StreamResult, request_for
+from grill_locust.config import Model, Scenario, Target
+from grill_locust.record import CANCELLED, STATUS_OK, Measurement, build_record, measure
 from grill_locust.run.phase import Phase
 from grill_locust.run.state import run_state
 from grill_locust.run.worker import WorkerState
+from grill_locust.workload.agentic import AgenticPlan, AgenticSession, AgentReply
+from grill_locust.workload.tools import TOOLS
 
 IDLE_POLL_S = 0.1  # how often an idle user looks for new work
 STATUS_RATE_LIMITED = "http_429"
@@ -57,9 +60,6 @@ class GrillUser(User):
             f"{phase.session}-p{phase.phase_id}a{phase.attempt}-{self.grill.worker_id}-u{self.user_index}"
         )
         script = workload.script(user_key, iteration)
-        messages: list[dict[str, str]] = []
-        if script.system:
-            messages.append({"role": "system", "content": script.system})
         labels = {
             **phase.labels(target),
             "iteration": iteration,
@@ -67,21 +67,77 @@ class GrillUser(User):
             "worker_id": self.grill.worker_id,
             "conversation_id": script.conversation_id,
         }
+        if isinstance(script, AgenticPlan):
+            self.run_agentic_session(target, AgenticSession(script), labels, self.client_for(target))
+            return
+        messages: list[dict[str, Any]] = []
+        if script.system:
+            messages.append({"role": "system", "content": script.system})
         for turn, user_text in enumerate(script.user_turns):
             if turn > 0:
                 gevent.sleep(phase.think_time_s)
             messages.append({"role": "user", "content": user_text})
-            result = self._send(target, messages, labels, turn)
-            if result is None:
+            sent = self._send(target, messages, labels, turn, self.client_for(target))
+            if sent is None:
                 return  # the conversation cannot go on without the reply
-            messages.append({"role": "assistant", "content": result})
+            messages.append({"role": "assistant", "content": sent[0].text})
+
+    def run_agentic_session(
+        self, target: Target, session: AgenticSession, labels: dict[str, Any], client: EngineClient
+    ) -> str | None:
+        """Play one agent session, step after step with no pause (the agent runs its tools at once), its
+        sub-agents in parallel greenlets; the final answer, or None when a step failed (which ends it)."""
+        labels = {**labels, "conversation_id": session.conversation_id}
+        while (request := session.next_request()) is not None:
+            model = _with_max_tokens(target.model, request.max_tokens)
+            sent = self._send(
+                target, request.messages, labels, request.turn, client, model=model, tools=TOOLS
+            )
+            if sent is None:
+                return None
+            result, measurement = sent
+            reply = AgentReply(result.text, result.tool_calls, measurement.prompt_tokens)
+            subagent_plans = session.on_reply(reply)
+            if subagent_plans:
+                answers = self._run_subagents(target, subagent_plans, labels)
+                if any(answer is None for answer in answers):
+                    return None  # a sub-agent's failed step ends the whole session
+                session.on_subagents_done([answer or "" for answer in answers])
+        return session.final_answer
+
+    def _run_subagents(
+        self, target: Target, plans: list[AgenticPlan], labels: dict[str, Any]
+    ) -> list[str | None]:
+        """Each sub-agent on its own connection, all at once; their final answers in order."""
+        clients = [EngineClient(target.backend) for _ in plans]
+        greenlets = [
+            gevent.spawn(self.run_agentic_session, target, AgenticSession(plan), labels, client)
+            for plan, client in zip(plans, clients, strict=True)
+        ]
+        try:
+            gevent.joinall(greenlets, raise_error=True)
+        except BaseException:  # the user stopped (GreenletExit) or a sub-agent broke: none outlives it
+            gevent.killall(greenlets)
+            raise
+        finally:
+            for client in clients:
+                client.close()
+        return [greenlet.value for greenlet in greenlets]
 
     def _send(
-        self, target: Target, messages: list[dict[str, str]], labels: dict[str, Any], turn: int
-    ) -> str | None:
+        self,
+        target: Target,
+        messages: list[dict[str, Any]],
+        labels: dict[str, Any],
+        turn: int,
+        client: EngineClient,
+        model: Model | None = None,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> tuple[StreamResult, Measurement] | None:
+        """Send one request (429s retried as the backend allows), record every attempt; the result and
+        its measurement when it succeeded, else None."""
         backend = target.backend
-        path, payload = request_for(backend, target.model, messages)
-        client = self.client_for(target)
+        path, payload = request_for(backend, model or target.model, messages, tools=tools)
         retries = 0
         while True:
             # the record id travels as X-Request-Id: engine logs and the simulator's truth join on it
@@ -102,7 +158,7 @@ class GrillUser(User):
             # opt-in 429 retries: every attempt stays a record, the next one counts its retries
             retries += 1
             gevent.sleep(min(MAX_RETRY_AFTER_S, result.retry_after_s or 1.0))
-        return result.text if measurement.status == STATUS_OK else None
+        return (result, measurement) if measurement.status == STATUS_OK else None
 
     def _record(
         self, labels: dict[str, Any], turn: int, record_id: str, measurement: Any, retries: int
@@ -142,6 +198,14 @@ class GrillUser(User):
                 exception=RequestFailed(f"{measurement.status}: {measurement.error}"),
                 context={},
             )
+
+
+def _with_max_tokens(model: Model, max_tokens: int) -> Model:
+    """The model's sampling settings with another max_tokens (an agent's step or final answer)."""
+    if model.max_tokens == max_tokens:
+        return model
+    min_tokens = None if model.min_tokens is None else min(model.min_tokens, max_tokens)
+    return model.model_copy(update={"max_tokens": max_tokens, "min_tokens": min_tokens})
 
 
 class RequestFailed(Exception):

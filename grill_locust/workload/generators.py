@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from grill_locust.client.payloads import completion_prompt
+from grill_locust.workload.agentic import AgenticPlan, plan_session
 from grill_locust.workload.calibrate import MeasuredCorpus, TokenCounter, id_span, name_span
 from grill_locust.workload.corpus import Corpus, Excerpt, stdlib_corpus
 from grill_locust.workload.heads import (
@@ -103,10 +104,10 @@ class Workload:
         self._shared: dict[str, Any] = {}  # parts every script shares, built on first use
 
     @property
-    def requests_per_iteration(self) -> int:
+    def requests_per_iteration(self) -> float:
         return self.conversation.requests_per_iteration
 
-    def script(self, user_key: str, iteration: int) -> ConversationScript:
+    def script(self, user_key: str, iteration: int) -> ConversationScript | AgenticPlan:
         conversation = self.conversation
         conversation_id = f"{conversation.name}:{user_key}:{iteration}"
         rng = _rng(conversation.seed, conversation.name, user_key, str(iteration))
@@ -255,13 +256,14 @@ class Workload:
         return asked if self.token_counter is None else self.token_counter.approx_tokens(asked)
 
 
-# the kinds of workload/kinds.py, each with its script builder
-_SCRIPT_BUILDERS: dict[str, Callable[[Workload, str, random.Random], ConversationScript]] = {
+# the kinds of workload/kinds.py, each with its script builder (an agentic session's is its plan)
+_SCRIPT_BUILDERS: dict[str, Callable[[Workload, str, random.Random], ConversationScript | AgenticPlan]] = {
     "multi-turn": Workload._multi_turn,
     "shared-prefix": Workload._shared_prefix_script,
     "short-baseline": Workload._short_baseline,
     "unique-prompts": Workload._unique_prompts,
     "fixed": Workload._fixed,
+    "agentic": plan_session,
 }
 
 

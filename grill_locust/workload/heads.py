@@ -45,11 +45,31 @@ QUESTION_HEADS = tuple("{id}: " + question + CODE_OPEN for question in QUESTIONS
 UNIQUE_HEADS = tuple(
     "{id}: code review of the module `{module}` please.\n" + question + CODE_OPEN for question in QUESTIONS
 )
+# agentic sessions (workload/agentic.py): the agent's instruction and the code it read, a file read back
+AGENT_SYSTEM_HEAD = (
+    "{id}: you are a coding agent working in a Python repository, starting with the module `{module}` "
+    "today. Use the tools to read, search, edit and test the code; make small changes, run the tests after "
+    "each one, and end with a short report of what you changed and why.\n"
+    "The repository's conventions, as this excerpt shows them:\n```python\n"
+)
+READ_FILE_HEAD = "Contents of `{module}` from the definition of `{name}` on:\n"
 # the values heads are measured with (calibrate.py); a message's count corrects for its own values
 HEAD_REFERENCE = {"id": "QQQQQQQQ", "name": "main", "module": "json"}
 
 
 def measured_heads() -> list[str]:
-    """Every message head, filled with the reference values, as calibration measures them."""
-    heads = (SYSTEM_HEAD, PREFIX_HEAD, *FIRST_TURN_HEADS, *FOLLOW_UP_HEADS, *QUESTION_HEADS, *UNIQUE_HEADS)
-    return [head.format(**HEAD_REFERENCE) for head in heads]
+    """Every message head, filled with the reference values, as calibration measures them, and the
+    agent's tool definitions as requests carry them."""
+    from grill_locust.workload.tools import tools_text
+
+    heads = (
+        SYSTEM_HEAD,
+        PREFIX_HEAD,
+        AGENT_SYSTEM_HEAD,
+        READ_FILE_HEAD,
+        *FIRST_TURN_HEADS,
+        *FOLLOW_UP_HEADS,
+        *QUESTION_HEADS,
+        *UNIQUE_HEADS,
+    )
+    return [head.format(**HEAD_REFERENCE) for head in heads] + [tools_text()]

@@ -7,6 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+# A size field's default: a number of tokens or turns, a switch, an inclusive [min, max] range drawn
+# per session, a log-normal's {median, p95} in tokens, or None for an optional feature left off.
+SizeDefault = int | bool | tuple[int, int] | Mapping[str, int] | None
+
 
 @dataclass(frozen=True)
 class WorkloadKind:
@@ -15,7 +19,7 @@ class WorkloadKind:
     without declaring it (None: none)."""
 
     name: str
-    sizes: Mapping[str, int | bool]
+    sizes: Mapping[str, SizeDefault]
     builtin: str | None = None
 
 
@@ -33,6 +37,19 @@ WORKLOAD_KINDS: dict[str, WorkloadKind] = {
         WorkloadKind("short-baseline", {"prompt_tokens": 50}, builtin="short-baseline"),
         WorkloadKind("unique-prompts", {"prompt_tokens": 3000}, builtin="unique-prompts"),
         WorkloadKind("fixed", {}),  # scripted turns (llm-grill's conversations)
+        # a coding agent's tool-calling loop (workload/agentic.py); system_tokens counts the tools' JSON too
+        WorkloadKind(
+            "agentic",
+            {
+                "system_tokens": 8000,
+                "steps": (10, 30),
+                "tool_result_tokens": {"median": 600, "p95": 4000},
+                "step_max_tokens": 256,
+                "final_max_tokens": 1024,
+                "context_limit_tokens": None,
+                "subagents": None,
+            },
+        ),
     )
 }
 KINDS: tuple[str, ...] = tuple(WORKLOAD_KINDS)

@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from grill_locust.config import Conversation
 from grill_locust.workload import ConversationScript, TokenCounter, build_workload
+from grill_locust.workload.agentic import AgenticPlan
 from grill_locust.workload.generators import _fit
 from grill_locust.workload.heads import QUESTIONS
 from grill_locust.workload.kinds import WORKLOAD_KINDS
@@ -70,8 +72,13 @@ def test_every_kind_of_the_table_scripts_to_its_default_sizes(kind: str) -> None
         fields["turns"] = [{"role": "user", "content": "hello"}]
     conv = conversation(**fields)
     for size, default in WORKLOAD_KINDS[kind].sizes.items():
-        assert getattr(conv, size) == default
+        value = getattr(conv, size)
+        assert (value.model_dump() if isinstance(value, BaseModel) else value) == default
     script = build_workload(conv).script("w0-u0", 0)
+    if isinstance(script, AgenticPlan):  # a session's steps are drawn: its plan is checked in test_agentic
+        low, high = WORKLOAD_KINDS[kind].sizes["steps"]
+        assert low <= script.steps <= high and script.task and script.system
+        return
     assert len(script.user_turns) == conv.requests_per_iteration >= 1
     assert all(turn for turn in script.user_turns)
 
