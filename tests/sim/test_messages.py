@@ -232,7 +232,7 @@ def test_a_repeated_prefix_is_read_from_the_cache(sim: TruthSim) -> None:
         ({}, {"x-api-key": "wrong"}, 401, "authentication_error"),
         ({"model": "claude-elsewhere"}, {}, 404, "not_found_error"),
         (
-            {"max_tokens": 40_000},
+            {"max_tokens": 140_000},
             {},
             400,
             "invalid_request_error",
