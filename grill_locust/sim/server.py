@@ -15,7 +15,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from grill_locust.sim import wire
 from grill_locust.sim.engine import Engine
@@ -36,7 +36,7 @@ MAX_LAG_S = 0.05  # far behind the step timeline (overruns show as jitter until 
 
 
 class SimServer:
-    """The simulated engine behind an HTTP/1.1 listener."""
+    """The simulated engine behind an HTTP/1.1 listener, answering as vLLM does."""
 
     def __init__(
         self,
@@ -268,24 +268,8 @@ class SimServer:
         self, conn: HttpConnection, request: HttpRequest, body: dict[str, Any], kind: str, ids: list[int]
     ) -> None:
         arrival = self.clock()
-        model = body.get("model")
-        if model is not None and model != self.model:
-            raise BadRequest(f"The model `{model}` does not exist.", "model", status=404)
-        max_model_len = self.params.context_limit  # a request that fits no slot is refused, as llama.cpp does
         prompt_len = len(ids)
-        default_max = 16 if kind == wire.COMPLETIONS else max_model_len - prompt_len
-        max_tokens = _int_field(body, "max_completion_tokens", None)
-        if max_tokens is None:
-            max_tokens = _int_field(body, "max_tokens", default_max)
-        if max_tokens is None or max_tokens < 1:
-            raise BadRequest("max_tokens: must be at least 1", "max_tokens")
-        if prompt_len + max_tokens > max_model_len:
-            raise BadRequest(
-                f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-                f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in the completion). "
-                "Please reduce the length of the messages or completion.",
-                "max_tokens" if prompt_len < max_model_len else "messages",
-            )
+        max_tokens = self._max_tokens(body, kind, prompt_len)
         min_tokens = _int_field(body, "min_tokens", 0) or 0
         try:
             fault = self.faults.pick(request.headers.get(FAULT_HEADER))
@@ -293,9 +277,8 @@ class SimServer:
             raise BadRequest(f"{FAULT_HEADER}: unknown fault {error}", FAULT_HEADER) from None
         self.requests += 1
         request_id = request.headers.get("x-request-id") or f"{self._id_prefix}{self.requests:012x}"
-        prefix = "chatcmpl-" if kind == wire.CHAT else "cmpl-"
-        response_id = prefix + request_id
-        headers = [("x-request-id", request_id)]
+        response_id = self._response_id(kind, request_id)
+        headers = self._reply_headers(request_id)
 
         if fault in ("500", "503", "429"):
             status = int(fault)
@@ -306,7 +289,7 @@ class SimServer:
             }
             if status == 429:
                 headers.append(("retry-after", str(self.faults.settings.retry_after_s)))
-            conn.respond(status, wire.error_body(status, messages[status]), headers=headers)
+            conn.respond(status, self.error_body(status, messages[status]), headers=headers)
             if self.truth is not None:
                 now = self.clock()
                 self.truth.add(
@@ -328,7 +311,7 @@ class SimServer:
         stream = bool(body.get("stream"))
         options = body.get("stream_options")
         include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
-        reply = ResponseWriter(
+        reply = self._writer_class()(
             self, conn, kind, request_id, response_id, stream, include_usage, fault, arrival, request.path
         )
         gap_s = self.faults.settings.trickle_gap_ms / 1000.0 if fault == "trickle" else 0.0
@@ -348,14 +331,46 @@ class SimServer:
         reply.fault_at = min(max(1, limit // 2), limit - 1) if fault == "cut" else max(0, limit // 2)
         conn.on_close = reply.on_client_gone
         if stream:
-            first = reply.templates.role_event() if kind == wire.CHAT else b""
-            conn.start_stream(headers, first)
+            conn.start_stream(headers, reply.stream_head())
         else:
             reply.headers = headers
         if fault == "stall":
             return  # accepted, then nothing: the client's timeout must fire
         self.engine.add(seq)
         self.wake.set()
+
+    def _max_tokens(self, body: dict[str, Any], kind: str, prompt_len: int) -> int:
+        """The output budget of a request, after checking its model and that it fits the context."""
+        model = body.get("model")
+        if model is not None and model != self.model:
+            raise BadRequest(f"The model `{model}` does not exist.", "model", status=404)
+        max_model_len = self.params.context_limit  # a request that fits no slot is refused
+        default_max = 16 if kind == wire.COMPLETIONS else max_model_len - prompt_len
+        max_tokens = _int_field(body, "max_completion_tokens", None)
+        if max_tokens is None:
+            max_tokens = _int_field(body, "max_tokens", default_max)
+        if max_tokens is None or max_tokens < 1:
+            raise BadRequest("max_tokens: must be at least 1", "max_tokens")
+        if prompt_len + max_tokens > max_model_len:
+            raise BadRequest(
+                f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+                f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in the completion). "
+                "Please reduce the length of the messages or completion.",
+                "max_tokens" if prompt_len < max_model_len else "messages",
+            )
+        return max_tokens
+
+    def _writer_class(self) -> type[ResponseWriter]:
+        return ResponseWriter
+
+    def _response_id(self, kind: str, request_id: str) -> str:
+        return ("chatcmpl-" if kind == wire.CHAT else "cmpl-") + request_id
+
+    def _reply_headers(self, request_id: str) -> list[tuple[str, str]]:
+        return [("x-request-id", request_id)]
+
+    def error_body(self, status: int, message: str, param: str | None = None) -> bytes:
+        return wire.error_body(status, message, param)
 
     def _truth_base(
         self,
@@ -389,8 +404,21 @@ class SimServer:
         }
 
 
+class StreamTemplates(Protocol):
+    """What the token path needs of a wire format's chunk templates (`wire`, `llamacpp_wire`)."""
+
+    content_open: bytes
+    reasoning_open: bytes
+    close_running: bytes
+
+    def role_event(self) -> bytes: ...
+
+    def broken_event(self) -> bytes: ...
+
+
 class ResponseWriter:
-    """Writes one request's answer as its sequence produces tokens (streamed or all at the end)."""
+    """Writes one request's answer as its sequence produces tokens (streamed or all at the end), in
+    vLLM's wire format; `llamacpp.LlamaCppResponseWriter` writes llama.cpp's."""
 
     __slots__ = (
         "server",
@@ -438,7 +466,7 @@ class ResponseWriter:
         self.arrival = arrival
         self.path = path
         self.seq: Sequence | None = None
-        self.templates = wire.ChunkTemplates(kind, response_id, server.created, server.model)
+        self.templates: StreamTemplates = self._templates(kind, response_id, server.created, server.model)
         self.reasoning_tokens = server.params.reasoning_tokens
         self.event_times: list[float] | None = [] if server.truth is not None else None
         self.outcome = "ok"
@@ -477,22 +505,39 @@ class ResponseWriter:
         if seq.finish_reason is None:
             self.conn.write_chunk(opening + token + templates.close_running)
         else:
-            self.conn.write_chunk(opening + token + templates.close_final % seq.finish_reason.encode())
+            self.conn.write_chunk(opening + token + self._last_close(seq.finish_reason))
         self.server.events += 1
+
+    def _templates(self, kind: str, response_id: str, created: int, model: str) -> StreamTemplates:
+        return wire.ChunkTemplates(kind, response_id, created, model)
+
+    def stream_head(self) -> bytes:
+        """What a stream opens with, before any token: vLLM's role-only chat chunk."""
+        return self.templates.role_event() if self.kind == wire.CHAT else b""
+
+    def _last_close(self, finish_reason: str) -> bytes:
+        """The end of the last token's chunk: vLLM puts the finish reason on it."""
+        templates = self.templates
+        assert isinstance(templates, wire.ChunkTemplates)
+        return templates.close_final % finish_reason.encode()
+
+    def _end_stream(self, seq: Sequence) -> None:
+        templates = self.templates
+        assert isinstance(templates, wire.ChunkTemplates)
+        tail = b""
+        if self.include_usage:
+            tail = templates.usage_event(seq.prompt_len, seq.output_count, seq.num_cached)
+        self.conn.end_stream(tail + wire.DONE_EVENT)
 
     def on_finish(self, seq: Sequence, now: float) -> None:
         if self.ended:
             return
         self.ended = True
-        conn = self.conn
         if seq.finish_reason is None:  # cut, or the client went away
             if self.outcome == "ok":
                 self.outcome = "client_closed"
         elif self.stream:
-            tail = b""
-            if self.include_usage:
-                tail = self.templates.usage_event(seq.prompt_len, seq.output_count, seq.num_cached)
-            conn.end_stream(tail + wire.DONE_EVENT)
+            self._end_stream(seq)
         else:
             self._respond_whole(seq)
         self._record_truth(seq, self.server.clock())
