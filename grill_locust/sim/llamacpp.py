@@ -93,7 +93,12 @@ class LlamaCppServer(SimServer):
         conn.respond(200, body, headers=list(llamacpp_wire.HEADERS))
 
     def _tokenize(self, conn: HttpConnection, request: HttpRequest) -> None:
+        """llama-server's `{"content"}` shape; vLLM's (`prompt`, `messages`) is answered in vLLM's, for
+        backends that name this server `engine: sim` (the real one would count no tokens)."""
         body = _json_object(request.body)
+        if "content" not in body and ("prompt" in body or "messages" in body):
+            super()._tokenize(conn, request)
+            return
         content = body.get("content", "")  # llama-server tokenizes nothing when `content` is missing
         if not isinstance(content, str):
             raise BadRequest("content: expected a string", "content")

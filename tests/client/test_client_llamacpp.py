@@ -9,6 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from grill_locust.client.backend_http import tokenize
 from grill_locust.sim import SimProcess
 from tests import llamacpp_contract as contract
 
@@ -27,3 +28,13 @@ def url() -> Iterator[str]:
 @pytest.mark.parametrize("check", contract.SERVER_CHECKS, ids=lambda check: check.__name__)
 def test_simulator_answers_as_llama_server_does(url: str, check: contract.Check) -> None:
     check(url, MODEL)
+
+
+def test_a_backend_naming_it_engine_sim_tokenizes_in_vllms_shape(url: str) -> None:
+    # `engine: sim, profile: llamacpp` (scenarios/demo.yaml): the run calibrates through the sim's shape
+    text = "def add(a, b):\n    return a + b\n"
+    assert (
+        tokenize(f"{url}/tokenize", "sim", text).count
+        == tokenize(f"{url}/tokenize", "llamacpp", text).count
+        > 5
+    )
