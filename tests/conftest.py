@@ -7,6 +7,9 @@ import pytest
 
 from tests.real_binaries import EXPECTED_SKIPS, REQUIRE_REAL_ENV, require_real
 
+# shared assertions (run against the simulator and the real engine): show what failed, as in test files
+pytest.register_assert_rewrite("tests.llamacpp_contract")
+
 
 def skip_reason(report: pytest.CollectReport | pytest.TestReport) -> str:
     longrepr = report.longrepr

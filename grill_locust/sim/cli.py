@@ -10,6 +10,7 @@ from typing import Any
 
 from grill_locust.errors import GrillError
 from grill_locust.sim.faults import FAULT_KINDS, FaultSettings, parse_kinds
+from grill_locust.sim.llamacpp import LlamaCppServer
 from grill_locust.sim.params import PROFILES, EngineParams, resolve_params
 from grill_locust.sim.server import SPIN_WINDOW_S, SimServer
 
@@ -29,7 +30,7 @@ _PARAM_HELP = {
     "step_d_ms": "step time per token held in KV by running requests, ms (d)",
     "reasoning_tokens": "stream the first R output tokens as reasoning_content",
     "natural_output_tokens": "mean answer length when the answer stops by itself (no ignore_eos)",
-    "metrics_flavor": "extra /metrics names besides vLLM's: vllm, sglang or llamacpp",
+    "metrics_flavor": "vllm, sglang (vLLM's answers, SGLang's /metrics names too) or llamacpp (llama-server's answers and names)",
 }
 
 
@@ -107,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
         raise GrillError(f"--truth-log: cannot write {args.truth_log}: {error.strerror}") from None
 
     async def main() -> None:
-        server = SimServer(
+        server_class = LlamaCppServer if params.metrics_flavor == "llamacpp" else SimServer
+        server = server_class(
             params,
             served_model_name=args.served_model_name,
             api_key=args.api_key,

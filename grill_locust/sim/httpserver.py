@@ -132,9 +132,13 @@ class HttpConnection(asyncio.Protocol):
         body: bytes,
         content_type: str = "application/json",
         headers: list[tuple[str, str]] | None = None,
+        close: bool = False,
     ) -> None:
+        """The whole response; `close` ends the connection after it (with `connection: close`)."""
         if self.closed or self.transport is None:
             return
+        if close:
+            self.keep_alive = False
         all_headers = [("content-type", content_type), ("content-length", str(len(body)))]
         if headers:
             all_headers.extend(headers)
@@ -160,9 +164,12 @@ class HttpConnection(asyncio.Protocol):
         if not self.closed:
             self.transport.write(b"%x\r\n" % len(data) + data + b"\r\n")  # type: ignore[union-attr]
 
-    def end_stream(self, last_data: bytes = b"") -> None:
+    def end_stream(self, last_data: bytes = b"", close: bool = False) -> None:
+        """The last chunk; `close` ends the connection after it, whatever the headers promised."""
         if self.closed or self.transport is None:
             return
+        if close:
+            self.keep_alive = False
         if last_data:
             self.transport.write(b"%x\r\n" % len(last_data) + last_data + b"\r\n0\r\n\r\n")
         else:

@@ -1,7 +1,10 @@
-"""`/metrics` of the simulated engine: Prometheus text with vLLM's metric names (and SGLang's or
-llama.cpp's as well, for those profiles), labelled `model_name="<served name>"` as vLLM does."""
+"""`/metrics` of the simulated engine: Prometheus text with vLLM's metric names (and SGLang's as well,
+for that profile), labelled `model_name="<served name>"` as vLLM does; or llama.cpp's own names alone,
+unlabelled, for the llama.cpp flavor."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from grill_locust.sim.engine import TTFT_BUCKETS_S, Engine
 
@@ -123,23 +126,61 @@ def render_metrics(engine: Engine, model: str, flavor: str = "vllm") -> str:
             counters.generation_tokens,
             sg,
         )
-    elif flavor == "llamacpp":
-        _sample(lines, "llamacpp:requests_processing", "gauge", "Number of requests processing.", running, "")
-        _sample(lines, "llamacpp:requests_deferred", "gauge", "Number of requests deferred.", waiting, "")
-        _sample(
-            lines,
-            "llamacpp:prompt_tokens_total",
-            "counter",
-            "Number of prompt tokens processed.",
-            cache.query_tokens,
-            "",
-        )
-        _sample(
-            lines,
-            "llamacpp:tokens_predicted_total",
-            "counter",
-            "Number of generation tokens processed.",
-            counters.generation_tokens,
-            "",
-        )
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(slots=True)
+class PredictionTotals:
+    """What llama-server adds up as each request leaves its slot."""
+
+    prompt_tokens: int = 0  # computed, the cached ones excluded
+    cached_tokens: int = 0
+    prompt_s: float = 0.0
+    predicted_tokens: int = 0
+    predicted_s: float = 0.0
+    tokens_max: int = 0  # the longest sequence seen, prompt + output
+
+
+def render_llamacpp_metrics(engine: Engine, totals: PredictionTotals) -> str:
+    """The names, help texts and order of llama-server's `--metrics` (b11434); no KV gauge (it has none)."""
+    steps = engine.counters.steps
+    counters = (
+        (
+            "prompt_tokens_total",
+            "Number of prompt tokens processed, excluding cached tokens",
+            totals.prompt_tokens,
+        ),
+        ("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache", totals.cached_tokens),
+        ("prompt_seconds_total", "Total time spent processing prompts", totals.prompt_s),
+        ("tokens_predicted_total", "Number of generation tokens processed", totals.predicted_tokens),
+        ("tokens_predicted_seconds_total", "Total time spent generating tokens", totals.predicted_s),
+        (
+            "n_decode_total",
+            "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding",
+            steps,
+        ),
+        ("n_tokens_max", "Largest observed sequence length (prompt + generation)", totals.tokens_max),
+        ("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", 0),
+        (
+            "spec_decode_num_accepted_tokens_total",
+            "Speculative: Total draft tokens accepted by the target model",
+            0,
+        ),
+        ("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps", 0),
+    )
+    prompt_rate = totals.prompt_tokens / totals.prompt_s if totals.prompt_s else 0.0
+    predicted_rate = totals.predicted_tokens / totals.predicted_s if totals.predicted_s else 0.0
+    # every step decodes one token per busy slot: generated tokens per step stand for busy slots per step
+    busy_per_decode = engine.counters.generation_tokens / steps if steps else 0.0
+    gauges = (
+        ("prompt_tokens_seconds", "Average prompt throughput in tokens/s", prompt_rate),
+        ("predicted_tokens_seconds", "Average generation throughput in tokens/s", predicted_rate),
+        ("requests_processing", "Number of requests processing", len(engine.running)),
+        ("requests_deferred", "Number of requests deferred", len(engine.waiting)),
+        ("n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call", busy_per_decode),
+    )
+    lines: list[str] = []
+    for kind, items in (("counter", counters), ("gauge", gauges)):
+        for name, help_text, value in items:
+            _sample(lines, f"llamacpp:{name}", kind, help_text, value, "")
     return "\n".join(lines) + "\n"

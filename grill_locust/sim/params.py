@@ -37,7 +37,9 @@ class EngineParams:
     step_d_ms: float = 0.00005
     reasoning_tokens: int = 0  # the first R output tokens stream as `reasoning_content`
     natural_output_tokens: int = 600  # mean length at which an answer stops by itself (no ignore_eos)
-    metrics_flavor: str = "vllm"  # extra metric names besides vLLM's: "sglang", "llamacpp"
+    metrics_flavor: str = (
+        "vllm"  # "sglang": its /metrics names too; "llamacpp": llama-server's answers and names
+    )
 
     def step_time_s(self, decode_batch: int, prefill_tokens: int, kv_tokens: int) -> float:
         step_ms = (

@@ -15,7 +15,7 @@ import signal
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from grill_locust.sim import anthropic, wire
 from grill_locust.sim.engine import Engine
@@ -25,7 +25,7 @@ from grill_locust.sim.metrics import render_metrics
 from grill_locust.sim.params import EngineParams
 from grill_locust.sim.sequence import Sequence
 from grill_locust.sim.text import OUTPUT_JSON, VOCAB_SIZE, output_text, render_chat, token_ids
-from grill_locust.sim.tools import ToolCall, ToolError, plan_tool_call
+from grill_locust.sim.tools import ToolCall, ToolError, answers_with_a_call, plan_tool_call
 from grill_locust.sim.truth import TruthLog
 
 NO_STOP = 1 << 62
@@ -293,28 +293,13 @@ class SimServer:
         self, conn: HttpConnection, request: HttpRequest, body: dict[str, Any], kind: str, ids: list[int]
     ) -> None:
         arrival = self.clock()
-        model = body.get("model")
-        if model is not None and model != self.model:
-            raise BadRequest(f"The model `{model}` does not exist.", "model", status=404)
-        max_model_len = self.params.context_limit  # a request that fits no slot is refused, as llama.cpp does
         prompt_len = len(ids)
-        default_max = 16 if kind == wire.COMPLETIONS else max_model_len - prompt_len
-        max_tokens = _int_field(body, "max_completion_tokens", None)
-        if max_tokens is None:
-            max_tokens = _int_field(body, "max_tokens", default_max)
-        if max_tokens is None or max_tokens < 1:
-            raise BadRequest("max_tokens: must be at least 1", "max_tokens")
-        if prompt_len + max_tokens > max_model_len:
-            raise BadRequest(
-                f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-                f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in the completion). "
-                "Please reduce the length of the messages or completion.",
-                "max_tokens" if prompt_len < max_model_len else "messages",
-            )
+        max_tokens = self._max_tokens(body, kind, prompt_len)
         min_tokens = _int_field(body, "min_tokens", 0) or 0
         seed = body.get("seed")
         tool_call = None
-        if kind != wire.COMPLETIONS:  # the call is fixed by the seed, else by the prompt, even when sampling
+        # the call is fixed by the seed, else by the prompt, even when sampling
+        if kind != wire.COMPLETIONS and answers_with_a_call(body.get("messages")):
             tool_call = plan_tool_call(
                 body.get("tools"),
                 body.get("tool_choice"),
@@ -326,9 +311,8 @@ class SimServer:
             raise BadRequest(f"{FAULT_HEADER}: unknown fault {error}", FAULT_HEADER) from None
         self.requests += 1
         request_id = request.headers.get("x-request-id") or f"{self._id_prefix}{self.requests:012x}"
-        prefix = {wire.CHAT: "chatcmpl-", wire.COMPLETIONS: "cmpl-", anthropic.MESSAGES: "msg_"}[kind]
-        response_id = prefix + request_id
-        headers = [("x-request-id", request_id)]
+        response_id = self._response_id(kind, request_id)
+        headers = self._reply_headers(request_id)
 
         if fault in ("500", "503", "429"):
             status = int(fault)
@@ -339,7 +323,8 @@ class SimServer:
             }
             if status == 429:
                 headers.append(("retry-after", str(self.faults.settings.retry_after_s)))
-            conn.respond(status, error_body_for(request.path)(status, messages[status]), headers=headers)
+            error_body = anthropic.error_body if kind == anthropic.MESSAGES else self.error_body
+            conn.respond(status, error_body(status, messages[status]), headers=headers)
             if self.truth is not None:
                 now = self.clock()
                 self.truth.add(
@@ -369,7 +354,7 @@ class SimServer:
         stream = bool(body.get("stream"))
         options = body.get("stream_options")
         include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
-        writer = AnthropicWriter if kind == anthropic.MESSAGES else ResponseWriter
+        writer = AnthropicWriter if kind == anthropic.MESSAGES else self._writer_class()
         reply = writer(
             self, conn, kind, request_id, response_id, stream, include_usage, fault, arrival, request.path
         )
@@ -399,6 +384,41 @@ class SimServer:
             return  # accepted, then nothing: the client's timeout must fire
         self.engine.add(seq)
         self.wake.set()
+
+    def _max_tokens(self, body: dict[str, Any], kind: str, prompt_len: int) -> int:
+        """The output budget of a request, after checking its model and that it fits the context."""
+        model = body.get("model")
+        if model is not None and model != self.model:
+            raise BadRequest(f"The model `{model}` does not exist.", "model", status=404)
+        max_model_len = self.params.context_limit  # a request that fits no slot is refused
+        default_max = 16 if kind == wire.COMPLETIONS else max_model_len - prompt_len
+        max_tokens = _int_field(body, "max_completion_tokens", None)
+        if max_tokens is None:
+            max_tokens = _int_field(body, "max_tokens", default_max)
+        if max_tokens is None or max_tokens < 1:
+            raise BadRequest("max_tokens: must be at least 1", "max_tokens")
+        if prompt_len + max_tokens > max_model_len:
+            raise BadRequest(
+                f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+                f"{prompt_len + max_tokens} tokens ({prompt_len} in the messages, {max_tokens} in the completion). "
+                "Please reduce the length of the messages or completion.",
+                "max_tokens" if prompt_len < max_model_len else "messages",
+            )
+        return max_tokens
+
+    def _writer_class(self) -> type[ResponseWriter]:
+        return ResponseWriter
+
+    def _response_id(self, kind: str, request_id: str) -> str:
+        return {wire.CHAT: "chatcmpl-", wire.COMPLETIONS: "cmpl-", anthropic.MESSAGES: "msg_"}[
+            kind
+        ] + request_id
+
+    def _reply_headers(self, request_id: str) -> list[tuple[str, str]]:
+        return [("x-request-id", request_id)]
+
+    def error_body(self, status: int, message: str, param: str | None = None) -> bytes:
+        return wire.error_body(status, message, param)
 
     def _truth_base(
         self,
@@ -432,8 +452,26 @@ class SimServer:
         }
 
 
+class StreamTemplates(Protocol):
+    """What the token path needs of a wire format's chunk templates (`wire`, `llamacpp_wire`)."""
+
+    content_open: bytes
+    reasoning_open: bytes
+    close_running: bytes
+
+    def role_event(self) -> bytes: ...
+
+    def broken_event(self) -> bytes: ...
+
+    def tool_call_openings(self, call: ToolCall) -> list[bytes]: ...
+
+
 class ResponseWriter:
-    """Writes one request's answer as its sequence produces tokens (streamed or all at the end)."""
+    """Writes one request's answer as its sequence produces tokens (streamed or all at the end), in
+    vLLM's wire format; `llamacpp.LlamaCppResponseWriter` writes llama.cpp's, `AnthropicWriter`
+    Anthropic's events."""
+
+    closes_after_stream = False  # llama-server closes the connection after each stream
 
     __slots__ = (
         "server",
@@ -485,7 +523,7 @@ class ResponseWriter:
         self.arrival = arrival
         self.path = path
         self.seq: Sequence | None = None
-        self.templates = wire.ChunkTemplates(kind, response_id, server.created, server.model)
+        self.templates: StreamTemplates = self._templates(kind, response_id, server.created, server.model)
         self.reasoning_tokens = server.params.reasoning_tokens
         self.tool_call: ToolCall | None = None
         self.call_at = self.call_end = NO_STOP  # where the tool call's tokens begin and end
@@ -503,6 +541,9 @@ class ResponseWriter:
             self.call_end = call_at + call.token_count
             if self.stream and self.kind == wire.CHAT:
                 self.tool_call_openings = self.templates.tool_call_openings(call)
+
+    def _templates(self, kind: str, response_id: str, created: int, model: str) -> StreamTemplates:
+        return wire.ChunkTemplates(kind, response_id, created, model)
 
     def opening(self) -> bytes:
         """What a stream starts with, before any token: vLLM's role-only chunk (chat)."""
@@ -566,7 +607,13 @@ class ResponseWriter:
             ) + token
         if seq.finish_reason is None:
             return opening + templates.close_running
-        return opening + templates.close_final % seq.finish_reason.encode()
+        return opening + self._last_close(seq.finish_reason)
+
+    def _last_close(self, finish_reason: str) -> bytes:
+        """The end of the last token's chunk: vLLM puts the finish reason on it."""
+        templates = self.templates
+        assert isinstance(templates, wire.ChunkTemplates)
+        return templates.close_final % finish_reason.encode()
 
     def broken_event(self) -> bytes:
         return self.templates.broken_event()
@@ -580,7 +627,7 @@ class ResponseWriter:
             if self.outcome == "ok":
                 self.outcome = "client_closed"
         elif self.stream:
-            conn.end_stream(self.stream_end(seq))
+            conn.end_stream(self.stream_end(seq), close=self.closes_after_stream)
         else:
             body = self.whole_body(seq, *self._answer(seq))
             if self.fault == "bad_json":
@@ -624,9 +671,11 @@ class ResponseWriter:
         return reasoning, content, call
 
     def stream_end(self, seq: Sequence) -> bytes:
+        templates = self.templates
+        assert isinstance(templates, wire.ChunkTemplates)
         tail = b""
         if self.include_usage:
-            tail = self.templates.usage_event(seq.prompt_len, seq.output_count, seq.num_cached)
+            tail = templates.usage_event(seq.prompt_len, seq.output_count, seq.num_cached)
         return tail + wire.DONE_EVENT
 
     def whole_body(self, seq: Sequence, reasoning: str | None, content: str, call: ToolCall | None) -> bytes:

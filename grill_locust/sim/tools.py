@@ -70,6 +70,18 @@ def tool_functions(tools: object) -> list[dict[str, Any]]:
     return functions
 
 
+def answers_with_a_call(messages: object) -> bool:
+    """Whether a model offered tools calls one: at the start of a task (no assistant turn yet) and
+    after a tool's result; a user's message after the work began (asking for the final answer or a
+    summary) gets text, as an agent's model answers it."""
+    if not isinstance(messages, list) or not messages:
+        return True
+    last = messages[-1]
+    if isinstance(last, dict) and last.get("role") == "tool":
+        return True
+    return not any(isinstance(m, dict) and m.get("role") == "assistant" for m in messages)
+
+
 def plan_tool_call(tools: object, tool_choice: object, seed: int) -> ToolCall | None:
     """The call an answer makes, or None when no tools are offered or `tool_choice` is "none"."""
     functions = tool_functions(tools)

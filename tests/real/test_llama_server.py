@@ -1,17 +1,18 @@
-"""Direct checks of a real llama.cpp `llama-server`: the engine facts the load tester relies on, seen
-through grill-locust's own client, tokenizer calibration and /metrics parser."""
+"""Direct checks of a real llama.cpp `llama-server`: the engine facts the load tester relies on (the
+shared assertions of tests/llamacpp_contract.py, which the simulator passes too) and the tokenizer
+calibration."""
 
 from __future__ import annotations
 
 import pytest
 import requests
 
-from grill_locust.client import CHAT_PATH, MESSAGES_PATH, EngineClient, chat_payload, request_for
+from grill_locust.client import MESSAGES_PATH, EngineClient, request_for
 from grill_locust.config import Backend, Conversation, Model
 from grill_locust.record import STATUS_OK, TOKENS_FROM_USAGE, measure
-from grill_locust.telemetry.engine_metrics import dialect_for, parse_samples, read_fields
 from grill_locust.workload import backend_token_counter, build_workload
 from grill_locust.workload.calibrate import clear_cache
+from tests import llamacpp_contract as contract
 from tests.real.conftest import SERVED_MODEL, ServerProcess
 
 pytestmark = pytest.mark.real
@@ -20,48 +21,18 @@ CALIBRATION_TOLERANCE = 0.02  # issue 8: prompt sizes within +-2 % of their targ
 SHORT_MESSAGE_SLACK_TOKENS = 1  # 2 % of a 50-token message is under one token
 
 
-def llama_backend(server: ServerProcess) -> Backend:
-    return Backend(name="llamacpp", url=server.url, engine="llamacpp")
-
-
 def remote_tokens(server: ServerProcess, text: str) -> int:
     response = requests.post(f"{server.url}/tokenize", json={"content": text}, timeout=30)
     response.raise_for_status()
     return len(response.json()["tokens"])
 
 
-def test_tokenize_takes_content_and_answers_a_token_list(llama_server: ServerProcess) -> None:
-    response = requests.post(
-        f"{llama_server.url}/tokenize", json={"content": "def add(a, b):\n    return a + b\n"}, timeout=30
-    )
-    assert response.status_code == 200
-    tokens = response.json()["tokens"]
-    assert isinstance(tokens, list) and 5 <= len(tokens) <= 30
-    assert all(isinstance(token, int) for token in tokens)
-
-
-def test_stream_reports_usage_timings_and_reconnects_after_the_server_closes(
-    llama_server: ServerProcess,
+# the same assertions run against the simulator's llamacpp flavor (tests/client/test_client_llamacpp.py)
+@pytest.mark.parametrize("check", contract.SERVER_CHECKS, ids=lambda check: check.__name__)
+def test_llama_server_answers_as_the_simulator_assumes(
+    llama_server: ServerProcess, check: contract.Check
 ) -> None:
-    client = EngineClient(llama_backend(llama_server))
-    model = Model(name=SERVED_MODEL, max_tokens=8, ignore_eos=True)
-    messages = [{"role": "user", "content": "Write a Python function that reverses a string."}]
-    try:
-        results = [client.stream(CHAT_PATH, chat_payload(model, messages)) for _ in range(3)]
-    finally:
-        client.close()
-    for result in results:
-        metrics = measure(result.raw)
-        assert metrics.status == STATUS_OK, result.raw.error
-        assert metrics.tokens_source == TOKENS_FROM_USAGE  # include_usage was asked, so usage came
-        assert metrics.output_tokens == 8 and metrics.finish_reason == "length"
-        assert metrics.prompt_tokens is not None and metrics.prompt_tokens > 10
-        assert metrics.ttft_s is not None and metrics.e2e_s is not None
-        assert 0 < metrics.ttft_s < metrics.e2e_s
-    # the same prompt again: llama.cpp serves it from the slot's cache
-    assert results[-1].raw.cached_tokens is not None and results[-1].raw.cached_tokens > 0
-    # llama-server closes the connection after each streamed response: every request reconnected cleanly
-    assert client.connections_opened == 3
+    check(llama_server.url, SERVED_MODEL)
 
 
 def test_messages_api_streams_with_usage_and_counts_the_cached_prefix_in_the_prompt(
@@ -95,17 +66,6 @@ def test_messages_api_streams_with_usage_and_counts_the_cached_prefix_in_the_pro
     assert second.prompt_tokens == first.prompt_tokens
 
 
-def test_metrics_endpoint_names_processing_and_deferred_requests(llama_server: ServerProcess) -> None:
-    text = requests.get(f"{llama_server.url}/metrics", timeout=10).text
-    assert "llamacpp:requests_processing" in text and "llamacpp:requests_deferred" in text
-    values = parse_samples(text)
-    dialect = dialect_for("llamacpp", values)
-    assert dialect is not None and dialect.family == "llamacpp"
-    fields = read_fields(values, dialect)
-    assert fields["requests_waiting"] == 0 and fields["requests_running"] is not None
-    assert fields["prompt_tokens_total"] is not None
-
-
 @pytest.mark.parametrize(
     "conversation",
     [
@@ -120,7 +80,7 @@ def test_prompt_sizes_calibrated_on_its_tokenize_hit_their_targets(
     llama_server: ServerProcess, conversation: dict[str, object]
 ) -> None:
     clear_cache()
-    counter = backend_token_counter(llama_backend(llama_server))
+    counter = backend_token_counter(contract.llama_backend(llama_server.url))
     assert counter is not None, "calibration through /tokenize failed"
     spec = Conversation.model_validate(conversation)
     script = build_workload(spec, Model(name=SERVED_MODEL), token_counter=counter).script("user-1", 0)

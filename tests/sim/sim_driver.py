@@ -96,8 +96,18 @@ def request(
     body = json.dumps(payload) if payload is not None else None
     all_headers = {"content-type": "application/json", **(headers or {})}
     t0 = time.time()
-    conn.request(method, path, body=body, headers=all_headers)
-    response = conn.getresponse()
+    try:
+        conn.request(method, path, body=body, headers=all_headers)
+        response = conn.getresponse()
+    except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+        if connection is None:
+            raise
+        # the server closed the kept-alive connection after its last reply (llama.cpp does after a
+        # stream): it never saw this request, so send it again on a new one
+        conn.close()
+        t0 = time.time()
+        conn.request(method, path, body=body, headers=all_headers)
+        response = conn.getresponse()
     result = StreamResult(response.status, {k.lower(): v for k, v in response.getheaders()}, t0)
     try:
         if not result.headers.get("content-type", "").startswith("text/event-stream"):

@@ -176,10 +176,16 @@ def test_mix_header_draws_a_fault(sim):
 
 
 def test_a_request_that_fits_no_llamacpp_slot_is_refused_and_the_queue_moves_on():
-    # 8 slots of 131072 / 8 = 16384 tokens, under max_model_len 131072: llama.cpp refuses what a slot
-    # cannot hold (it looped, preempting others, and blocked every request behind it)
-    with SimProcess.start("llamacpp", extra_args=["--max-num-seqs", "8"]) as sim:
-        too_big = request(sim.port, "/v1/chat/completions", chat_payload("x", max_tokens=17000), timeout_s=10)
-        assert too_big.status == 400 and "16384" in too_big.json()["error"]["message"]
+    # 8 slots of 131072 / 8 = 16384 tokens, under max_model_len 131072: llama.cpp refuses a prompt a slot
+    # cannot hold (it looped, preempting others, and blocked every request behind it), and stops an
+    # answer when its slot is full
+    with SimProcess.start("llamacpp", extra_args=["--max-num-seqs", "8", "--kv-blocks", "8192"]) as sim:
+        prompt = {"prompt": list(range(16384)), "max_tokens": 4, "stream": True}
+        too_big = request(sim.port, "/v1/completions", prompt, timeout_s=10)
+        assert too_big.status == 400 and "(16384 tokens)" in too_big.json()["error"]["message"]
         fits = request(sim.port, "/v1/chat/completions", chat_payload("y", max_tokens=4), timeout_s=10)
         assert fits.status == 200 and len(fits.output_times()) == 4
+        filling = {"prompt": list(range(16380)), "max_tokens": 17000, "stream": True}
+        cut = request(sim.port, "/v1/completions", filling, timeout_s=30)
+        assert cut.status == 200 and len(cut.output_times()) == 4
+        assert cut.chunks()[-1]["choices"][0]["finish_reason"] == "length"

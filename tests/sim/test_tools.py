@@ -212,3 +212,19 @@ def test_malformed_tools_are_refused(sim: TruthSim) -> None:
     history = [{"role": "assistant", "content": "x", "tool_calls": "read_file"}]
     result = request(sim.port, "/v1/chat/completions", {**tool_payload(), "messages": history})
     assert result.status == 400 and "tool_calls" in result.json()["error"]["message"]
+
+
+def test_a_user_message_after_the_work_began_gets_text_a_task_or_a_tool_result_a_call(sim: TruthSim) -> None:
+    # an agent's model calls tools to start a task and after each result, and answers its user's later
+    # questions (the final answer, a summary for compaction) in text
+    asked_again = [
+        *HISTORY,
+        {"role": "assistant", "content": "Found it."},
+        {"role": "user", "content": "Sum up."},
+    ]
+    for messages, calls in ((HISTORY[:2], True), (HISTORY, True), (asked_again, False)):
+        payload = {**tool_payload(max_tokens=40), "messages": messages}
+        chunks = request(sim.port, "/v1/chat/completions", payload).chunks()
+        assert bool(tool_deltas(chunks)) is calls
+        text = "".join(c["delta"].get("content") or "" for ch in chunks for c in ch["choices"])
+        assert calls or text
