@@ -491,7 +491,9 @@ class ResponseWriter:
         elif self.stream:
             tail = b""
             if self.include_usage:
-                tail = self.templates.usage_event(seq.prompt_len, seq.output_count, seq.num_cached)
+                tail = self.templates.usage_event(
+                    seq.prompt_len, seq.output_count, seq.num_cached, self._reasoning_count(seq)
+                )
             conn.end_stream(tail + wire.DONE_EVENT)
         else:
             self._respond_whole(seq)
@@ -518,12 +520,19 @@ class ResponseWriter:
             return
         self.server.engine.cancel(seq, self.server.clock())
 
+    def _reasoning_count(self, seq: Sequence) -> int | None:
+        """The reasoning tokens usage reports: as vLLM with a reasoning parser, chat replies only
+        (completions carry the reasoning as text); None when the engine is no reasoning model."""
+        if not self.reasoning_tokens or self.kind != wire.CHAT:
+            return None
+        return min(self.reasoning_tokens, seq.output_count)
+
     def _respond_whole(self, seq: Sequence) -> None:
         count = seq.output_count
         reasoning_count = min(self.reasoning_tokens, count)
         reasoning = output_text(seq.output_start, reasoning_count) if reasoning_count else None
         content = output_text(seq.output_start + reasoning_count, count - reasoning_count)
-        usage = wire.usage_body(seq.prompt_len, count, seq.num_cached)
+        usage = wire.usage_body(seq.prompt_len, count, seq.num_cached, self._reasoning_count(seq))
         reason = seq.finish_reason or "stop"
         created = self.server.created
         model = self.server.model
