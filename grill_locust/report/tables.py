@@ -93,6 +93,7 @@ OPTIONAL_TIER_COLUMNS: list[tuple[str, str, Formatter]] = [
     ("kv_cache_peak", "KV cache peak %", _percent),
     ("prefix_hit_rate", "prefix hit %", _percent),
     ("waiting_mean", "waiting", _ratio),
+    ("queue_time_mean_s", "engine queue ms", _milliseconds),
 ]
 TERMINAL_TIER_COLUMNS = {
     "users",

@@ -85,7 +85,18 @@ EXPECTED: dict[str, Expected] = {
         "stream_cut", (1,), 1, 2, None, None, None, 1, "events", "while", error_contains="CUDA out of memory"
     ),
     "ollama_chat": Expected(
-        "ok", (1, 2, 3), 2, 6, "stop", 26, None, 3, "usage+reasoning_events", "print(1)", "Hmm", reasoning_tokens=1
+        "ok",
+        (1, 2, 3),
+        2,
+        6,
+        "stop",
+        26,
+        None,
+        3,
+        "usage+reasoning_events",
+        "print(1)",
+        "Hmm",
+        reasoning_tokens=1,
     ),
     # tool_calls deltas are output, and visible (not reasoning)
     "litellm_tool_calls": Expected(
