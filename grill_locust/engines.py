@@ -86,6 +86,9 @@ VLLM_METRICS = MetricNames(
             ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
         ),
         "preemptions_total": MetricSource(("vllm:num_preemptions_total",)),
+        # histogram sum and count: their rises give the mean time a request waited in the queue
+        "queue_seconds_total": MetricSource(("vllm:request_queue_time_seconds_sum",)),
+        "queued_requests_total": MetricSource(("vllm:request_queue_time_seconds_count",)),
     },
     hit_rate_gauge="vllm:gpu_prefix_cache_hit_rate",  # V0 engine, cumulative block hit rate
 )
@@ -121,12 +124,18 @@ LLAMACPP_METRICS = MetricNames(
     },
 )
 
+# TGI's router (metrics-exporter-prometheus): counters without `_total`, histograms per request; its
+# token sums are recorded when a request is validated (input) or done (generated), not per step
 TGI_METRICS = MetricNames(
     family="tgi",
     prefix="tgi_",
     fields={
         "requests_running": MetricSource(("tgi_batch_current_size",)),
         "requests_waiting": MetricSource(("tgi_queue_size",)),
+        "prompt_tokens_total": MetricSource(("tgi_request_input_length_sum",)),
+        "generation_tokens_total": MetricSource(("tgi_request_generated_tokens_sum",)),
+        "queue_seconds_total": MetricSource(("tgi_request_queue_duration_sum",)),
+        "queued_requests_total": MetricSource(("tgi_request_queue_duration_count",)),
     },
 )
 
@@ -175,6 +184,7 @@ ENGINES: dict[str, EngineFacts] = {
         EngineFacts(
             "tgi",
             apis=_OPENAI_APIS,
+            metrics_path="/metrics",
             metrics=TGI_METRICS,
             health_path="/health",
             synonyms=("textgenerationinference",),

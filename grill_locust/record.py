@@ -30,6 +30,9 @@ SATURATION_CPU_PCT = 70.0  # CPU use of the worker process, percent of one core
 TOKENS_FROM_USAGE = "usage"
 TOKENS_FROM_TOKENIZER = "tokenizer"
 TOKENS_FROM_EVENTS = "events"
+# Appended to the output tokens' source when the reasoning tokens were counted from reasoning events
+# while the output tokens came from usage or the tokenizer: the two counts are then not of one kind.
+REASONING_FROM_EVENTS = "+reasoning_events"
 
 
 def http_status_kind(code: int) -> str:
@@ -48,6 +51,8 @@ class RawTiming:
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     completion_tokens: int | None = None  # from usage
+    reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens, when sent
+    reasoning_events: int = 0  # output events that carried reasoning
     tokenizer_tokens: int | None = None  # from the backend's tokenizer, when usage is missing
     finish_reason: str | None = None
     status: str = STATUS_OK
@@ -71,8 +76,10 @@ class Measurement:
     prompt_tokens: int | None
     cached_tokens: int | None
     output_tokens: int
+    reasoning_tokens: int
     tokens_source: str
     tokens_per_s: float | None
+    visible_tokens_per_s: float | None
     finish_reason: str | None
     status: str
     http_status: int | None
@@ -101,6 +108,12 @@ def measure(raw: RawTiming) -> Measurement:
         output_tokens, source = raw.tokenizer_tokens, TOKENS_FROM_TOKENIZER
     else:
         output_tokens, source = len(times), TOKENS_FROM_EVENTS
+    if raw.reasoning_tokens is not None:
+        reasoning_tokens = raw.reasoning_tokens
+    else:
+        reasoning_tokens = raw.reasoning_events
+        if reasoning_tokens and source != TOKENS_FROM_EVENTS:
+            source += REASONING_FROM_EVENTS
 
     tpot = None
     if ttft is not None and e2e is not None and output_tokens >= 2:
@@ -115,6 +128,11 @@ def measure(raw: RawTiming) -> Measurement:
         itl_max = gaps[-1]
 
     tokens_per_s = output_tokens / e2e if e2e and e2e > 0 else None
+    # the answer's own streaming rate: visible tokens after the first, over first visible token -> end
+    visible_tokens = output_tokens - reasoning_tokens
+    visible_tokens_per_s = None
+    if ttfo is not None and e2e is not None and e2e > ttfo and visible_tokens >= 2:
+        visible_tokens_per_s = (visible_tokens - 1) / (e2e - ttfo)
     status = raw.status
     if status == STATUS_OK and not times:
         status = STATUS_EMPTY
@@ -131,8 +149,10 @@ def measure(raw: RawTiming) -> Measurement:
         prompt_tokens=raw.prompt_tokens,
         cached_tokens=raw.cached_tokens,
         output_tokens=output_tokens,
+        reasoning_tokens=reasoning_tokens,
         tokens_source=source,
         tokens_per_s=tokens_per_s,
+        visible_tokens_per_s=visible_tokens_per_s,
         finish_reason=raw.finish_reason,
         status=status,
         http_status=raw.http_status,
@@ -171,8 +191,10 @@ class RequestRecord:
     prompt_tokens: int | None
     cached_tokens: int | None
     output_tokens: int
+    reasoning_tokens: int
     tokens_source: str
     tokens_per_s: float | None
+    visible_tokens_per_s: float | None
     finish_reason: str | None
     status: str
     http_status: int | None

@@ -99,6 +99,7 @@ class MessagesTimer(StreamTimer):
                 raise TypeError("thinking")
             if thinking:
                 self.reasoning_parts.append(thinking)
+                self.raw.reasoning_events += 1
                 self._output(t, visible=False)
         elif kind == "input_json_delta":
             partial = delta.get("partial_json")
@@ -136,6 +137,7 @@ class MessagesTimer(StreamTimer):
             self._output(t, visible=True)
         elif kind == "thinking" and block.get("thinking"):
             self.reasoning_parts.append(str(block["thinking"]))
+            self.raw.reasoning_events += 1
             self._output(t, visible=False)
 
     def _output(self, t: float, *, visible: bool) -> None:

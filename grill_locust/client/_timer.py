@@ -133,6 +133,7 @@ class StreamTimer:
                             if type(reasoning) is not str:
                                 raise TypeError("reasoning")
                             self.reasoning_parts.append(reasoning)
+                            self.raw.reasoning_events += 1
                             output = True
                         tool_calls = delta.get("tool_calls")
                         if tool_calls:
@@ -276,6 +277,11 @@ class StreamTimer:
             cached = details.get("cached_tokens")
             if isinstance(cached, int):
                 raw.cached_tokens = cached
+        completion_details = usage.get("completion_tokens_details")
+        if isinstance(completion_details, dict):
+            reasoning_tokens = completion_details.get("reasoning_tokens")
+            if isinstance(reasoning_tokens, int):
+                raw.reasoning_tokens = reasoning_tokens
 
     def _apply_timings(self) -> None:
         """llama.cpp reports the prompt cache in `timings` (cache_n: reused, prompt_n: computed);

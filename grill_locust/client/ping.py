@@ -162,6 +162,8 @@ def check_backend(
         check.tokenize = client.count_tokens("def add(a, b):\n    return a + b\n", model) is not None
     if backend.metrics_url:
         check.metrics = _metrics_answer(backend, backend.metrics_url, timeout_s)
+    elif facts.metrics is None:  # Ollama, gateways: nothing to scrape, so the run scrapes nothing
+        notes.append(f"{facts.name} serves no engine metrics: no engine telemetry (metrics_url sets one)")
     client.close()
     check.note = scrub("; ".join(notes), client.secrets)
     return check

@@ -40,11 +40,16 @@ QUANTILES: tuple[int, ...] = (50, 90, 99)
 # summary name -> record column; ITL is the distribution of each request's mean inter-token gap
 LATENCY_METRICS: dict[str, str] = {
     "ttft": "ttft_s",
+    "ttfo": "ttfo_s",
     "tpot": "tpot_s",
     "itl": "itl_mean_s",
     "e2e": "e2e_s",
 }
-REQUEST_RATE_METRIC = "tokens_per_s"  # per-request output tokens / E2E
+# summary name -> record column: per-request output tokens / E2E, and the answer's own streaming rate
+REQUEST_RATE_METRICS: dict[str, str] = {
+    "request_tokens_per_s": "tokens_per_s",
+    "request_visible_tokens_per_s": "visible_tokens_per_s",
+}
 
 # The load generator's own health: above these, a tier measured the load generator, not the engine.
 # thresholds shared with the run's live flag: grill_locust/record.py
@@ -63,7 +68,8 @@ def summary_metric_columns() -> list[str]:
     columns = []
     for name in LATENCY_METRICS:
         columns += [f"{name}_p{q}_s" for q in QUANTILES]
-    columns += [f"request_tokens_per_s_p{q}" for q in QUANTILES]
+    for name in REQUEST_RATE_METRICS:
+        columns += [f"{name}_p{q}" for q in QUANTILES]
     return columns
 
 
@@ -79,8 +85,8 @@ SUMMARY_COLUMNS: list[str] = [
     "earlier_attempt_requests",  # requests of an attempt an engine outage cut short (the tier ran again)
     "success_rate",
     *summary_metric_columns(),
-    "ttfo_p50_s",
     "output_tokens_per_s",
+    "visible_output_tokens_per_s",  # output tokens less reasoning tokens, over the same span
     "requests_per_s",
     "cached_token_ratio",
     "prompt_tokens_mean",
@@ -99,7 +105,7 @@ SUMMARY_COLUMNS: list[str] = [
     "flags",
     "note",
 ]
-INTERNAL_COLUMNS = ("ok_output_tokens", "records_span_s")  # worked on, never shown
+INTERNAL_COLUMNS = ("ok_output_tokens", "ok_visible_tokens", "records_span_s")  # worked on, never shown
 TURN_COLUMNS: list[str] = [
     "series",
     "target",
@@ -129,6 +135,8 @@ STAT_COLUMNS: list[str] = [
     "prompt_tokens",
     "cached_tokens",
     "output_tokens",
+    "reasoning_tokens",
+    "visible_tokens_per_s",
     "worker_lag_p99_ms",
     "worker_cpu",
 ]
@@ -223,9 +231,13 @@ def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> pd.DataFr
     per_tier["cancelled"] = frame[frame["cancelled"]].groupby(TIER_KEYS).size()
     per_tier["ok_requests"] = ok_by_tier.size()
     per_tier = per_tier.join(_percentiles(ok_by_tier))
-    per_tier["ttfo_p50_s"] = ok_by_tier["ttfo_s"].median()
     sums = ok_by_tier[["output_tokens"]].sum()
     per_tier["ok_output_tokens"] = sums["output_tokens"]
+    # empty for a folder written before records counted reasoning tokens
+    visible = (ok_frame["output_tokens"] - ok_frame["reasoning_tokens"]).groupby(
+        [ok_frame["target"], ok_frame["tier_index"]]
+    )
+    per_tier["ok_visible_tokens"] = visible.sum(min_count=1)
     # cached ratio over the requests that report both numbers (some engines never send cached_tokens)
     both = ok_frame[ok_frame["cached_tokens"].notna() & ok_frame["prompt_tokens"].notna()]
     cache_sums = both.groupby(TIER_KEYS)[["cached_tokens", "prompt_tokens"]].sum()
@@ -260,6 +272,7 @@ def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> pd.DataFr
     summary["span_s"] = from_phases.where(from_phases > 0, summary["records_span_s"])
     span = summary["span_s"].where(summary["span_s"] > 0)
     summary["output_tokens_per_s"] = summary["ok_output_tokens"].fillna(0.0) / span
+    summary["visible_output_tokens_per_s"] = summary["ok_visible_tokens"] / span
     summary["requests_per_s"] = summary["ok_requests"] / span
     summary["saturated"] = (summary["worker_lag_p99_ms"] > SATURATION_LAG_P99_MS) | (
         summary["worker_cpu_mean"] > SATURATION_CPU_PCT
@@ -294,8 +307,8 @@ def _session_columns(tiers: pd.MultiIndex, sessions: pd.DataFrame) -> pd.DataFra
 
 
 def _percentiles(ok_by_tier: pd.core.groupby.DataFrameGroupBy) -> pd.DataFrame:
-    """p50/p90/p99 of each latency metric and of per-request tokens/s, one column each."""
-    source_columns = [*LATENCY_METRICS.values(), REQUEST_RATE_METRIC]
+    """p50/p90/p99 of each latency metric and of the per-request rates, one column each."""
+    source_columns = [*LATENCY_METRICS.values(), *REQUEST_RATE_METRICS.values()]
     expected = summary_metric_columns()
     if ok_by_tier.ngroups == 0:  # no successful request anywhere: every percentile is missing
         return pd.DataFrame(
@@ -307,8 +320,9 @@ def _percentiles(ok_by_tier: pd.core.groupby.DataFrameGroupBy) -> pd.DataFrame:
     for name, column in LATENCY_METRICS.items():
         for q in QUANTILES:
             renamed[(column, q / 100.0)] = f"{name}_p{q}_s"
-    for q in QUANTILES:
-        renamed[(REQUEST_RATE_METRIC, q / 100.0)] = f"request_tokens_per_s_p{q}"
+    for name, column in REQUEST_RATE_METRICS.items():
+        for q in QUANTILES:
+            renamed[(column, q / 100.0)] = f"{name}_p{q}"
     wide.columns = [renamed[column] for column in wide.columns]
     return wide[expected]
 

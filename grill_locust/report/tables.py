@@ -70,6 +70,16 @@ TIER_TABLE: list[tuple[str, str, Formatter]] = [
     ("requests_per_s", "req/s", _ratio),
     ("cached_token_ratio", "cached %", _percent),
 ]
+# shown beside TTFT's and the total rates when some tier's output included reasoning
+REASONING_TTFO_COLUMNS: list[tuple[str, str, Formatter]] = [
+    ("ttfo_p50_s", "TTFO p50 s", _seconds),
+    ("ttfo_p90_s", "TTFO p90 s", _seconds),
+    ("ttfo_p99_s", "TTFO p99 s", _seconds),
+]
+REASONING_RATE_COLUMNS: list[tuple[str, str, Formatter]] = [
+    ("request_visible_tokens_per_s_p50", "visible tok/s/req p50", _rate),
+    ("visible_output_tokens_per_s", "visible system tok/s", _rate),
+]
 OPTIONAL_TIER_COLUMNS: list[tuple[str, str, Formatter]] = [
     ("turns", "turns", _integer),
     ("ttft_turn_ratio", "TTFT last/first", _ratio),
@@ -88,6 +98,7 @@ OPTIONAL_TIER_COLUMNS: list[tuple[str, str, Formatter]] = [
     ("kv_cache_peak", "KV cache peak %", _percent),
     ("prefix_hit_rate", "prefix hit %", _percent),
     ("waiting_mean", "waiting", _ratio),
+    ("queue_time_mean_s", "engine queue ms", _milliseconds),
 ]
 TERMINAL_TIER_COLUMNS = {
     "users",
@@ -96,12 +107,15 @@ TERMINAL_TIER_COLUMNS = {
     "ok %",
     "TTFT p50 s",
     "TTFT p90 s",
+    "TTFO p50 s",
+    "TTFO p90 s",
     "TPOT p50 ms",
     "ITL p50 ms",
     "E2E p50 s",
     "E2E p90 s",
     "tok/s/req p50",
     "system tok/s",
+    "visible system tok/s",
     "req/s",
     "cached %",
     "TTFT last/first",
@@ -155,6 +169,11 @@ def display_tiers(summary: pd.DataFrame, terminal: bool = False) -> pd.DataFrame
     """The tier table as strings; `terminal` keeps the columns that fit a wide terminal."""
     optional = [(c, h, f) for c, h, f in OPTIONAL_TIER_COLUMNS if c in summary and summary[c].notna().any()]
     spec = list(TIER_TABLE)
+    if _some_reasoning(summary):
+        after_ttft = spec.index(("ttft_p99_s", "TTFT p99 s", _seconds)) + 1
+        spec[after_ttft:after_ttft] = REASONING_TTFO_COLUMNS
+        after_rates = spec.index(("output_tokens_per_s", "system tok/s", _rate)) + 1
+        spec[after_rates:after_rates] = REASONING_RATE_COLUMNS
     if "cancelled" in summary and (summary["cancelled"] > 0).any():  # requests our own stop cut short
         spec.insert(2, ("cancelled", "cancelled", _integer))
     table = _display(summary, spec + optional, ["series", "conversation"])
@@ -163,6 +182,13 @@ def display_tiers(summary: pd.DataFrame, terminal: bool = False) -> pd.DataFrame
         keep = ["series", "conversation", *[c for c in table.columns if c in TERMINAL_TIER_COLUMNS], "flags"]
         table = table[keep]
     return table
+
+
+def _some_reasoning(summary: pd.DataFrame) -> bool:
+    """Some tier's output was partly reasoning: its visible rate is below its total."""
+    if "visible_output_tokens_per_s" not in summary:
+        return False
+    return bool((summary["visible_output_tokens_per_s"] < summary["output_tokens_per_s"]).any())
 
 
 def display_turns(turns: pd.DataFrame) -> pd.DataFrame:

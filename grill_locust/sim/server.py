@@ -656,6 +656,13 @@ class ResponseWriter:
             return
         self.server.engine.cancel(seq, self.server.clock())
 
+    def _reasoning_count(self, seq: Sequence) -> int | None:
+        """The reasoning tokens usage reports: as vLLM with a reasoning parser, chat replies only
+        (completions carry the reasoning as text); None when the engine is no reasoning model."""
+        if not self.reasoning_tokens or self.kind != wire.CHAT:
+            return None
+        return min(self.reasoning_tokens, seq.output_count)
+
     def _answer(self, seq: Sequence) -> tuple[str | None, str, ToolCall | None]:
         """A whole answer's reasoning, text and tool call; a call cut short by max_tokens stays text,
         as an engine's tool parser leaves what it cannot parse."""
@@ -675,11 +682,13 @@ class ResponseWriter:
         assert isinstance(templates, wire.ChunkTemplates)
         tail = b""
         if self.include_usage:
-            tail = templates.usage_event(seq.prompt_len, seq.output_count, seq.num_cached)
+            tail = templates.usage_event(
+                seq.prompt_len, seq.output_count, seq.num_cached, self._reasoning_count(seq)
+            )
         return tail + wire.DONE_EVENT
 
     def whole_body(self, seq: Sequence, reasoning: str | None, content: str, call: ToolCall | None) -> bytes:
-        usage = wire.usage_body(seq.prompt_len, seq.output_count, seq.num_cached)
+        usage = wire.usage_body(seq.prompt_len, seq.output_count, seq.num_cached, self._reasoning_count(seq))
         reason = seq.finish_reason or "stop"
         created = self.server.created
         model = self.server.model

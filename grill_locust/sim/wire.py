@@ -22,13 +22,20 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
-    return {
+def usage_body(
+    prompt_tokens: int, completion_tokens: int, cached_tokens: int, reasoning_tokens: int | None = None
+) -> dict[str, Any]:
+    """vLLM's usage object; `reasoning_tokens` is None unless the engine acts as a reasoning model
+    (vLLM fills `completion_tokens_details` only when a reasoning parser is set)."""
+    usage: dict[str, Any] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
+    if reasoning_tokens is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reasoning_tokens}
+    return usage
 
 
 class ChunkTemplates:
@@ -67,8 +74,10 @@ class ChunkTemplates:
             + b'"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
         )
 
-    def usage_event(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> bytes:
-        usage = _dumps(usage_body(prompt_tokens, completion_tokens, cached_tokens)).encode()
+    def usage_event(
+        self, prompt_tokens: int, completion_tokens: int, cached_tokens: int, reasoning_tokens: int | None
+    ) -> bytes:
+        usage = _dumps(usage_body(prompt_tokens, completion_tokens, cached_tokens, reasoning_tokens)).encode()
         return self.head + b'"choices":[],"usage":' + usage + b"}\n\n"
 
     def broken_event(self) -> bytes:

@@ -32,6 +32,8 @@ ENGINE_COLUMNS: tuple[str, ...] = (
     "prefix_queries_total",  # denominator of the hit rate (counter): tokens looked up in the cache
     "generation_tokens_total",
     "preemptions_total",
+    "queue_seconds_total",  # seconds requests spent queued, summed over those that left the queue (counter)
+    "queued_requests_total",  # requests that left the queue (counter)
 )
 
 GPU_COLUMNS: tuple[str, ...] = (

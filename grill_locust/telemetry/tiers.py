@@ -27,6 +27,7 @@ TIER_TELEMETRY_COLUMNS: tuple[str, ...] = (
     "kv_cache_peak",
     "prefix_hit_rate",
     "waiting_mean",
+    "queue_time_mean_s",  # the engine's own figure: mean time a request waited in its queue
 )
 MILLIJOULES_PER_JOULE = 1000.0
 
@@ -92,7 +93,9 @@ def _engine_figures(samples: pd.DataFrame, start: float, end: float) -> dict[str
     """Gauges from the backend's samples inside the tier; the prefix hit rate from its counters' rise."""
     engine = samples[(samples["wall_time"] >= start) & (samples["wall_time"] <= end)]
     if engine.empty and samples.empty:
-        return {"kv_cache_mean": None, "kv_cache_peak": None, "prefix_hit_rate": None, "waiting_mean": None}
+        return dict.fromkeys(
+            ("kv_cache_mean", "kv_cache_peak", "prefix_hit_rate", "waiting_mean", "queue_time_mean_s")
+        )
     kv = engine["kv_cache_usage"].dropna()
     hit_rate: float | None = None
     hits, queries = [], []
@@ -107,7 +110,15 @@ def _engine_figures(samples: pd.DataFrame, start: float, end: float) -> dict[str
         hit_rate = min(1.0, sum(hits) / sum(queries))
     elif not counters:  # an engine without the counters (vLLM V0): mean of its per-scrape rates
         hit_rate = _mean(engine["prefix_cache_hit_rate"])
+    queued_s, dequeued = [], []
+    for _source, one in samples.groupby("source"):
+        seconds = _rise(one, "queue_seconds_total", start, end)
+        requests = _rise(one, "queued_requests_total", start, end)
+        if seconds is not None and requests is not None:
+            queued_s.append(seconds)
+            dequeued.append(requests)
     return {
+        "queue_time_mean_s": sum(queued_s) / sum(dequeued) if dequeued and sum(dequeued) > 0 else None,
         "kv_cache_mean": float(kv.mean()) if len(kv) else None,
         "kv_cache_peak": float(kv.max()) if len(kv) else None,
         "prefix_hit_rate": hit_rate,

@@ -33,20 +33,46 @@ class Expected:
     reasoning: str = ""
     error_contains: str = ""
     tool_calls: tuple[tuple[str, str, str], ...] = ()  # (id, name, arguments), assembled from the pieces
+    reasoning_tokens: int = 0
 
 
 VLLM_CHAT = Expected("ok", (2, 3, 4, 5, 6), 2, 9, "stop", 1534, 1520, 5, "usage", "def add(a, b):")
 EXPECTED: dict[str, Expected] = {
     "vllm_chat": VLLM_CHAT,
     "litellm_crlf": VLLM_CHAT,
+    # usage without completion_tokens_details (vLLM before it reported them): reasoning counted from events
     "vllm_reasoning": Expected(
-        "ok", (2, 3, 4, 5), 4, 7, "length", 40, None, 4, "usage", "Use sorted", "The user"
+        "ok",
+        (2, 3, 4, 5),
+        4,
+        7,
+        "length",
+        40,
+        None,
+        4,
+        "usage+reasoning_events",
+        "Use sorted",
+        "The user",
+        reasoning_tokens=2,
     ),
     "vllm_error_midstream": Expected(
         "http_500", (2, 3), 2, 4, None, None, None, 2, "events", "import os", error_contains="EngineCore"
     ),
     "vllm_completions": Expected("ok", (1, 2, 3), 1, 5, "stop", 12, None, 4, "usage", "    return a + b"),
-    "sglang_chat": Expected("ok", (2, 3, 4, 5), 4, 8, "stop", 4120, 4096, 4, "usage", "return x", "Okay,"),
+    "sglang_chat": Expected(
+        "ok",
+        (2, 3, 4, 5),
+        4,
+        8,
+        "stop",
+        4120,
+        4096,
+        4,
+        "usage+reasoning_events",
+        "return x",
+        "Okay,",
+        reasoning_tokens=2,
+    ),
     # llama.cpp: cached tokens come from `timings.cache_n` (its usage has no prompt_tokens_details)
     "llamacpp_chat": Expected("ok", (2, 3, 4), 2, 6, "stop", 1085, 1024, 3, "usage", "for i in"),
     # no usage at all: prompt and completion tokens from `timings`
@@ -59,7 +85,20 @@ EXPECTED: dict[str, Expected] = {
     "tgi_error_midstream": Expected(
         "stream_cut", (1,), 1, 2, None, None, None, 1, "events", "while", error_contains="CUDA out of memory"
     ),
-    "ollama_chat": Expected("ok", (1, 2, 3), 2, 6, "stop", 26, None, 3, "usage", "print(1)", "Hmm"),
+    "ollama_chat": Expected(
+        "ok",
+        (1, 2, 3),
+        2,
+        6,
+        "stop",
+        26,
+        None,
+        3,
+        "usage+reasoning_events",
+        "print(1)",
+        "Hmm",
+        reasoning_tokens=1,
+    ),
     # tool_calls deltas are output, and visible (not reasoning)
     "litellm_tool_calls": Expected(
         "ok",
@@ -83,8 +122,20 @@ EXPECTED: dict[str, Expected] = {
     # (+ cache-creation) input tokens, cached tokens the cache-read ones; stop reasons in its words
     "llamacpp_messages": Expected("ok", (3, 4, 5), 3, 8, "end_turn", 1085, 1024, 3, "usage", "for i in"),
     # thinking deltas are output (TTFT) but not visible (TTFO waits for the text); signature_delta is none
+    # Anthropic's usage has no reasoning count: the thinking deltas are counted
     "vllm_messages_thinking": Expected(
-        "ok", (3, 4, 8, 9), 8, 12, "max_tokens", 40, None, 4, "usage", "Use sorted", "The user"
+        "ok",
+        (3, 4, 8, 9),
+        8,
+        12,
+        "max_tokens",
+        40,
+        None,
+        4,
+        "usage+reasoning_events",
+        "Use sorted",
+        "The user",
+        reasoning_tokens=2,
     ),
     # the tool_use block's start is output; its input arrives as pieces; the ping is nothing
     "litellm_messages_tool_use": Expected(
@@ -151,6 +202,7 @@ def test_transcript_metrics_follow_the_contract(name: str) -> None:
     assert m.finish_reason == expected.finish_reason
     assert (m.prompt_tokens, m.cached_tokens) == (expected.prompt_tokens, expected.cached_tokens)
     assert (m.output_tokens, m.tokens_source) == (expected.output_tokens, expected.tokens_source)
+    assert m.reasoning_tokens == expected.reasoning_tokens
     if m.output_tokens >= 2:
         assert m.tpot_s == pytest.approx((m.e2e_s - m.ttft_s) / (m.output_tokens - 1))
     else:
