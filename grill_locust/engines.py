@@ -29,12 +29,15 @@ class MetricSource:
 
 @dataclass(frozen=True)
 class MetricNames:
-    """One engine family's Prometheus names. `hit_rate_gauge` is the fallback when no counters exist."""
+    """One engine family's Prometheus names. `hit_rate_gauge` is the fallback when no counters exist.
+    `queried_excludes_cached`: the prompt counter that stands for prefix-cache queries leaves out the
+    tokens served from the cache (llama.cpp's), so the queries are that counter plus the cached one."""
 
     family: str
     prefix: str
     fields: Mapping[str, MetricSource]
     hit_rate_gauge: str | None = None
+    queried_excludes_cached: bool = False
 
 
 @dataclass(frozen=True)
@@ -122,6 +125,7 @@ LLAMACPP_METRICS = MetricNames(
         "cached_tokens_total": MetricSource(("llamacpp:prompt_tokens_cached_total",)),
         "prefix_queries_total": MetricSource(("llamacpp:prompt_tokens_total",)),
     },
+    queried_excludes_cached=True,  # "Number of prompt tokens processed, excluding cached tokens"
 )
 
 # TGI's router (metrics-exporter-prometheus): counters without `_total`, histograms per request; its

@@ -57,6 +57,9 @@ def read_fields(values: Mapping[str, list[float]], dialect: MetricNames) -> dict
             if sample_name in values:
                 fields[field_name] = _combine(values[sample_name], source.combine)
                 break
+    queried, cached = fields.get("prefix_queries_total"), fields.get("cached_tokens_total")
+    if dialect.queried_excludes_cached and queried is not None and cached is not None:
+        fields["prefix_queries_total"] = queried + cached
     return fields
 
 
