@@ -111,7 +111,7 @@ def test_calibration_on_a_real_llama_server_measures_token_pieces(llama_server: 
     assert 0.5 < counter.backend_tokens_per_approx_token < 2.0
     measured = counter.measured
     assert measured is not None, "llama.cpp answers with_pieces: sizes should be measured, not scaled"
-    assert len(measured.definitions) > 200 and len(measured.ids) > 1000
+    assert len(measured.definitions) > 200 and len(measured.id_words) > 1000
     assert backend_token_counter(backend(engine="llamacpp", url=llama_server.url)) is counter  # cached
     # the code between two token starts is exactly that many tokens on the backend
     for start_token, n_tokens in ((measured.definitions[0].token_index, 37), (1000, 500)):
