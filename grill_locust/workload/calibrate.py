@@ -10,7 +10,8 @@ after exactly the tokens it still needs (`MeasuredCorpus`). A message's size is 
 counts; the seams between the parts (after a newline, before a space-led word) are ones tokenizers
 do not merge across, which the real-engine test checks with one `/tokenize` per message (±2 %).
 Measured on gemma-3 through llama-server: every message of the four workloads exact (0 tokens off in
-180 messages); calibration ~1.5-3 s (~90k tokens of code, then ~2.5k spans), scripts ~0.05 ms.
+180 messages); calibration ~1.5-3 s (~90k tokens of code, then ~2.8k spans, ~1.8k of them the words
+request ids are made of), scripts ~0.05 ms.
 
 Scaled mode (the endpoint gives counts only, e.g. `grill sim`): the stream's count over the
 approximate tokenizer's (`tokens.py`) gives one ratio, and workloads aim at `target / ratio`

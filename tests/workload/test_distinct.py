@@ -94,7 +94,8 @@ def test_ids_carry_at_least_64_bits_in_every_mode() -> None:
     request_id = script.user_turns[0].split(":")[0]
     assert len(tokenize(request_id)) == id_words_needed(len(pool)) == len(request_id.split(" "))
     approximate = build_workload(conversation(**KINDS["short-baseline"][0])).script("u", 0)
-    assert len(approximate.user_turns[0].split(":")[0].split(" ")) == id_words_needed(capital_words)
+    exact_id = approximate.user_turns[0].split(":")[0]
+    assert len(tokenize(exact_id)) == id_words_needed(capital_words) == len(exact_id.split(" "))
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
