@@ -2,14 +2,16 @@
 
 Exact mode (the endpoint returns token pieces: llama.cpp `with_pieces`, vLLM `return_token_strs`):
 `backend_token_counter(backend)` sends, in two calls, (1) a stream of whole standard-library files
-and (2) every variable piece of text the workloads insert (request ids, definition and module names)
-and every message head with reference values, each in the context it is used in. From the pieces it
+and (2) every variable piece of text the workloads insert (the words request ids are made of,
+definition and module names) and every message head with reference values, each in the context it
+is used in. From the pieces it
 keeps where each token of the stream starts, so a workload can cut code at a definition and end it
 after exactly the tokens it still needs (`MeasuredCorpus`). A message's size is then the sum of known
 counts; the seams between the parts (after a newline, before a space-led word) are ones tokenizers
 do not merge across, which the real-engine test checks with one `/tokenize` per message (±2 %).
 Measured on gemma-3 through llama-server: every message of the four workloads exact (0 tokens off in
-180 messages); calibration ~1.5-3 s (~90k tokens of code, then ~2.5k spans), scripts ~0.05 ms.
+180 messages); calibration ~1.5-3 s (~90k tokens of code, then ~2.8k spans, ~1.8k of them the words
+request ids are made of), scripts ~0.05 ms.
 
 Scaled mode (the endpoint gives counts only, e.g. `grill sim`): the stream's count over the
 approximate tokenizer's (`tokens.py`) gives one ratio, and workloads aim at `target / ratio`
@@ -25,10 +27,11 @@ from __future__ import annotations
 import bisect
 import logging
 import random
-import string
+import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from grill_locust.client.backend_http import TokenizeError, Tokens, headers_for, list_models, tokenize
@@ -47,8 +50,9 @@ CALIBRATION_TIMEOUT_S = 30.0
 CALIBRATION_SEED = 20260101
 STREAM_CHARS = 320_000  # measured corpus: ~90k tokens of code, one /tokenize call (~1-2 s)
 STREAM_FILE_CHARS = 12_000  # at most this much of each file, so the stream spans many modules
-ID_POOL_SIZE = 2048  # request ids measured once; a script draws one
-ID_LETTERS = 8
+ID_WORD_PIECE = re.compile(r" [a-z]{2,}")  # stream pieces whose words may make request ids
+ID_WORDS_MIN = 256  # fewer single-token words would make ids long (8 bits a word: 8 words for 64 bits)
+ID_RIGHT = ": x"  # an id is measured before the colon and space-led word that follow it in every head
 SPAN_LEFT = "w"  # a variable span is measured between a word end and a space-led word, as it is used
 SPAN_RIGHT = " x"
 HEAD_RIGHT = "def x():"  # a head is measured before a code line, as it is used
@@ -83,7 +87,7 @@ class MeasuredCorpus:
     definitions: list[MeasuredDefinition]
     files: list[MeasuredFile]
     span_tokens: dict[str, int]
-    ids: list[str]  # request ids whose span "<id>:" is measured
+    id_words: list[str]  # words that are one token each wherever a request id puts them
     _definition_tokens: list[int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -98,6 +102,10 @@ class MeasuredCorpus:
 
     def span(self, text: str) -> int:
         return self.span_tokens[text]
+
+    def id_tokens(self, request_id: str) -> int:
+        """Tokens of a request id made of `id_words` joined by spaces: one a word."""
+        return request_id.count(" ") + 1
 
     def definitions_fitting(self, n_tokens: int) -> int:
         """How many definitions (the first ones in the stream) leave at least `n_tokens` after them."""
@@ -162,17 +170,10 @@ def _spread(count: int) -> list[int]:
     return sorted(range(count), key=lambda index: int(format(index, f"0{bits}b")[::-1], 2))
 
 
-def measured_ids() -> list[str]:
-    rng = random.Random(CALIBRATION_SEED)
-    ids = {
-        "".join(rng.choice(string.ascii_uppercase) for _ in range(ID_LETTERS)) for _ in range(ID_POOL_SIZE)
-    }
-    return sorted(ids)
-
-
-def id_span(request_id: str) -> str:
-    """How a request id opens a message: `<id>:` and then a space-led word."""
-    return f"{request_id}:"
+def id_word_item(word: str) -> tuple[str, tuple[str, ...], str]:
+    """How a candidate id word is measured: first, inside and last in an id, which opens a line (a
+    message) and is followed by a colon and a space-led word."""
+    return "", (word, f" {word}", f" {word}"), ID_RIGHT
 
 
 def name_span(name: str) -> str:
@@ -180,25 +181,29 @@ def name_span(name: str) -> str:
     return f" `{name}`"
 
 
-def _measure_spans(items: Iterable[tuple[str, str, str]], send: Any) -> dict[str, int]:
-    """Counts of each span, measured in one call as lines `left + span + right`; spans whose ends are
-    not token boundaries there are left out."""
+def _measure_spans(
+    items: Iterable[tuple[str, tuple[str, ...], str]], send: Any
+) -> dict[tuple[str, ...], tuple[int, ...]]:
+    """Token counts of the parts of each item, measured in one call as lines `left + parts + right`;
+    items with a part whose ends are not token boundaries there are left out."""
     lines: list[str] = []
-    places: list[tuple[str, int, int]] = []
+    places: list[tuple[tuple[str, ...], list[int]]] = []  # parts, the offsets where they start and end
     length = 0
-    for left, span, right in items:
-        start = length + len(left)
-        places.append((span, start, start + len(span)))
-        line = f"{left}{span}{right}\n"
+    for left, parts, right in items:
+        offsets = [length + len(left)]
+        for part in parts:
+            offsets.append(offsets[-1] + len(part))
+        places.append((parts, offsets))
+        line = left + "".join(parts) + right + "\n"
         lines.append(line)
         length += len(line)
     text = "".join(lines)
     starts = _token_starts(text, send(text))
     index = {offset: token for token, offset in enumerate(starts)}
-    counts: dict[str, int] = {}
-    for span, start, end in places:
-        if start in index and end in index:
-            counts[span] = index[end] - index[start]
+    counts: dict[tuple[str, ...], tuple[int, ...]] = {}
+    for parts, offsets in places:
+        if all(offset in index for offset in offsets):
+            counts[parts] = tuple(index[end] - index[start] for start, end in pairwise(offsets))
     return counts
 
 
@@ -220,7 +225,8 @@ def measure_corpus(send: Any, heads: Sequence[str], reference: dict[str, str]) -
     text, where = measured_stream(stdlib_corpus())
     token_starts = _token_starts(text, send(text))
     token_at = {offset: token for token, offset in enumerate(token_starts)}
-    ids = measured_ids()
+    pieces = {text[start:end] for start, end in pairwise(token_starts)}
+    id_candidates = sorted(piece[1:] for piece in pieces if ID_WORD_PIECE.fullmatch(piece))
     names: set[str] = set()
     candidates: list[tuple[str, str, int, int]] = []  # name, module, file index, token index
     for file_index, (module, start, end) in enumerate(where):
@@ -231,10 +237,15 @@ def measure_corpus(send: Any, heads: Sequence[str], reference: dict[str, str]) -
                 candidates.append((definition.name, module, file_index, token))
                 names.add(definition.name)
     names.update((reference["name"], reference["module"]))
-    items = [("", id_span(request_id), SPAN_RIGHT) for request_id in [*ids, reference["id"]]]
-    items += [(SPAN_LEFT, name_span(name), SPAN_RIGHT) for name in sorted(names)]
-    items += [("", head, HEAD_RIGHT) for head in heads]
-    span_tokens = _measure_spans(items, send)
+    items = [id_word_item(word) for word in id_candidates]
+    items.append(("", (reference["id"],), ID_RIGHT))
+    items += [(SPAN_LEFT, (name_span(name),), SPAN_RIGHT) for name in sorted(names)]
+    items += [("", (head,), HEAD_RIGHT) for head in heads]
+    counts = _measure_spans(items, send)
+    span_tokens = {parts[0]: count[0] for parts, count in counts.items() if len(parts) == 1}
+    id_words = [word for word in id_candidates if counts.get(id_word_item(word)[1]) == (1, 1, 1)]
+    if len(id_words) < ID_WORDS_MIN:
+        raise TokenizeError(f"{len(id_words)} words are single tokens in ids; at least {ID_WORDS_MIN} needed")
     definitions: list[MeasuredDefinition] = []
     members: list[list[int]] = [[] for _ in where]
     for name, module, file_index, token in candidates:
@@ -249,7 +260,7 @@ def measure_corpus(send: Any, heads: Sequence[str], reference: dict[str, str]) -
             MeasuredFile(module, tuple(member)) for (module, _, _), member in zip(where, members, strict=True)
         ],
         span_tokens=span_tokens,
-        ids=[request_id for request_id in ids if id_span(request_id) in span_tokens],
+        id_words=id_words,
     )
 
 

@@ -12,12 +12,18 @@ standard library that starts at a definition. Sizing has two modes:
   is a template measured once with reference values, the values' own spans are measured too, and the
   code is cut after exactly the tokens left (see calibrate.py). Heads keep every variable part between
   a word end and a space-led word, or at a line start, where tokenizers do not merge across.
+
+Request ids open the messages meant to be distinct; each carries at least ID_ENTROPY_BITS, so no two
+ids of any run (seeded by run session, phase, attempt, worker and user) meet in practice. Exact mode:
+words of eight capital letters, one approximate token each. Measured mode: words the backend keeps as
+one token each wherever an id puts them (`MeasuredCorpus.id_words`), so the id is token-exact too.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import random
 import string
 from collections.abc import Callable, Sequence
@@ -26,12 +32,13 @@ from typing import TYPE_CHECKING, Any
 
 from grill_locust.client.payloads import completion_prompt
 from grill_locust.workload.agentic import AgenticPlan, plan_session
-from grill_locust.workload.calibrate import MeasuredCorpus, TokenCounter, id_span, name_span
+from grill_locust.workload.calibrate import MeasuredCorpus, TokenCounter, name_span
 from grill_locust.workload.corpus import Corpus, Excerpt, stdlib_corpus
 from grill_locust.workload.heads import (
     FIRST_TURN_HEADS,
     FOLLOW_UP_HEADS,
     HEAD_REFERENCE,
+    ID_HEAD,
     PREFIX_HEAD,
     QUESTION_HEADS,
     SYSTEM_HEAD,
@@ -45,6 +52,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 UNIQUE_ID_LETTERS = 8  # the approximate tokenizer keeps up to 8 letters in one token
+ID_ENTROPY_BITS = 64  # 10^5 prompts of 64-bit ids collide with a chance of 3 in 10^10
 _FIT_ATTEMPTS = 6
 _CODE_END = "\n```"  # closes the code in the approximate modes (measured mode ends on the exact token)
 _SYSTEM_CODE_END = "\n```\n"
@@ -100,6 +108,7 @@ class Workload:
         self.model = model
         self.token_counter = token_counter
         self.measured: MeasuredCorpus | None = token_counter.measured if token_counter else None
+        self._id_words = id_words_needed(len(self.measured.id_words)) if self.measured else 0
         self.corpus = corpus or stdlib_corpus()
         self._shared: dict[str, Any] = {}  # parts every script shares, built on first use
 
@@ -218,8 +227,9 @@ class Workload:
         return False
 
     def _request_id(self, rng: random.Random) -> str:
-        if self.measured is not None and self.measured.ids:
-            return rng.choice(self.measured.ids)
+        if self.measured is not None:
+            words = self.measured.id_words
+            return " ".join(words[index] for index in _digits(rng, len(words), self._id_words))
         return unique_id(rng)
 
     def _pick(self, rng: random.Random, n_tokens: int, same_module_as: _Code | None = None) -> _Code:
@@ -271,15 +281,27 @@ def _measured_message(
     measured: MeasuredCorpus, head: str, values: dict[str, str], definition: int, n_tokens: int
 ) -> str:
     """Head plus code with exactly `n_tokens` by the backend's measured pieces."""
-    head_tokens = measured.span(head.format(**HEAD_REFERENCE))
-    for key, value in values.items():
-        span = id_span if key == "id" else name_span
-        head_tokens += measured.span(span(value)) - measured.span(span(HEAD_REFERENCE[key]))
+    head_tokens = _measured_head_tokens(measured, head, values)
+    if head_tokens >= n_tokens and "id" in values:  # too small for the question: still distinct by its id
+        head, values = ID_HEAD, {"id": values["id"]}
+        head_tokens = _measured_head_tokens(measured, head, values)
     start = measured.definitions[definition].token_index
     body_tokens = n_tokens - head_tokens
     if body_tokens <= 0:  # a target smaller than the head: code alone
         return measured.code(start, n_tokens)
     return head.format(**values) + measured.code(start, body_tokens)
+
+
+def _measured_head_tokens(measured: MeasuredCorpus, head: str, values: dict[str, str]) -> int:
+    """Tokens of `head` filled with `values`: its measured count with the reference values, corrected
+    by each value's own count against its reference's."""
+    head_tokens = measured.span(head.format(**HEAD_REFERENCE))
+    for key, value in values.items():
+        if key == "id":
+            head_tokens += measured.id_tokens(value) - measured.span(HEAD_REFERENCE["id"])
+        else:
+            head_tokens += measured.span(name_span(value)) - measured.span(name_span(HEAD_REFERENCE[key]))
+    return head_tokens
 
 
 def build_workload(
@@ -290,14 +312,36 @@ def build_workload(
     return Workload(conversation, model, token_counter)
 
 
+def id_words_needed(pool_words: int) -> int:
+    """How many words drawn from a pool of `pool_words` make an id of at least ID_ENTROPY_BITS."""
+    return math.ceil(ID_ENTROPY_BITS / math.log2(pool_words))
+
+
 def unique_id(rng: random.Random) -> str:
-    """Eight capital letters: one token for the approximate tokenizer, distinct from the first letter."""
-    return "".join(rng.choice(string.ascii_uppercase) for _ in range(UNIQUE_ID_LETTERS))
+    """Words of eight capital letters, one token each for the approximate tokenizer, and a first
+    token that alone tells two ids apart (37.6 bits)."""
+    letters = string.ascii_uppercase
+    words = id_words_needed(len(letters) ** UNIQUE_ID_LETTERS)
+    text = "".join(letters[index] for index in _digits(rng, len(letters), words * UNIQUE_ID_LETTERS))
+    return " ".join(
+        text[start : start + UNIQUE_ID_LETTERS] for start in range(0, len(text), UNIQUE_ID_LETTERS)
+    )
+
+
+def _digits(rng: random.Random, base: int, count: int) -> list[int]:
+    """`count` independent uniform draws below `base`, from one draw (a third of the time of one each)."""
+    number = rng.randrange(base**count)
+    digits = []
+    for _ in range(count):
+        number, digit = divmod(number, base)
+        digits.append(digit)
+    return digits
 
 
 def _rng(seed: int, *parts: str) -> random.Random:
+    # 128 bits of seed, so the ids' 64 bits are not capped by it
     key = "|".join((str(seed), *parts)).encode("utf-8")
-    return random.Random(int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big"))
+    return random.Random(int.from_bytes(hashlib.blake2b(key, digest_size=16).digest(), "big"))
 
 
 def _fit(head: str, body: str | list[str], tail: str, n_tokens: int) -> str:

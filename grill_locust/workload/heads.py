@@ -53,6 +53,8 @@ AGENT_SYSTEM_HEAD = (
     "The repository's conventions, as this excerpt shows them:\n```python\n"
 )
 READ_FILE_HEAD = "Contents of `{module}` from the definition of `{name}` on:\n"
+# a message too small for its question still opens with its id (measured mode; see generators.py)
+ID_HEAD = "{id}:" + CODE_OPEN
 # the values heads are measured with (calibrate.py); a message's count corrects for its own values
 HEAD_REFERENCE = {"id": "QQQQQQQQ", "name": "main", "module": "json"}
 
@@ -65,6 +67,7 @@ def measured_heads() -> list[str]:
     heads = (
         SYSTEM_HEAD,
         PREFIX_HEAD,
+        ID_HEAD,
         AGENT_SYSTEM_HEAD,
         READ_FILE_HEAD,
         *FIRST_TURN_HEADS,

@@ -23,6 +23,7 @@ from tests.real.conftest import ServerProcess, free_port
 
 TOLERANCE = 0.02  # sizes within ±2 % on the backend's tokenizer
 TINY_TARGET_SLACK_TOKENS = 1  # below 50 tokens, 2 % is less than a token
+ID_CHECKS = 50  # random request ids tokenized by the backend
 CALIBRATION_BUDGET_S = 20.0  # two /tokenize calls, ~3 s on a loaded 2-core machine
 # the four workloads at their default sizes (issue 3): every message is measured
 DEFAULT_WORKLOADS = ("multi-turn-session", "shared-prefix", "short-baseline", "unique-prompts")
@@ -111,11 +112,18 @@ def test_calibration_on_a_real_llama_server_measures_token_pieces(llama_server: 
     assert 0.5 < counter.backend_tokens_per_approx_token < 2.0
     measured = counter.measured
     assert measured is not None, "llama.cpp answers with_pieces: sizes should be measured, not scaled"
-    assert len(measured.definitions) > 200 and len(measured.ids) > 1000
+    assert len(measured.definitions) > 200 and len(measured.id_words) > 1000
     assert backend_token_counter(backend(engine="llamacpp", url=llama_server.url)) is counter  # cached
     # the code between two token starts is exactly that many tokens on the backend
     for start_token, n_tokens in ((measured.definitions[0].token_index, 37), (1000, 500)):
         assert counter.remote_count(measured.code(start_token, n_tokens)) == n_tokens
+    # ids of words drawn at random are one token a word on the backend, the colon after them one more
+    workload = build_workload(
+        Conversation(name="c", kind="short-baseline", prompt_tokens=50), token_counter=counter
+    )
+    for user in range(ID_CHECKS):
+        request_id = workload.script(f"u{user}", 0).user_turns[0].split(":")[0]
+        assert counter.remote_count(f"{request_id}: x") == measured.id_tokens(request_id) + 2, request_id
 
 
 @pytest.mark.slow

@@ -186,7 +186,7 @@ def test_content_is_standard_library_code_with_questions_about_it() -> None:
     first_line = code.splitlines()[0].strip()
     assert first_line.startswith(("def ", "class ", "async def ")), first_line
     session_id, first_turn = script.user_turns[0].split(": ", 1)
-    assert session_id.isalpha() and first_turn.startswith(question_starts)
+    assert all(word.isalpha() for word in session_id.split(" ")) and first_turn.startswith(question_starts)
     # every prompt names a definition between backticks and carries code
     for any_script in scripts(conversation(name="unique-prompts", prompt_tokens=300), users=5):
         text = any_script.user_turns[0]
