@@ -315,6 +315,15 @@ def backend_token_counter(backend: Backend, model: str | None = None) -> TokenCo
     return counter
 
 
+def _ratio(url: str, engine: str, backend_tokens: int, text: str) -> float:
+    """Backend tokens per approximate token; none counted means the endpoint read another body shape."""
+    if backend_tokens <= 0:
+        raise TokenizeError(
+            f"{url}: counted no tokens in {len(text)} characters (is `{engine}` the engine behind it?)"
+        )
+    return backend_tokens / count_tokens(text)
+
+
 def _calibrate(name: str, url: str, engine: str, model: str | None, headers: dict[str, str]) -> TokenCounter:
     from grill_locust.workload.corpus import stdlib_corpus
 
@@ -327,8 +336,8 @@ def _calibrate(name: str, url: str, engine: str, model: str | None, headers: dic
     except TokenizeError as error:  # e.g. an endpoint that caps the length: one small sample
         log.info("backend %s: stream calibration refused (%s); using a sample", name, error)
         sample = calibration_sample()
-        return counter(_tokenize(url, engine, sample, model, headers).count / count_tokens(sample))
-    ratio = stream_tokens.count / count_tokens(stream)
+        return counter(_ratio(url, engine, _tokenize(url, engine, sample, model, headers).count, sample))
+    ratio = _ratio(url, engine, stream_tokens.count, stream)
     pieces = stream_tokens.pieces
     if pieces is None:
         return counter(ratio)

@@ -238,3 +238,26 @@ def test_a_failure_after_the_stream_was_measured_keeps_its_ratio(caplog: pytest.
     finally:
         server.shutdown()
         clear_cache()
+
+
+class _TokenizerCountingNothing(_Tokenizer):
+    """A tokenizer that reads another body shape than the one sent: no tokens for any text."""
+
+    def do_POST(self) -> None:  # noqa: N802 (the handler's API)
+        self._answer(200, {"tokens": []})
+
+
+def test_a_tokenizer_counting_no_tokens_falls_back_with_a_clear_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _TokenizerCountingNothing)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        clear_cache()
+        with caplog.at_level(logging.WARNING):
+            assert backend_token_counter(backend(engine="llamacpp", url=url)) is None
+        assert "counted no tokens" in caplog.text and "approximate tokenizer" in caplog.text
+    finally:
+        server.shutdown()
+        clear_cache()
