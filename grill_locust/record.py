@@ -20,6 +20,9 @@ STATUS_STREAM_CUT = "stream_cut"
 CANCELLED = "cancelled"  # the error of a `stream_cut` request that our own stop cut short
 STATUS_BAD_EVENT = "bad_event"
 STATUS_EMPTY = "empty"
+# an autocomplete request the developer's next keystroke cancelled (the client closed the stream): not
+# an error and not a failure, and left out of latency percentiles
+STATUS_ABANDONED = "abandoned"
 
 KIND_AGENTIC = "agentic"  # the workload kind of agent sessions: each record is a step, `turn` its number
 
@@ -207,6 +210,12 @@ class RequestRecord:
     session: str = ""
     # 0, or 1 for a tier run again after an engine outage (the first attempt's records stay, labelled)
     attempt: int = 0
+    # the developer's 0-based index in the tier, the same at every tier (a target's `mix` gives each
+    # developer one persona by it)
+    developer: int | None = None
+    # autocomplete: the completion was shown within the conversation's budget_ms and before the next
+    # keystroke (None for other kinds and for requests that did not complete)
+    shown_in_budget: bool | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in RECORD_COLUMNS}
@@ -241,7 +250,9 @@ def _column_types() -> dict[str, type]:
     return types
 
 
-RECORD_COLUMN_TYPES: dict[str, type] = _column_types()  # str, int or float (None allowed where optional)
+RECORD_COLUMN_TYPES: dict[str, type] = (
+    _column_types()
+)  # str, int, float or bool (None allowed where optional)
 NUMERIC_RECORD_COLUMNS: tuple[str, ...] = tuple(
     n for n, t in RECORD_COLUMN_TYPES.items() if t in (int, float)
 )

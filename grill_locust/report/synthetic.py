@@ -193,6 +193,8 @@ def synthetic_records(
             "retries": 0,
             "session": f"{run_id}.0",
             "attempt": 0,
+            "developer": (position // np.where(multi, turns, 1)) % users.astype(int),
+            "shown_in_budget": None,
         }
     )
     return frame[list(RECORD_COLUMNS)]

@@ -66,7 +66,7 @@ WRITE_CHUNK_BYTES = 1 << 20  # held records are written a chunk at a time: what 
 
 log = logging.getLogger("grill")
 
-_ARROW_TYPES = {str: pa.string(), int: pa.int64(), float: pa.float64()}
+_ARROW_TYPES = {str: pa.string(), int: pa.int64(), float: pa.float64(), bool: pa.bool_()}
 RECORD_SCHEMA = pa.schema([pa.field(name, _ARROW_TYPES[t]) for name, t in RECORD_COLUMN_TYPES.items()])
 
 
