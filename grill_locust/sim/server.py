@@ -222,13 +222,14 @@ class SimServer:
 
     def _stats(self, conn: HttpConnection, request: HttpRequest) -> None:
         jitter = sorted(self.jitter_s)
+        counters = self.engine.counters
 
         def pick(q: float) -> float | None:
             return jitter[min(len(jitter) - 1, int(q * len(jitter)))] * 1000.0 if jitter else None
 
         stats = {
             "profile": self.profile,
-            "steps": self.engine.counters.steps,
+            "steps": counters.steps,
             "events": self.events,
             "requests": self.requests,
             "running": len(self.engine.running),
@@ -239,6 +240,9 @@ class SimServer:
             "jitter_p99_ms": pick(0.99),
             "jitter_max_ms": jitter[-1] * 1000.0 if jitter else None,
             "truth_pending": len(self.truth.pending) if self.truth else 0,
+            "aborted_requests": counters.aborted_requests,
+            "wasted_tokens": counters.aborted_generation_tokens,
+            "wasted_tokens_after_close": counters.aborted_tokens_after_close,
         }
         conn.respond(200, wire.json_body(stats))
 
@@ -654,7 +658,7 @@ class ResponseWriter:
             self._record_truth(seq, self.server.clock())
             self._release(seq)
             return
-        self.server.engine.cancel(seq, self.server.clock())
+        self.server.engine.abort(seq, self.server.clock())
 
     def _reasoning_count(self, seq: Sequence) -> int | None:
         """The reasoning tokens usage reports: as vLLM with a reasoning parser, chat replies only
@@ -722,6 +726,10 @@ class ResponseWriter:
             preemptions=seq.preemptions,
             event_times=[round(t + offset, 6) for t in times],
         )
+        if seq.closed_at is not None:  # abandoned: every token generated for it, and those after the close
+            record.update(
+                wasted_tokens=seq.output_count, wasted_after_close=seq.output_count - seq.output_at_close
+            )
         truth.add(record)
 
 
