@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grill_locust.engines import SIM_ABORTED_TOKENS
 from grill_locust.sim.engine import TTFT_BUCKETS_S, Engine
 
 
@@ -81,7 +82,7 @@ def render_metrics(engine: Engine, model: str, flavor: str = "vllm") -> str:
         lines.append(f'{name}{{finished_reason="{reason}",{labels}}} {float(count)!r}')
     _sample(  # vLLM has no name for it
         lines,
-        "grill_sim:aborted_generation_tokens_total",
+        SIM_ABORTED_TOKENS,
         "counter",
         "Tokens generated for requests whose client closed the stream (wasted work).",
         counters.aborted_generation_tokens,

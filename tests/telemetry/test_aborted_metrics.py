@@ -8,6 +8,10 @@ import pytest
 from telemetry_helpers import fixture_text
 
 from grill_locust.engines import SIM_ABORTED_TOKENS
+from grill_locust.sim.engine import Engine
+from grill_locust.sim.metrics import render_metrics
+from grill_locust.sim.params import PROFILES
+from grill_locust.sim.sequence import Sequence
 from grill_locust.telemetry.engine_metrics import EngineSampler
 from grill_locust.telemetry.samples import KIND_ENGINE, TELEMETRY_COLUMNS, empty_sample
 from grill_locust.telemetry.tiers import tier_telemetry
@@ -46,6 +50,22 @@ def test_vllm_aborted_requests_are_the_abort_series_only_summed_over_engines() -
 def test_the_simulators_aborted_token_counter_is_read_beside_vllms_names() -> None:
     fields = sample("sim", vllm_text(aborted=2.0, tokens=37.0))
     assert fields["aborted_requests_total"] == 3.0 and fields["aborted_tokens_total"] == 37.0
+
+
+def test_the_simulators_own_metrics_give_its_aborted_requests_and_their_tokens() -> None:
+    engine = Engine(PROFILES["vllm"])
+    seq = Sequence("a", list(range(100)), 500, 1 << 60, 0, 0.0)
+    engine.add(seq)
+    now = 0.0
+    while seq.output_count < 3:  # a few tokens out, then the client goes away
+        step = engine.schedule(now)
+        now += step.duration_s
+        engine.commit(step, now)
+    engine.abort(seq, now)
+    engine.commit(engine.schedule(now), now + 0.01)
+    fields = sample("sim", render_metrics(engine, "m"))
+    assert fields["aborted_requests_total"] == engine.counters.aborted_requests == 1
+    assert fields["aborted_tokens_total"] == engine.counters.aborted_generation_tokens >= 3
 
 
 def test_sglang_aborted_requests_and_engines_without_the_counters() -> None:
