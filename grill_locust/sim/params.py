@@ -50,6 +50,7 @@ class EngineParams:
     step_d_ms: float = 0.00005
     reasoning_tokens: int = 0  # the first R output tokens stream as `reasoning_content`
     natural_output_tokens: int = 600  # mean length at which an answer stops by itself (no ignore_eos)
+    fim_tokens: bool = True  # the model has FIM tokens: llama.cpp's /infill refuses a model without them
     metrics_flavor: str = (
         "vllm"  # "sglang": its /metrics names too; "llamacpp": llama-server's answers and names
     )

@@ -27,8 +27,10 @@ from grill_locust.sim.sequence import Sequence
 from grill_locust.sim.text import OUTPUT_JSON, VOCAB_SIZE, output_text, render_chat, token_ids
 from grill_locust.sim.tools import ToolCall, ToolError, answers_with_a_call, plan_tool_call
 from grill_locust.sim.truth import TruthLog
+from grill_locust.workload.fim_templates import FIM_TEMPLATES
 
 NO_STOP = 1 << 62
+SIM_FIM_TEMPLATE = FIM_TEMPLATES["qwen-coder"]  # the simulated model's FIM tokens (and /infill's)
 FINISH_TOOL_CALLS = "tool_calls"
 SPIN_WINDOW_S = 0.0015  # epoll waits in whole milliseconds: spin the last stretch of a step instead
 TRUTH_MARGIN_S = 0.002  # leave this much of a step's wait free of truth-log writing
@@ -282,8 +284,8 @@ class SimServer:
             prompt = prompt[0]
         if isinstance(prompt, str):
             suffix = body.get("suffix")
-            if isinstance(suffix, str) and suffix:
-                prompt = f"<|fim_prefix|>{prompt}<|fim_suffix|>{suffix}<|fim_middle|>"
+            if isinstance(suffix, str) and suffix:  # as an engine serving `suffix` does: its model's template
+                prompt = SIM_FIM_TEMPLATE.render(prompt, suffix)
             ids = token_ids(prompt)
         elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
             ids = list(prompt)
@@ -303,7 +305,7 @@ class SimServer:
         seed = body.get("seed")
         tool_call = None
         # the call is fixed by the seed, else by the prompt, even when sampling
-        if kind != wire.COMPLETIONS and answers_with_a_call(body.get("messages")):
+        if kind in (wire.CHAT, anthropic.MESSAGES) and answers_with_a_call(body.get("messages")):
             tool_call = plan_tool_call(
                 body.get("tools"),
                 body.get("tool_choice"),
@@ -358,7 +360,7 @@ class SimServer:
         stream = bool(body.get("stream"))
         options = body.get("stream_options")
         include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
-        writer = AnthropicWriter if kind == anthropic.MESSAGES else self._writer_class()
+        writer = AnthropicWriter if kind == anthropic.MESSAGES else self._writer_class(kind)
         reply = writer(
             self, conn, kind, request_id, response_id, stream, include_usage, fault, arrival, request.path
         )
@@ -410,7 +412,7 @@ class SimServer:
             )
         return max_tokens
 
-    def _writer_class(self) -> type[ResponseWriter]:
+    def _writer_class(self, kind: str) -> type[ResponseWriter]:
         return ResponseWriter
 
     def _response_id(self, kind: str, request_id: str) -> str:
