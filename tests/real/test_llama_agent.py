@@ -137,3 +137,19 @@ def test_without_jinja_a_session_fails_at_its_first_step_naming_the_flag(
     assert list(records["attempt"]) == [0, 1] and (records["turn"] == 0).all(), records[["turn", "error"]]
     assert (records["status"] == "http_500").all()
     assert records["error"].str.contains("--jinja").all(), list(records["error"])
+
+
+def test_ping_checks_tools_where_a_backend_carries_agent_sessions(
+    llama_server: ServerProcess, llama_agent_server: ServerProcess
+) -> None:
+    """`grill ping` sends a request carrying the agent's tools to a backend with agent sessions: the
+    --no-jinja server's refusal is named, the --jinja one passes."""
+    from grill_locust.client.ping import check_backend
+
+    for server, accepts in ((llama_server, False), (llama_agent_server, True)):
+        backend = Backend.model_validate(agent_backend("b", server, "chat"))
+        check = check_backend(backend, [SERVED_MODEL], tools=TOOLS)
+        assert check.streams and check.tools is accepts, check.note
+        assert accepts or "--jinja" in check.note
+    plain = check_backend(Backend.model_validate(agent_backend("b", llama_server, "chat")), [SERVED_MODEL])
+    assert plain.tools is None  # no agent sessions on it: not checked
