@@ -249,7 +249,7 @@ class Conversation(_Frozen):
     debounce_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     accept_rate: float | None = Field(default=None, ge=0, le=1)
     budget_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    completion_max_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    max_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)  # wins over the model's
     seed: int = 0
     salt: bool = True
     turns: list[Turn] = Field(default_factory=list)

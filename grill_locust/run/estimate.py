@@ -168,7 +168,7 @@ def _max_tokens(target: Target) -> tuple[int, str]:
         step, final = conversation.step_max_tokens or 1, conversation.final_max_tokens or 1
         return step, f"{step}/{final}"
     if conversation.kind == "autocomplete":
-        completion = conversation.completion_max_tokens or 1
+        completion = conversation.max_tokens or 1
         return completion, str(completion)
     return target.model.max_tokens, str(target.model.max_tokens)
 

@@ -17,7 +17,7 @@ import gevent
 from gevent import GreenletExit
 from locust import User, constant, task
 
-from grill_locust.client import EngineClient, StreamResult, payloads, request_for
+from grill_locust.client import EngineClient, StreamResult, fim_request, request_for
 from grill_locust.config import Model, Scenario, Target
 from grill_locust.record import CANCELLED, STATUS_ABANDONED, STATUS_OK, Measurement, build_record, measure
 from grill_locust.run.phase import Phase
@@ -120,12 +120,16 @@ class GrillUser(User):
         completion shown and drawn as accepted is inserted at the cursor. The keystrokes in between
         change only the text."""
         session = AutocompleteSession(plan)
-        model = _with_max_tokens(target.model, plan.completion_max_tokens)
         start = time.perf_counter()
         for turn, planned in enumerate(plan.requests):
             session.insert(planned.typed)
-            path, payload = payloads.fim_request(  # type: ignore[attr-defined]
-                target.backend, model, target.conversation, session.prefix, session.suffix, plan.extra_files
+            path, payload = fim_request(
+                target.backend,
+                target.model,
+                target.conversation,
+                session.prefix,
+                session.suffix,
+                plan.extra_files,
             )
             wait_s = start + planned.send_at_s - time.perf_counter()
             if wait_s > 0:

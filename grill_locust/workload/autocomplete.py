@@ -77,7 +77,6 @@ class AutocompletePlan:
     keystroke_times_s: tuple[float, ...]  # every keystroke typed before the last request
     extra_files: tuple[ExtraFile, ...]
     prefix_tokens: int  # the window's size, on the approximate tokenizer
-    completion_max_tokens: int
     budget_s: float
 
 
@@ -137,7 +136,6 @@ def plan_autocomplete(workload: Workload, conversation_id: str, rng: random.Rand
         keystroke_times_s=times,
         extra_files=extra_files,
         prefix_tokens=prefix_size,
-        completion_max_tokens=conversation.completion_max_tokens or 1,
         budget_s=(conversation.budget_ms or 1) / 1000.0,
     )
 

@@ -62,7 +62,7 @@ WORKLOAD_KINDS: dict[str, WorkloadKind] = {
                 "debounce_ms": 150.0,
                 "accept_rate": 0.3,
                 "budget_ms": 400.0,
-                "completion_max_tokens": 64,
+                "max_tokens": 64,
             },
         ),
     )

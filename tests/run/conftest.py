@@ -43,12 +43,10 @@ def sim_scenario(
     }
 
 
-def run_locust(
-    args: list[str], cwd: Path, timeout_s: float = 180, locustfile: Path = LOCUSTFILE
-) -> subprocess.CompletedProcess[str]:
+def run_locust(args: list[str], cwd: Path, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "locust", "-f", str(locustfile), "--headless", "--only-summary", *args],
+        [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary", *args],
         cwd=cwd,
         env=env,
         capture_output=True,

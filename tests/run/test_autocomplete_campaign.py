@@ -5,7 +5,6 @@ budget, each sent on its planned time."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -18,7 +17,6 @@ from tests.run.conftest import only_run_dir, run_locust, truth_once_it_holds, wr
 
 pytestmark = pytest.mark.slow
 
-HERE = Path(__file__).resolve().parent
 USERS = 2
 REQUESTS = 10
 CONVERSATION: dict[str, Any] = {
@@ -31,7 +29,7 @@ CONVERSATION: dict[str, Any] = {
     # takes on the simulator after it about half the time (the plans differ from run to run: the
     # users' keys hold the run's session)
     "typing_cps": 4,
-    "completion_max_tokens": 8,
+    "max_tokens": 8,
     "budget_ms": 400,
 }
 SCHEDULE_TOLERANCE_S = 0.03  # a loaded CI machine's timer lateness, on a schedule of seconds
@@ -52,11 +50,7 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, di
         "load": {"tiers": [USERS], "iterations": 1, "pause_s": 0.2, "think_time_s": 0.05, "engine_wait_s": 0},
     }
     scenario = write_scenario(tmp_path / "s.yaml", data)
-    done = run_locust(
-        ["--scenario", str(scenario), "--results-dir", str(tmp_path / "results")],
-        tmp_path,
-        locustfile=HERE / "autocomplete_locustfile.py",
-    )
+    done = run_locust(["--scenario", str(scenario), "--results-dir", str(tmp_path / "results")], tmp_path)
     # 0: an abandoned request is no failure (Locust would exit 1 on one)
     assert done.returncode == 0, done.stderr[-3000:]
     records = pd.read_parquet(only_run_dir(tmp_path / "results") / "records.parquet")
@@ -99,9 +93,11 @@ def test_abandoned_requests_keep_their_time_in_flight_and_output_and_the_engine_
         if engine is None:  # closed before the engine read the request (a loaded machine): no answer
             assert record["output_tokens"] == 0
             continue
-        assert engine["outcome"] == "client_closed" and engine["finish_reason"] is None
-        # what the client read before it closed, at most what the engine wrote
-        assert record["output_tokens"] <= engine["output_tokens"] < CONVERSATION["completion_max_tokens"]
+        assert engine["outcome"] == "client_closed"
+        # what the client read before it closed, at most what the engine wrote before it heard of the
+        # close, at most all it generated for the request (the engine aborts it at a later step)
+        assert record["output_tokens"] <= engine["output_tokens"] <= engine["wasted_tokens"]
+        assert engine["wasted_tokens"] <= CONVERSATION["max_tokens"]
         seen_closing += 1
     assert seen_closing >= len(abandoned) // 2
 
@@ -113,12 +109,18 @@ def test_completed_requests_say_whether_they_were_shown_in_budget(
     completed = records[records["status"] == "ok"]
     assert completed["shown_in_budget"].notna().all()
     budget_s = CONVERSATION["budget_ms"] / 1000.0
-    assert list(completed["shown_in_budget"]) == list(completed["e2e_s"] <= budget_s)
-    assert (completed["output_tokens"] == CONVERSATION["completion_max_tokens"]).all()
+    assert (completed["output_tokens"] == CONVERSATION["max_tokens"]).all()
     for _, record in completed.iterrows():
         planned = plan_of(record["conversation_id"]).requests[record["turn"]]
-        assert record["e2e_s"] <= planned.next_keystroke_at_s - planned.send_at_s  # before the next key
+        # it arrived before the next keystroke (on the planned clock, within the timers' lateness)
+        left_s = planned.next_keystroke_at_s - planned.send_at_s - record["e2e_s"]
+        assert left_s > -SCHEDULE_TOLERANCE_S
+        if record["shown_in_budget"]:
+            assert record["e2e_s"] <= budget_s
+        elif left_s > SCHEDULE_TOLERANCE_S:  # clearly before the keystroke: only the budget can miss
+            assert record["e2e_s"] > budget_s
         assert truth[record["record_id"]]["outcome"] == "ok"
+    assert completed["shown_in_budget"].any()
     # prefix and suffix at their sizes, and the simulator's FIM markers around them
     sizes = CONVERSATION["prefix_tokens"] + CONVERSATION["suffix_tokens"]
     assert completed["prompt_tokens"].between(sizes, sizes + 20).all()

@@ -53,7 +53,7 @@ def test_the_kind_has_the_issues_defaults() -> None:
         conversation.debounce_ms,
         conversation.accept_rate,
         conversation.budget_ms,
-        conversation.completion_max_tokens,
+        conversation.max_tokens,
     ) == (1500, 400, 20, 6.0, 150.0, 0.3, 400.0, 64)
     assert conversation.requests_per_iteration == 20
     assert autocomplete(requests=7).requests_per_iteration == 7
@@ -69,7 +69,7 @@ def test_the_kind_has_the_issues_defaults() -> None:
         ("prefix_tokens", 0, "prefix_tokens: expected a value >= 1, got 0"),
         ("suffix_tokens", 0, "suffix_tokens: expected a value >= 1, got 0"),
         ("requests", 0, "requests: expected a value >= 1, got 0"),
-        ("completion_max_tokens", 0, "completion_max_tokens: expected a value >= 1, got 0"),
+        ("max_tokens", 0, "max_tokens: expected a value >= 1, got 0"),
         ("debounce_ms", -1, "debounce_ms: expected a value >= 0, got -1"),
     ],
 )
