@@ -239,6 +239,17 @@ class Conversation(_Frozen):
     final_max_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
     context_limit_tokens: int | None = Field(default=None, ge=1, le=10 * _MAX_TOKENS_PER_MESSAGE)
     subagents: int | None = Field(default=None, ge=1, le=_MAX_SUBAGENTS)
+    # autocomplete (workload/autocomplete.py): prefix_tokens before the cursor, suffix_tokens after the
+    # code typed there; requests sent per iteration (abandoned ones included), typing speed, the pause
+    # after a keystroke before a request goes out, the share of shown completions accepted, the time a
+    # completion must arrive within to count as shown in budget, and each completion's max_tokens
+    suffix_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    requests: int | None = Field(default=None, ge=1, le=100_000)
+    typing_cps: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    debounce_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    accept_rate: float | None = Field(default=None, ge=0, le=1)
+    budget_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    max_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)  # wins over the model's
     seed: int = 0
     salt: bool = True
     turns: list[Turn] = Field(default_factory=list)
@@ -336,6 +347,8 @@ class Conversation(_Frozen):
             from grill_locust.workload.agentic import expected_requests_per_session
 
             return expected_requests_per_session(self)
+        if self.kind == "autocomplete":
+            return self.requests or 1
         return 1
 
 

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from grill_locust.client.payloads import completion_prompt
 from grill_locust.workload.agentic import AgenticPlan, plan_session
+from grill_locust.workload.autocomplete import AutocompletePlan, plan_autocomplete
 from grill_locust.workload.calibrate import MeasuredCorpus, TokenCounter, name_span
 from grill_locust.workload.corpus import Corpus, Excerpt, stdlib_corpus
 from grill_locust.workload.heads import (
@@ -115,7 +116,7 @@ class Workload:
     def requests_per_iteration(self) -> float:
         return self.conversation.requests_per_iteration
 
-    def script(self, user_key: str, iteration: int) -> ConversationScript | AgenticPlan:
+    def script(self, user_key: str, iteration: int) -> ConversationScript | AgenticPlan | AutocompletePlan:
         conversation = self.conversation
         conversation_id = f"{conversation.name}:{user_key}:{iteration}"
         rng = seeded_rng(conversation.seed, conversation.name, user_key, str(iteration))
@@ -265,14 +266,18 @@ class Workload:
         return asked if self.token_counter is None else self.token_counter.approx_tokens(asked)
 
 
-# the kinds of workload/kinds.py, each with its script builder (an agentic session's is its plan)
-_SCRIPT_BUILDERS: dict[str, Callable[[Workload, str, random.Random], ConversationScript | AgenticPlan]] = {
+# the kinds of workload/kinds.py, each with its script builder (an agentic session's and a typing
+# developer's is their plan)
+_SCRIPT_BUILDERS: dict[
+    str, Callable[[Workload, str, random.Random], ConversationScript | AgenticPlan | AutocompletePlan]
+] = {
     "multi-turn": Workload._multi_turn,
     "shared-prefix": Workload._shared_prefix_script,
     "short-baseline": Workload._short_baseline,
     "unique-prompts": Workload._unique_prompts,
     "fixed": Workload._fixed,
     "agentic": plan_session,
+    "autocomplete": plan_autocomplete,
 }
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from grill_locust.config import Conversation
 from grill_locust.workload import ConversationScript, TokenCounter, build_workload
 from grill_locust.workload.agentic import AgenticPlan
+from grill_locust.workload.autocomplete import AutocompletePlan
 from grill_locust.workload.heads import QUESTIONS
 from grill_locust.workload.kinds import WORKLOAD_KINDS
 from grill_locust.workload.tokens import count_tokens, fit_tokens, seam_change, tokenize
@@ -77,6 +78,10 @@ def test_every_kind_of_the_table_scripts_to_its_default_sizes(kind: str) -> None
     if isinstance(script, AgenticPlan):  # a session's steps are drawn: its plan is checked in test_agentic
         low, high = WORKLOAD_KINDS[kind].sizes["steps"]
         assert low <= script.steps <= high and script.task and script.system
+        return
+    if isinstance(script, AutocompletePlan):  # a typing developer's plan: checked in test_autocomplete
+        assert len(script.requests) == conv.requests_per_iteration
+        assert count_tokens(script.prefix) == conv.prefix_tokens
         return
     assert len(script.user_turns) == conv.requests_per_iteration >= 1
     assert all(turn for turn in script.user_turns)
