@@ -3,7 +3,10 @@ conversation, sized to fit llama-server's 1024-token slots and to finish in a fe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tests.real.conftest import ServerProcess
 
 MAX_TOKENS = 16  # short replies; ignore_eos so the base model never stops at once (an `empty` record)
 
@@ -34,6 +37,15 @@ CONVERSATIONS: dict[str, dict[str, Any]] = {
     },
 }
 REQUESTS_PER_ITERATION = {"mt": 3, "sp": 1, "sb": 1, "up": 1, "code-review": 2}
+
+
+def llama_backend(server: ServerProcess) -> dict[str, Any]:
+    return {
+        "name": "llamacpp",
+        "engine": "llamacpp",
+        "url": server.url,
+        "timeouts": {"connect_s": 10, "first_token_s": 300, "total_s": 600},
+    }
 
 
 def campaign_scenario(
@@ -100,4 +112,64 @@ def agent_scenario(backends: list[dict[str, Any]], model_name: str, **conversati
             for backend in backends
         ],
         "load": {"tiers": [1], "iterations": 1, "pause_s": 0.2, "think_time_s": 0.0, "tier_timeout_s": 300},
+    }
+
+
+# Autocomplete: gemma3-270m has no FIM tokens, so `template` names a family (its tokens are text to this
+# model) and `infill` is refused. llama-server notices a closed stream only when it writes a token, so
+# every abandoned request costs its whole prefill, waiting ones too; and on a 2-CPU machine shared with
+# other work its two threads slow down several times over: the prompts and completions stay small.
+FIM_PREFIX_TOKENS = 128
+FIM_SUFFIX_TOKENS = 32
+FIM_MAX_TOKENS = 4
+FIM_BUDGET_MS = 1500  # about what a completion takes on a quiet 2-CPU machine: either answer occurs
+# nearly every request sent within a burst of keystrokes ~170 ms apart: the next one cancels it
+FAST_TYPIST: dict[str, Any] = {"typing_cps": 6, "debounce_ms": 150, "requests": 4}
+# keystrokes ~5 s apart (over 3 s in 9 of 10 gaps): time for a completion, which takes ~1 s on a quiet
+# machine and ~3 s on a loaded one; one request an iteration, sent at the first pause, ends it
+SLOW_TYPIST: dict[str, Any] = {"typing_cps": 0.2, "debounce_ms": 150, "requests": 1}
+
+
+def autocomplete_conversation(name: str, fim: str, typist: dict[str, Any]) -> dict[str, Any]:
+    """A developer typing at `typist`'s pace, FIM requests over transport `fim`."""
+    conversation: dict[str, Any] = {
+        "name": name,
+        "kind": "autocomplete",
+        "prefix_tokens": FIM_PREFIX_TOKENS,
+        "suffix_tokens": FIM_SUFFIX_TOKENS,
+        "max_tokens": FIM_MAX_TOKENS,
+        "budget_ms": FIM_BUDGET_MS,
+        "fim": fim,
+        **typist,
+    }
+    if fim == "template":
+        conversation["fim_template"] = "qwen-coder"
+    return conversation
+
+
+def autocomplete_scenario(
+    backend: dict[str, Any], model_name: str, conversations: list[dict[str, Any]], users: int, iterations: int
+) -> dict[str, Any]:
+    """One tier of `users` typing developers per conversation, one target each, in their order. No
+    hold after a tier that measured an outage, so that a re-run never hides a count."""
+    return {
+        "name": "real-engine-autocomplete",
+        "description": "typing developers against a real engine (tests/real)",
+        "backends": [backend],
+        "models": [
+            {"name": model_name, "max_tokens": FIM_MAX_TOKENS, "temperature": 0.0, "ignore_eos": True}
+        ],
+        "conversations": conversations,
+        "targets": [
+            {"name": c["name"], "backend": backend["name"], "model": model_name, "conversation": c["name"]}
+            for c in conversations
+        ],
+        "load": {
+            "tiers": [users],
+            "iterations": iterations,
+            "pause_s": 0.5,
+            "think_time_s": 0.1,
+            "tier_timeout_s": 120,
+            "engine_wait_s": 0,
+        },
     }

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import requests
 
-from tests.real.campaigns import CONVERSATIONS, REQUESTS_PER_ITERATION, campaign_scenario
+from tests.real.campaigns import CONVERSATIONS, REQUESTS_PER_ITERATION, campaign_scenario, llama_backend
 from tests.real.conftest import SERVED_MODEL, CampaignRun, ServerProcess, run_campaign
 
 pytestmark = pytest.mark.real
@@ -17,15 +17,6 @@ pytestmark = pytest.mark.real
 TIERS = [1, 4]
 CALIBRATION_TOLERANCE = 0.02
 TELEMETRY_INTERVAL_S = "0.5"
-
-
-def llama_backend(server: ServerProcess) -> dict[str, object]:
-    return {
-        "name": "llamacpp",
-        "engine": "llamacpp",
-        "url": server.url,
-        "timeouts": {"connect_s": 10, "first_token_s": 300, "total_s": 600},
-    }
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,8 @@ import pandas as pd
 import pytest
 import requests
 
-from tests.real.campaigns import campaign_scenario
+from tests.real.campaigns import campaign_scenario, llama_backend
 from tests.real.conftest import SERVED_MODEL, ServerProcess, run_campaign
-from tests.real.test_llama_campaign import llama_backend
 
 pytestmark = pytest.mark.real
 
