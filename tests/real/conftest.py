@@ -45,6 +45,7 @@ LITELLM_START_TIMEOUT_S = 240.0  # the proxy imports a lot; on a loaded 2-core m
 STOP_TIMEOUT_S = 15.0
 POLL_INTERVAL_S = 0.25
 LOG_TAIL_CHARS = 3000
+SCENARIO_FILE = "scenario.yaml"  # run_campaign's, beside the results folder
 
 
 def _script_paths(script: Path) -> dict[str, str]:
@@ -283,7 +284,7 @@ def run_campaign(
     """`locust -f locustfiles/coding.py --headless --scenario FILE --results-dir DIR`, as a user runs it;
     `returncodes` are its expected exits (Locust exits 1 when a request failed)."""
     folder.mkdir(parents=True, exist_ok=True)
-    scenario_path = folder / "scenario.yaml"
+    scenario_path = folder / SCENARIO_FILE
     scenario_path.write_text(yaml.safe_dump(scenario, sort_keys=False))
     results_dir = folder / "results"
     argv = [
