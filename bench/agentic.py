@@ -248,9 +248,9 @@ def run_client(streams: int, tokens: int, window_s: float, max_tokens: int, roun
     import client_overhead
 
     workload = build_workload(agent_conversation(30, tokens))
-    long_messages = play(workload.script("client", 0))[-1]  # type: ignore[arg-type]
     plan = workload.script("client", 0)
     assert isinstance(plan, AgenticPlan)
+    long_messages = play(plan)[-1]
     size = context_tokens(long_messages, plan) - tools_tokens(workload)  # sent without the tools
     print(
         f"client: {streams} streams of {max_tokens}-event replies, short prompts (client_overhead.py's) and "
