@@ -445,14 +445,15 @@ class Target(_Frozen):
 
     def for_developer(self, developer: int) -> Target:
         """This target as developer `developer` sends it: one conversation, its persona's."""
-        if not self.mix:
-            return self
-        persona = Persona(conversation=self.persona_of(developer), weight=1.0)
-        return self.model_copy(update={"personas": (persona,), "mix": False})
+        return self._sending(self.persona_of(developer)) if self.mix else self
 
-    @property
-    def conversations(self) -> list[Conversation]:
-        return [persona.conversation for persona in self.personas]
+    def persona_targets(self) -> list[Target]:
+        """This target as each of its personas sends it (itself, for a target of one conversation)."""
+        return [self._sending(p.conversation) for p in self.personas] if self.mix else [self]
+
+    def _sending(self, conversation: Conversation) -> Target:
+        persona = Persona(conversation=conversation, weight=1.0)
+        return self.model_copy(update={"personas": (persona,), "mix": False})
 
 
 class LlmGrillLoad(_Frozen):

@@ -1,4 +1,5 @@
-"""The web UI's 'Campaign' tab: target, tier, iterations done / to do, errors, for every tier."""
+"""The web UI's 'Campaign' tab: target, tier, iterations done / to do, errors, a mix's personas apart,
+for every tier."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from grill_locust.run.state import run_state
 if TYPE_CHECKING:
     from locust.env import Environment
 
-    from grill_locust.run.campaign import Campaign
+    from grill_locust.config import Target
+    from grill_locust.run.campaign import Campaign, PhaseProgress
 
 CAMPAIGN_TAB_KEY = "grill-campaign"
 
@@ -34,6 +36,7 @@ def extend_web_ui(environment: Environment, on_start: Callable[[Environment], No
                 {"key": "iterations", "title": "Iterations done / to do"},
                 {"key": "requests", "title": "Requests"},
                 {"key": "errors", "title": "Errors"},
+                {"key": "personas", "title": "Personas (developers, requests, errors)"},
                 {"key": "state", "title": "State"},
             ],
         }
@@ -60,6 +63,18 @@ def extend_web_ui(environment: Environment, on_start: Callable[[Environment], No
         return response
 
 
+def personas_cell(target: Target, progress: PhaseProgress) -> str:
+    """A mix's personas apart: `chat: 2 dev, 8 req, 0 err; ...` ("" for a target of one conversation)."""
+    if not target.mix:
+        return ""
+    developers = target.persona_counts(progress.phase.tier_users)
+    return "; ".join(
+        f"{name}: {count} dev, {progress.records_by_conversation[name]} req, "
+        f"{progress.errors_by_conversation[name]} err"
+        for name, count in developers.items()
+    )
+
+
 def campaign_rows(campaign: Campaign) -> list[dict[str, Any]]:
     rows = []
     for progress in campaign.progress.values():
@@ -79,6 +94,7 @@ def campaign_rows(campaign: Campaign) -> list[dict[str, Any]]:
                 "iterations": f"{progress.iterations_done}/{phase.iterations_target}",
                 "requests": progress.records,
                 "errors": progress.errors,
+                "personas": personas_cell(campaign.targets[phase.target], progress),
                 "state": state,
             }
         )
