@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-_sequences: dict[tuple[Fraction, ...], list[int]] = {}
+_sequences: dict[tuple[float, ...], list[int]] = {}  # by weights: the personas of developers 0, 1, …
 
 
 def tijdeman_bound(personas: int) -> Fraction:
@@ -21,10 +21,9 @@ def tijdeman_bound(personas: int) -> Fraction:
 
 def persona_index(weights: tuple[float, ...], developer: int) -> int:
     """The persona (index into `weights`, all positive) of 0-based `developer`."""
-    exact = tuple(Fraction(str(weight)) for weight in weights)
-    sequence = _sequences.setdefault(exact, [])
+    sequence = _sequences.setdefault(weights, [])
     if len(sequence) <= developer:
-        _extend(exact, sequence, developer + 1)
+        _extend(tuple(Fraction(str(weight)) for weight in weights), sequence, developer + 1)
     return sequence[developer]
 
 
