@@ -197,7 +197,7 @@ class RunTables:
 def summarize(run: RunData) -> pd.DataFrame:
     """One row per target x tier (SUMMARY_COLUMNS, then any telemetry columns), sorted by target and users;
     a mix target's persona rows before its whole-tier row."""
-    return summarize_all(run).summary
+    return _summary_and_turns(run, _Stats.of(run.records), agent_sessions(run.records), turns=False)[0]
 
 
 def summarize_all(run: RunData) -> RunTables:
@@ -207,26 +207,35 @@ def summarize_all(run: RunData) -> RunTables:
     steps = agent_steps(run.records)
     if len(steps):
         steps["series"] = series_names(steps)
-    summary = _summarize(run, stats, sessions)
-    turns = _summarize_turns(run, stats)
-    personas = _persona_run(run)
-    if personas is not None:
-        persona_run, mixes = personas
-        persona_stats = _Stats.of(persona_run.records)
-        persona_rows = _as_mix_targets(
-            _summarize(persona_run, persona_stats, agent_sessions(persona_run.records))
-        )
-        persona_turns = _as_mix_targets(_summarize_turns(persona_run, persona_stats))
-        whole = summary["target"].isin(mixes)
-        # turn ratios across personas of different kinds mean nothing: a persona's row has its own
-        summary.loc[whole, ["turns", "ttft_turn_ratio", "e2e_turn_ratio", "context_growth"]] = np.nan
-        summary["mix"] = np.where(whole, summary["conversation"], "")
-        persona_rows["mix"] = persona_rows["target"].map(
-            summary.loc[whole].drop_duplicates("target").set_index("target")["conversation"]
-        )
-        summary = _concat_rows(persona_rows, summary)
-        turns = _concat_rows(turns[~turns["target"].isin(mixes)], persona_turns)
+    summary, turns = _summary_and_turns(run, stats, sessions, turns=True)
     return RunTables(summary, turns, sessions, steps[STEP_COLUMNS])
+
+
+def _summary_and_turns(
+    run: RunData, stats: _Stats, sessions: pd.DataFrame, turns: bool
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The tier rows, a mix's persona rows among them, and (`turns`) the per-turn rows, per persona."""
+    summary = _summarize(run, stats, sessions)
+    turn_rows = _summarize_turns(run, stats) if turns else pd.DataFrame(columns=TURN_COLUMNS)
+    personas = _persona_run(run)
+    if personas is None:
+        return summary, turn_rows
+    persona_run, mixes = personas
+    persona_stats = _Stats.of(persona_run.records)
+    persona_rows = _as_mix_targets(
+        _summarize(persona_run, persona_stats, agent_sessions(persona_run.records))
+    )
+    whole = summary["target"].isin(mixes)
+    # turn ratios across personas of different kinds mean nothing: a persona's row has its own
+    summary.loc[whole, ["turns", "ttft_turn_ratio", "e2e_turn_ratio", "context_growth"]] = np.nan
+    summary["mix"] = np.where(whole, summary["conversation"], "")
+    persona_rows["mix"] = persona_rows["target"].map(
+        summary.loc[whole].drop_duplicates("target").set_index("target")["conversation"]
+    )
+    if turns:
+        persona_turns = _as_mix_targets(_summarize_turns(persona_run, persona_stats))
+        turn_rows = _concat_rows(turn_rows[~turn_rows["target"].isin(mixes)], persona_turns)
+    return _concat_rows(persona_rows, summary), turn_rows
 
 
 MIX_PERSONA_SEPARATOR = "\x1f"  # between a mix target's name and a persona's, in _persona_run's targets

@@ -10,10 +10,12 @@ from typing import TYPE_CHECKING, Any
 from grill_locust.run.state import run_state
 
 if TYPE_CHECKING:
+    from collections import Counter
+
     from locust.env import Environment
 
     from grill_locust.config import Target
-    from grill_locust.run.campaign import Campaign, PhaseProgress
+    from grill_locust.run.campaign import Campaign
 
 CAMPAIGN_TAB_KEY = "grill-campaign"
 
@@ -63,15 +65,18 @@ def extend_web_ui(environment: Environment, on_start: Callable[[Environment], No
         return response
 
 
-def personas_cell(target: Target, progress: PhaseProgress) -> str:
+def personas_cell(
+    target: Target,
+    tier_users: int,
+    records_by_conversation: Counter[str],
+    errors_by_conversation: Counter[str],
+) -> str:
     """A mix's personas apart: `chat: 2 dev, 8 req, 0 err; ...` ("" for a target of one conversation)."""
     if not target.mix:
         return ""
-    developers = target.persona_counts(progress.phase.tier_users)
     return "; ".join(
-        f"{name}: {count} dev, {progress.records_by_conversation[name]} req, "
-        f"{progress.errors_by_conversation[name]} err"
-        for name, count in developers.items()
+        f"{name}: {count} dev, {records_by_conversation[name]} req, {errors_by_conversation[name]} err"
+        for name, count in target.persona_counts(tier_users).items()
     )
 
 
@@ -94,7 +99,12 @@ def campaign_rows(campaign: Campaign) -> list[dict[str, Any]]:
                 "iterations": f"{progress.iterations_done}/{phase.iterations_target}",
                 "requests": progress.records,
                 "errors": progress.errors,
-                "personas": personas_cell(campaign.targets[phase.target], progress),
+                "personas": personas_cell(
+                    campaign.targets[phase.target],
+                    phase.tier_users,
+                    progress.records_by_conversation,
+                    progress.errors_by_conversation,
+                ),
                 "state": state,
             }
         )

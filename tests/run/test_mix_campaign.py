@@ -4,6 +4,7 @@ and the report shows each persona beside the whole tier."""
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +14,6 @@ import pytest
 from grill_locust.config import load_scenario
 from grill_locust.report import summarize
 from grill_locust.report.load import load_run
-from grill_locust.run.campaign import PhaseProgress
-from grill_locust.run.phase import campaign_phases
 from grill_locust.run.web_ui import personas_cell
 from tests.run.conftest import only_run_dir, run_locust, write_scenario
 from tests.run.test_distributed import finish, start_cluster
@@ -103,8 +102,6 @@ def test_developer_indices_are_the_tier_s_whatever_the_workers(tmp_path: Path) -
 
 def test_the_campaign_tab_shows_a_mix_s_personas_apart(tmp_path: Path) -> None:
     scenario = load_scenario(write_scenario(tmp_path / "s.yaml", mix_scenario()))
-    progress = PhaseProgress(campaign_phases(scenario, "run")[1])  # the 7-user tier
-    progress.records_by_conversation.update({"complete": 5, "chat": 3})
-    progress.errors_by_conversation.update({"chat": 1})
-    cell = personas_cell(scenario.targets[0], progress)
+    records, errors = Counter({"complete": 5, "chat": 3}), Counter({"chat": 1})
+    cell = personas_cell(scenario.targets[0], 7, records, errors)
     assert cell == "complete: 5 dev, 5 req, 0 err; chat: 2 dev, 3 req, 1 err; bulk: 0 dev, 0 req, 0 err"
