@@ -30,6 +30,11 @@ OK_REQUEST_FILTER = f"\"status\" = 'ok' AND {REQUEST_FILTER}"
 # agent sessions' steps carry a `step` tag (grill_locust/sinks/line_protocol.py)
 OK_AGENT_STEP_FILTER = f"\"kind\" = 'agentic' AND {OK_REQUEST_FILTER}"
 TIER_FILTER = REQUEST_FILTER
+# autocomplete: completions are the ok requests; its tier shares come from the master's summary
+OK_AUTOCOMPLETE_FILTER = f"\"kind\" = 'autocomplete' AND {OK_REQUEST_FILTER}"
+AUTOCOMPLETE_TIER_FILTER = f"\"kind\" = 'autocomplete' AND {TIER_FILTER}"
+# a request the developer's typing cancelled is neither a success nor a failure
+FAILED_REQUEST_FILTER = f"\"status\" != 'ok' AND \"status\" != 'abandoned' AND {REQUEST_FILTER}"
 ENGINE_FILTER = '"backend" =~ /^$backend$/ AND $timeFilter'
 GPU_FILTER = '"host" =~ /^$host$/ AND $timeFilter'
 
@@ -296,12 +301,15 @@ def engine_comparison() -> dict[str, Any]:
         position = grid((offset % 3) * 8, 1 + (offset // 3) * 8, 8, 8)
         panels.append(versus_users(panel_id, f"{title} — $conversation", query, position, unit, description))
         panel_id += 1
-    panels += agent_panels(panel_id, 1 + 8 * math.ceil((len(COMPARISON_METRICS) + len(TIER_METRICS)) / 3))
+    agent_y = 1 + 8 * math.ceil((len(COMPARISON_METRICS) + len(TIER_METRICS)) / 3)
+    panels += agent_panels(panel_id, agent_y)
+    panels += autocomplete_panels(panel_id + 3, agent_y + 8)
     return dashboard(
         "grill-engine-comparison",
         "grill-locust — Engine comparison",
         "Per conversation: TTFT, TPOT, tokens/s and E2E p50 against concurrent users, one line per run, backend "
-        "and model; agent sessions: TTFT against context per step, the session wait, the cached ratio per step.",
+        "and model; agent sessions: TTFT against context per step, the session wait, the cached ratio per step; "
+        "autocomplete: abandoned and shown-in-budget %, TTFT p90 of completions, wasted tokens.",
         request_variables(),
         panels,
         "now-24h",
@@ -357,6 +365,52 @@ def agent_panels(first_id: int, y: int) -> list[dict[str, Any]]:
             "none at a step with fewer than 5 requests)",
             "step",
             per_step_lines,
+        ),
+    ]
+
+
+def autocomplete_panels(first_id: int, y: int) -> list[dict[str, Any]]:
+    """The autocomplete panels of a conversation's row (empty for conversations of other kinds)."""
+    by_tier = f'GROUP BY {SERIES_GROUP}, "tier_users"'
+    shares = (
+        'SELECT last("abandoned_pct") AS "abandoned_pct", last("shown_in_budget_pct") AS "shown_in_budget_pct" '
+        f'FROM "grill_tier" WHERE {AUTOCOMPLETE_TIER_FILTER} {by_tier}'
+    )
+    completion_ttft = (
+        f'SELECT percentile("ttft_s", 90) AS "ttft_p90_s" FROM "grill_request" WHERE {OK_AUTOCOMPLETE_FILTER} '
+        f"{by_tier}"
+    )
+    wasted = (
+        'SELECT last("abandoned_output_tokens") AS "abandoned_output_tokens", last("engine_aborted_tokens") AS '
+        f'"engine_aborted_tokens" FROM "grill_tier" WHERE {AUTOCOMPLETE_TIER_FILTER} {by_tier}'
+    )
+    return [
+        versus_users(
+            first_id,
+            "Autocomplete: abandoned and shown in budget vs users — $conversation",
+            shares,
+            grid(0, y, 8, 8),
+            "percent",
+            "Of all the tier's autocomplete requests: abandoned by the developer's next keystroke, and shown "
+            "within the conversation's budget_ms before it; from the master's tier summary (grill_tier)",
+        ),
+        versus_users(
+            first_id + 1,
+            "Autocomplete: TTFT p90 of completions vs users — $conversation",
+            completion_ttft,
+            grid(8, y, 8, 8),
+            "s",
+            "Time to first token, p90 over completed (ok) autocomplete requests: abandoned ones are not in it "
+            "(nearest rank)",
+        ),
+        versus_users(
+            first_id + 2,
+            "Autocomplete: wasted tokens vs users — $conversation",
+            wasted,
+            grid(16, y, 8, 8),
+            "none",
+            "Output tokens the client received before its cancels (a lower bound of the wasted work) and the "
+            "tokens the engine says it generated for aborted requests (where its /metrics count them)",
         ),
     ]
 
@@ -430,14 +484,15 @@ def live_run() -> dict[str, Any]:
             "Errors by kind",
             [
                 target(
-                    f'SELECT count("output_tokens") AS "errors" FROM "grill_request" WHERE "status" != \'ok\' '
-                    f'AND {REQUEST_FILTER} GROUP BY time($__interval), "backend", "status" fill(null)',
+                    f'SELECT count("output_tokens") AS "errors" FROM "grill_request" WHERE {FAILED_REQUEST_FILTER} '
+                    'GROUP BY time($__interval), "backend", "status" fill(null)',
                     alias="$tag_backend $tag_status",
                 )
             ],
             grid(0, 16),
             "none",
-            "Failed requests per interval by status (http_<code>, timeout, connect, stream_cut, bad_event, empty)",
+            "Failed requests per interval by status (http_<code>, timeout, connect, stream_cut, bad_event, empty); "
+            "autocomplete requests abandoned by typing are no failures",
             draw_style="bars",
         ),
         timeseries(

@@ -21,10 +21,17 @@ MEAN = "mean"
 @dataclass(frozen=True)
 class MetricSource:
     """Where one canonical telemetry field comes from: sample names tried in order (newest first),
-    and how several series of that name combine (summed, or averaged for fractions)."""
+    and how several series of that name combine (summed, or averaged for fractions). `labels`: only
+    the series carrying these label values count (one finish reason of a per-reason counter)."""
 
     names: tuple[str, ...]
     combine: str = SUM
+    labels: tuple[tuple[str, str], ...] = ()
+
+
+# The simulator's count of tokens generated for requests whose client went away (aborted): no engine
+# exports one (vLLM counts them in generation_tokens_total with the rest; llama.cpp and SGLang likewise)
+SIM_ABORTED_TOKENS = "grill_sim:aborted_generation_tokens_total"
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,12 @@ VLLM_METRICS = MetricNames(
         # histogram sum and count: their rises give the mean time a request waited in the queue
         "queue_seconds_total": MetricSource(("vllm:request_queue_time_seconds_sum",)),
         "queued_requests_total": MetricSource(("vllm:request_queue_time_seconds_count",)),
+        # requests finished by an abort (the client went away); V1 releases up to at least 0.13 leave
+        # it at 0 for client disconnects, whose requests skip the finished-request stats
+        "aborted_requests_total": MetricSource(
+            ("vllm:request_success_total",), labels=(("finished_reason", "abort"),)
+        ),
+        "aborted_tokens_total": MetricSource((SIM_ABORTED_TOKENS,)),
     },
     hit_rate_gauge="vllm:gpu_prefix_cache_hit_rate",  # V0 engine, cumulative block hit rate
 )
@@ -108,6 +121,7 @@ SGLANG_METRICS = MetricNames(
         "cached_tokens_total": MetricSource(("sglang:cached_tokens_total",)),
         "prefix_queries_total": MetricSource(("sglang:prompt_tokens_total",)),
         "preemptions_total": MetricSource(("sglang:num_retracted_requests_total",)),
+        "aborted_requests_total": MetricSource(("sglang:num_aborted_requests_total",)),
     },
     hit_rate_gauge="sglang:cache_hit_rate",  # instantaneous gauge: only when the counters are missing
 )

@@ -25,6 +25,8 @@ STATUS_EMPTY = "empty"
 STATUS_ABANDONED = "abandoned"
 
 KIND_AGENTIC = "agentic"  # the workload kind of agent sessions: each record is a step, `turn` its number
+# the workload kind of a typing developer's FIM requests: `turn` is the request's index in the iteration
+KIND_AUTOCOMPLETE = "autocomplete"
 
 # The load generator's own health: above either threshold its latencies are suspect (the tier is flagged).
 SATURATION_LAG_P99_MS = 5.0  # event-loop lag p99 of the worker

@@ -13,10 +13,12 @@ from grill_locust.client.backend_http import HttpReply, NoReply, TokenizeError, 
 from grill_locust.client.payloads import (
     CHAT_PATH,
     COMPLETIONS_PATH,
+    INFILL_PATH,
     MESSAGES_PATH,
     chat_payload,
     completion_prompt,
     completions_payload,
+    fim_request,
     messages_payload,
     request_for,
 )
@@ -24,6 +26,7 @@ from grill_locust.client.payloads import (
 __all__ = [
     "CHAT_PATH",
     "COMPLETIONS_PATH",
+    "INFILL_PATH",
     "MESSAGES_PATH",
     "End",
     "EngineClient",
@@ -43,6 +46,7 @@ __all__ = [
     "chat_payload",
     "completion_prompt",
     "completions_payload",
+    "fim_request",
     "messages_payload",
     "request_for",
     "request_once",

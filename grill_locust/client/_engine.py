@@ -10,6 +10,10 @@ Under gevent (Locust), a plain TCP reply is read by the process's `Poller` (`_po
 epoll, every ready stream read in one wake-up of the hub) while the user's greenlet sleeps; TLS
 replies and the standard library's blocking sockets (`grill ping`, plain Python) are read here.
 
+A request may be abandoned at a given time (`abandon_at`: an editor's next keystroke): under gevent,
+one more timer that, if the stream has not ended by then, closes the connection at once; the record
+is `abandoned`, with the output received before it.
+
 Deadlines (first token, idle between output events, total, the grace after `[DONE]`): with gevent's
 sockets, one `gevent.Timeout` per request phase and sockets without a timeout, because a socket
 timeout makes gevent start a timer for every wait, i.e. for every event; the idle limit, which moves
@@ -51,6 +55,7 @@ from grill_locust.client.payloads import MESSAGES_PATH
 from grill_locust.engines import engine_facts
 from grill_locust.record import (
     CANCELLED,
+    STATUS_ABANDONED,
     STATUS_CONNECT,
     STATUS_OK,
     STATUS_STREAM_CUT,
@@ -81,6 +86,10 @@ class _Failed(Exception):
 
 class _DeadlinePassed(Exception):
     """Internal: the current phase's deadline passed (a socket timeout or the phase alarm)."""
+
+
+class _Abandoned(Exception):
+    """Internal: raised into the streaming greenlet by its abandon timer."""
 
 
 def _gevent_timeout_class() -> Any:
@@ -187,13 +196,20 @@ class EngineClient:
 
     # --- public -------------------------------------------------------------------------------
 
-    def stream(self, path: str, payload: dict[str, Any], request_id: str | None = None) -> StreamResult:
+    def stream(
+        self,
+        path: str,
+        payload: dict[str, Any],
+        request_id: str | None = None,
+        abandon_at: float | None = None,
+    ) -> StreamResult:
         """POST `payload` to `path` (e.g. "/v1/chat/completions") and time its event stream.
 
         `request_id` goes out as `X-Request-Id` (engines and gateways log it; the simulator's truth
         log keys on it), so that a record can be joined with the server's view of the request. The
         reply is read as the route answers: Anthropic's events from `/v1/messages`, OpenAI's chunks
-        from the others."""
+        from the others. `abandon_at` (time.perf_counter(); gevent only): unless the whole answer has
+        arrived by then, the connection is closed and the request is `abandoned` at that moment."""
         body = json.dumps(payload, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
         target = (self.origin.prefix + "/" + path.lstrip("/")).encode("latin-1")
         id_header = b"X-Request-Id: %s\r\n" % _header_value(request_id) if request_id else b""
@@ -211,7 +227,7 @@ class EngineClient:
         timer = timer_class(raw, secrets=self.secrets)
         head: list[Head] = []  # the reply's status line and headers, once they arrive
         try:
-            self._exchange(request, timer, t0, head)
+            self._exchange(request, timer, t0, head, abandon_at)
         except _Failed:
             self.close()
         except GreenletExit:
@@ -337,11 +353,20 @@ class EngineClient:
             timer.fail(time.perf_counter(), STATUS_CONNECT, f"send failed: {_os_reason(error)}")
             raise _Failed from None
 
-    def _exchange(self, request: bytes, timer: StreamTimer, t0: float, head_out: list[Head]) -> None:
+    def _exchange(
+        self, request: bytes, timer: StreamTimer, t0: float, head_out: list[Head], abandon_at: float | None
+    ) -> None:
         timeout_class = _gevent_timeout_class()
         alarm = _PhaseAlarm(timeout_class) if timeout_class is not None else None
         reader = StreamReader(timer)
         passed: _DeadlinePassed | None = None
+        abandoned = False
+        abandon_timer = None
+        if abandon_at is not None:
+            if timeout_class is None:
+                raise ValueError("abandon_at needs gevent's sockets (run under Locust)")
+            abandon_timer = timeout_class(max(abandon_at - time.perf_counter(), 0.0), _Abandoned)
+            abandon_timer.start()
         self._request_sent = False
         try:
             if alarm is not None:
@@ -349,6 +374,8 @@ class EngineClient:
             self._loop(request, timer, t0, reader, alarm)
         except _DeadlinePassed as error:
             passed = error
+        except _Abandoned:
+            abandoned = True
         except BaseException as error:
             if alarm is None or not alarm.fired(error):
                 raise
@@ -356,7 +383,11 @@ class EngineClient:
         finally:
             if alarm is not None:
                 alarm.cancel()
-        if passed is not None:
+            if abandon_timer is not None:
+                abandon_timer.close()
+        if abandoned:
+            self._abandoned(timer, reader, abandon_at)
+        elif passed is not None:
             self._deadline_passed(timer, reader, passed.args[0])
         if reader.head is not None:
             head_out.append(reader.head)
@@ -477,6 +508,18 @@ class EngineClient:
         self._sendall(sock, request, timer, deadline, alarm)
         self._request_sent = True
         return sock
+
+    def _abandoned(self, timer: StreamTimer, reader: StreamReader, abandon_at: float | None) -> None:
+        """The abandon timer fired: the connection is dropped; a request whose `[DONE]` had arrived in
+        time is complete (only its framing was late), any other is abandoned now."""
+        if reader.finished:  # read to its end before this greenlet was woken: the result stands
+            return
+        reader.keep_alive = False
+        done_at = reader.done_at
+        if done_at is not None and abandon_at is not None and done_at <= abandon_at:
+            timer.close(done_at)
+            return
+        timer.fail(time.perf_counter(), STATUS_ABANDONED, "")
 
     def _deadline_passed(self, timer: StreamTimer, reader: StreamReader, deadline: float | None) -> None:
         """Record which limit `deadline` was; the connection is dropped (the rest of its reply is unread)."""

@@ -4,7 +4,8 @@ Sans-IO: the caller passes each event's arrival time `t` (monotonic seconds) and
 timer fills a `RawTiming` that `grill_locust.record.measure()` turns into metrics. An output event
 is a chunk whose delta carries non-empty `content`, `reasoning_content` / `reasoning` or
 `tool_calls` (chat), or non-empty `text` (completions); role-only, empty and usage-only chunks are
-not output. The first non-reasoning output sets `first_visible_time` (TTFO).
+not output. The first non-reasoning output sets `first_visible_time` (TTFO). llama.cpp's own chunks
+(`/infill`: `content` and `stop`, no `choices`) are output when their `content` is not empty.
 """
 
 from __future__ import annotations
@@ -155,6 +156,8 @@ class StreamTimer:
                 self._output_times.append(t)
                 if visible and self.raw.first_visible_time is None:
                     self.raw.first_visible_time = t
+        elif "stop" in chunk and "content" in chunk:
+            self._on_llamacpp_chunk(t, chunk)
         usage = chunk.get("usage")
         if usage:
             self._on_usage(usage)
@@ -162,6 +165,28 @@ class StreamTimer:
             self._timings = chunk["timings"]
         if chunk.get("error") is not None or chunk.get("object") == "error":
             self.on_error_payload(t, chunk)
+
+    def _on_llamacpp_chunk(self, t: float, chunk: dict[str, Any]) -> None:
+        """llama.cpp's own stream (/infill, /completion): `content` per token, `stop: true` on the last
+        chunk with the token counts and `timings`; no `[DONE]` follows it. `stop_type` "limit" is
+        OpenAI's finish reason "length"; an end-of-text token or a stop word, "stop"."""
+        content = chunk["content"]
+        raw = self.raw
+        if content:
+            if type(content) is not str:
+                raise TypeError("content")
+            self.text_parts.append(content)
+            self._output_times.append(t)
+            if raw.first_visible_time is None:
+                raw.first_visible_time = t
+        if chunk["stop"] is True:
+            raw.finish_reason = "length" if chunk.get("stop_type") == "limit" else "stop"
+            predicted = chunk.get("tokens_predicted")
+            if type(predicted) is int:
+                raw.completion_tokens = predicted
+            evaluated = chunk.get("tokens_evaluated")  # the whole prompt, its cached part included
+            if type(evaluated) is int:
+                raw.prompt_tokens = evaluated
 
     def _on_tool_call_deltas(self, deltas: list[dict[str, Any]]) -> None:
         """OpenAI's streamed tool calls: each piece names its call by `index`; the first piece of a

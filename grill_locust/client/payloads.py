@@ -1,5 +1,6 @@
 """Streaming request bodies: OpenAI's `/v1/chat/completions` and `/v1/completions`, Anthropic's
-`/v1/messages`.
+`/v1/messages`, and fill-in-the-middle requests (`fim_request`: a completions prompt or llama.cpp's
+`/infill`).
 
 Every OpenAI body asks for a stream with usage (`stream_options.include_usage`), so output tokens
 come from the engine itself wherever it supports it (Anthropic streams always carry usage). `model` is a `grill_locust.config.Model` (or any
@@ -15,10 +16,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from grill_locust.engines import engine_facts
+from grill_locust.workload.fim_templates import choose_fim
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"
 MESSAGES_PATH = "/v1/messages"
+INFILL_PATH = "/infill"
 # Anthropic requires max_tokens in every body: this one is sent for a model given by name only
 MESSAGES_DEFAULT_MAX_TOKENS = 256
 
@@ -195,3 +198,44 @@ def request_for(
     if backend.api == "messages":
         return MESSAGES_PATH, messages_payload(model, messages, extra_body, engine=engine, tools=tools)
     return CHAT_PATH, chat_payload(model, messages, extra_body, engine=engine, tools=tools)
+
+
+def fim_request(
+    backend: Any,
+    model: Any,
+    conversation: Any,
+    prefix: str,
+    suffix: str,
+    extra_files: Sequence[tuple[str, str]] = (),
+) -> tuple[str, dict[str, Any]]:
+    """The path and streaming body of one fill-in-the-middle request for a cursor between `prefix`
+    and `suffix`, over the transport `choose_fim` picks for the conversation and model:
+    `template` (the family's FIM tokens around them, to /v1/completions), `suffix` (OpenAI's field,
+    the prompt being the prefix) or `infill` (llama.cpp's /infill, with `extra_files`, pairs of
+    (file name, text), as its `input_extra`; the other transports send the open file alone). The
+    conversation's `max_tokens`, when it has one, replaces the model's. No stop sequences are sent:
+    where a completion ends is the model's choice (its end-of-text token), as an editor leaves it."""
+    extra_body = getattr(backend, "extra_body", None)
+    engine = getattr(backend, "engine", "openai")
+    choice = choose_fim(engine, model, conversation)
+    body = _sampling(model, engine)
+    max_tokens = getattr(conversation, "max_tokens", None)
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    if choice.transport == "infill":
+        if "max_tokens" in body:
+            body["n_predict"] = body.pop("max_tokens")  # llama.cpp's own name (it reads both)
+        body["input_prefix"] = prefix
+        body["input_suffix"] = suffix
+        body["input_extra"] = [{"filename": name, "text": text} for name, text in extra_files]
+        body["prompt"] = ""
+        body["stream"] = True  # its own stream: no usage object, `timings` on the last chunk
+        if extra_body:
+            body.update(extra_body)
+        return INFILL_PATH, body
+    if choice.template is not None:
+        body["prompt"] = choice.template.render(prefix, suffix)
+    else:
+        body["prompt"] = prefix
+        body["suffix"] = suffix
+    return COMPLETIONS_PATH, _streaming(body, extra_body)

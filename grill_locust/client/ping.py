@@ -19,7 +19,7 @@ from grill_locust.client.backend_http import NoReply, fetch_text, headers_for, l
 from grill_locust.client.payloads import request_for
 from grill_locust.engines import engine_facts
 from grill_locust.errors import GrillError
-from grill_locust.record import STATUS_OK, measure
+from grill_locust.record import KIND_AGENTIC, STATUS_OK, measure
 
 if TYPE_CHECKING:
     from grill_locust.config import Backend
@@ -43,6 +43,7 @@ class BackendCheck:
     cached_tokens: bool | None = None
     tokenize: bool | None = None
     metrics: bool | None = None
+    tools: bool | None = None  # checked only for a backend that carries agent sessions
     note: str = ""
 
     @property
@@ -61,6 +62,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("cached_tokens", "cached_tokens"),
     ("/tokenize", "tokenize"),
     ("/metrics", "metrics"),
+    ("tools", "tools"),
     ("note", "note"),
 )
 
@@ -84,9 +86,15 @@ def run(args: argparse.Namespace) -> int:
     scenario = load_scenario(args.scenario)
     checks: list[BackendCheck] = []
     for backend in scenario.backends:
-        models = list(dict.fromkeys(t.model.name for t in scenario.targets if t.backend.name == backend.name))
+        targets = [t for t in scenario.targets if t.backend.name == backend.name]
+        models = list(dict.fromkeys(t.model.name for t in targets))
+        tools = None
+        if any(p.conversation.kind == KIND_AGENTIC for t in targets for p in t.personas):
+            from grill_locust.workload.tools import TOOLS
+
+            tools = TOOLS
         with _running(backend, models) as live:
-            checks.append(check_backend(live, models, timeout_s=args.timeout))
+            checks.append(check_backend(live, models, timeout_s=args.timeout, tools=tools))
     print(format_table(checks))
     return 0 if all(check.usable for check in checks) else 1
 
@@ -107,9 +115,13 @@ def _running(backend: Backend, models: list[str]) -> Iterator[Backend]:
 
 
 def check_backend(
-    backend: Backend, models: list[str], *, timeout_s: float = DEFAULT_TIMEOUT_S
+    backend: Backend,
+    models: list[str],
+    *,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    tools: list[dict[str, Any]] | None = None,
 ) -> BackendCheck:
-    """Probe one backend."""
+    """Probe one backend; with `tools` (its targets run agent sessions), also a request carrying them."""
     from grill_locust.config import Model
 
     check = BackendCheck(name=backend.name, engine=backend.engine, url=backend.url)
@@ -157,6 +169,17 @@ def check_backend(
                 notes.append(f"no cached_tokens: start {facts.name} with {facts.cached_tokens_flag}")
         else:
             notes.append(f"stream: {measurement.status} {raw.error}".strip())
+        if tools is not None:
+            path, payload = request_for(
+                backend,
+                Model(name=model, max_tokens=PING_MAX_TOKENS),
+                [{"role": "user", "content": PING_PROMPT}],
+                tools=tools,
+            )
+            tooled = client.stream(path, payload).raw
+            check.tools = measure(tooled).status == STATUS_OK
+            if not check.tools:
+                notes.append(f"tools refused: {measure(tooled).status} {tooled.error}".strip())
 
     if backend.tokenize_url:
         check.tokenize = client.count_tokens("def add(a, b):\n    return a + b\n", model) is not None

@@ -41,6 +41,7 @@ from grill_locust.config._schema import (
 from grill_locust.config._secrets import reveal, secret_paths
 from grill_locust.config._yaml_lines import DuplicateKey, parse_yaml
 from grill_locust.errors import GrillError
+from grill_locust.workload.fim_templates import FimChoiceError, choose_fim
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +200,8 @@ def _resolve_target(
         _check_api(backend, conversation, ("targets", index, "conversation"), source, lines)
     else:
         personas = _mix_personas(index, file_target.mix, backend, conversations, source, lines)
+    for persona in personas:
+        _check_fim(index, backend, model, persona.conversation, models, conversations, source, lines)
     mix = file_target.mix is not None
     name = file_target.name or (
         f"{backend.name}/{model.name}/" + ("mix" if mix else personas[0].conversation.name)
@@ -249,3 +252,34 @@ def _check_api(
             f"or messages (backend {backend.name!r} has api: completions)"
         )
         raise ConfigError(at(source, place, lines, message))
+
+
+def _check_fim(
+    index: int,
+    backend: Backend,
+    model: Model,
+    conversation: Conversation,
+    models: dict[str, Model],
+    conversations: dict[str, Conversation],
+    source: str,
+    lines: LineMap,
+) -> None:
+    """A target whose FIM keys cannot work is refused at load, naming the key of the conversation or
+    model that wrote it (every FIM request of the target would fail the same way)."""
+    if not _uses_fim(model, conversation):
+        return
+    try:
+        choose_fim(backend.engine, model, conversation)
+    except FimChoiceError as error:
+        if error.owner == "conversation" and conversation.name in conversations:
+            path: tuple[str | int, ...] = ("conversations", list(conversations).index(conversation.name))
+        else:
+            path = ("models", list(models).index(model.name))
+        message = f"{error} (target {index}: backend {backend.name!r}, model {model.name!r})"
+        raise ConfigError(at(source, (*path, error.key), lines, message)) from None
+
+
+def _uses_fim(model: Model, conversation: Conversation) -> bool:
+    """Whether the target's FIM keys count: it sends FIM requests (autocomplete), or a transport is
+    named, which must work wherever it is written."""
+    return conversation.kind == "autocomplete" or conversation.fim is not None or model.fim is not None

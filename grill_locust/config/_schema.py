@@ -27,8 +27,10 @@ from grill_locust.config._secrets import REDACTED, reveal, secret_paths, walk_se
 from grill_locust.engines import engine_facts, engine_name
 from grill_locust.redact import redact_secret_keys
 from grill_locust.sim.params import PROFILES as SIM_PROFILES
+from grill_locust.workload.fim_templates import FIM_FAMILIES, FIM_TEMPLATES
 from grill_locust.workload.kinds import BUILTIN_CONVERSATION_KINDS, KINDS, SIZE_FIELDS, WORKLOAD_KINDS
 
+FimTransport = Literal["template", "suffix", "infill"]  # FIM_TRANSPORTS, as a type
 DEFAULT_TIERS = (1, 5, 10, 20, 50, 100, 150, 200)
 _MAX_TOKENS_PER_MESSAGE = 1_000_000
 _MAX_SUBAGENTS = 16
@@ -175,6 +177,15 @@ class Model(_Frozen):
     top_p: float | None = Field(default=None, ge=0, le=1)
     top_k: int | None = None
     ignore_eos: bool = False
+    # how FIM (autocomplete) requests reach it and its FIM tokens' family (workload/fim_templates.py);
+    # a conversation's own keys win
+    fim: FimTransport | None = None
+    fim_template: str | None = None
+
+    @field_validator("fim_template")
+    @classmethod
+    def _known_fim_family(cls, value: str | None) -> str | None:
+        return _fim_family(value)
 
     @model_validator(mode="after")
     def _min_below_max(self) -> Model:
@@ -283,11 +294,29 @@ class Conversation(_Frozen):
     final_max_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
     context_limit_tokens: int | None = Field(default=None, ge=1, le=10 * _MAX_TOKENS_PER_MESSAGE)
     subagents: int | None = Field(default=None, ge=1, le=_MAX_SUBAGENTS)
+    # autocomplete (workload/autocomplete.py): prefix_tokens before the cursor, suffix_tokens after the
+    # code typed there; requests sent per iteration (abandoned ones included), typing speed, the pause
+    # after a keystroke before a request goes out, the share of shown completions accepted, the time a
+    # completion must arrive within to count as shown in budget, and each completion's max_tokens
+    suffix_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    requests: int | None = Field(default=None, ge=1, le=100_000)
+    typing_cps: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    debounce_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    accept_rate: float | None = Field(default=None, ge=0, le=1)
+    budget_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    max_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)  # wins over the model's
     seed: int = 0
     salt: bool = True
     turns: list[Turn] = Field(default_factory=list)
     # this conversation's own service level, over the scenario's `slo` (its bounds win)
     slo: ConversationSlo | None = None
+    fim: FimTransport | None = None  # FIM requests: over the model's tokens, `suffix` or /infill
+    fim_template: str | None = None  # the model's FIM family, when its name does not tell it
+
+    @field_validator("fim_template")
+    @classmethod
+    def _known_fim_family(cls, value: str | None) -> str | None:
+        return _fim_family(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -375,6 +404,8 @@ class Conversation(_Frozen):
             from grill_locust.workload.agentic import expected_requests_per_session
 
             return expected_requests_per_session(self)
+        if self.kind == "autocomplete":
+            return self.requests or 1
         return 1
 
 
@@ -681,6 +712,12 @@ class FileScenario(_Frozen):
     load: dict[str, Any] = Field(default_factory=dict)
     slo: Slo = Slo()
     sinks: Sinks = Sinks()
+
+
+def _fim_family(value: str | None) -> str | None:
+    if value is not None and value not in FIM_TEMPLATES:
+        raise ValueError(f"fim_template: unknown family {value!r} (one of {', '.join(FIM_FAMILIES)})")
+    return value
 
 
 def _check_http_url(value: str, strip_v1: bool) -> str:

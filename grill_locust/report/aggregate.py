@@ -4,7 +4,8 @@ beside its whole-tier row (conversation "whole tier: …", kind "mix"), both wit
 
 Latency statistics use successful requests only (status "ok"), with the success rate beside them;
 a request cut by the run's own stop (`stream_cut`, error "cancelled") counts in neither: it is the
-tester's doing, not the engine's, and shows as `cancelled`;
+tester's doing, not the engine's, and shows as `cancelled`; an autocomplete request the developer's
+typing cancelled (`abandoned`) is one of the tier's requests but neither a success nor a failure;
 percentiles are numpy's linear interpolation, as `grill_locust.record.percentile`. Throughput is
 Σ output tokens of successful requests / tier span (phases.csv start..end, or first request start to
 last request end when phases are missing).
@@ -23,9 +24,11 @@ import pandas as pd
 from grill_locust.config import KIND_MIX
 from grill_locust.record import (
     CANCELLED,
+    KIND_AUTOCOMPLETE,
     LABEL_COLUMNS,
     SATURATION_CPU_PCT,
     SATURATION_LAG_P99_MS,
+    STATUS_ABANDONED,
     STATUS_OK,
     STATUS_STREAM_CUT,
 )
@@ -76,6 +79,20 @@ def summary_metric_columns() -> list[str]:
     return columns
 
 
+# Autocomplete tiers (empty for tiers without autocomplete requests), over the tier's autocomplete
+# requests: those the developer's typing cancelled, as a count and a percent; those whose completion was
+# shown within the budget and before the next keystroke, percent of all of them (abandoned and failed
+# included: the share of the developer's pauses that got a completion in time); the output tokens the
+# client received before its cancels (a lower bound of the engine's wasted work); the conversation's
+# budget_ms (config.yaml).
+AUTOCOMPLETE_COLUMNS: list[str] = [
+    "abandoned",
+    "abandoned_pct",
+    "shown_in_budget_pct",
+    "abandoned_output_tokens",
+    "budget_ms",
+]
+
 SUMMARY_COLUMNS: list[str] = [
     "run_id",
     "series",
@@ -88,7 +105,8 @@ SUMMARY_COLUMNS: list[str] = [
     "ok_requests",
     "cancelled",
     "earlier_attempt_requests",  # requests of an attempt an engine outage cut short (the tier ran again)
-    "success_rate",
+    "success_rate",  # ok requests / requests that were neither abandoned nor cut by our own stop
+    *AUTOCOMPLETE_COLUMNS,
     *summary_metric_columns(),
     "output_tokens_per_s",
     "visible_output_tokens_per_s",  # output tokens less reasoning tokens, over the same span
@@ -153,7 +171,8 @@ class _Stats:
     """The numeric columns of the records, target as an integer code: fast to filter and group."""
 
     # "target": codes into `targets`; "ok": status == "ok"; "cancelled": cut by our own stop;
-    # "row": position in records
+    # "autocomplete": of that kind; "abandoned": cancelled by typing; "shown_in_budget": a completion
+    # shown in time; "row": position in records
     frame: pd.DataFrame
     targets: pd.Index
 
@@ -166,6 +185,9 @@ class _Stats:
             "cancelled": (
                 (records["status"] == STATUS_STREAM_CUT) & (records["error"] == CANCELLED)
             ).to_numpy(),
+            "autocomplete": (records["kind"] == KIND_AUTOCOMPLETE).to_numpy(),
+            "abandoned": (records["status"] == STATUS_ABANDONED).to_numpy(),
+            "shown_in_budget": records["shown_in_budget"].eq(True).fillna(False).to_numpy(dtype=bool),
             "row": np.arange(len(records)),
             "worker": pd.factorize(records["worker_id"])[0],
         }
@@ -330,6 +352,7 @@ def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> pd.DataFr
     per_tier["worker_lag_p99_ms"] = _tier_lag_p99(frame)
     per_tier["worker_cpu_mean"] = by_tier["worker_cpu"].mean()
     per_tier = per_tier.join(_turn_ratios(frame))
+    per_tier = per_tier.join(_autocomplete_figures(frame))
     per_tier = stats.by_name(per_tier)
 
     labels = records[TIER_LABEL_COLUMNS].iloc[per_tier["first_row"].to_numpy()].astype(object)
@@ -343,7 +366,10 @@ def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> pd.DataFr
     summary = summary.join(per_tier.drop(columns=["first_row", "users"]))
     counts = ["requests", "ok_requests", "cancelled"]
     summary[counts] = summary[counts].fillna(0).astype("int64")
-    summary["success_rate"] = summary["ok_requests"] / summary["requests"].where(summary["requests"] > 0)
+    judged = summary["requests"] - summary["abandoned"].fillna(0).astype("int64")
+    summary["success_rate"] = summary["ok_requests"] / judged.where(judged > 0)
+    summary["abandoned"] = summary["abandoned"].astype("Int64")
+    summary["budget_ms"] = _budgets_ms(summary, run.meta)
 
     from_phases = (phases["end_wall"] - phases["start_wall"]).reindex(summary.index)
     summary["span_s"] = from_phases.where(from_phases > 0, summary["records_span_s"])
@@ -429,8 +455,9 @@ def _summarize_turns(run: RunData, stats: _Stats) -> pd.DataFrame:
 
 
 def _turn_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per target x tier x turn of multi-turn targets (turn > 0 seen): p50s, mean prompt, a row of each."""
-    ok_frame = frame[frame["ok"]]
+    """Per target x tier x turn of multi-turn targets (turn > 0 seen): p50s, mean prompt, a row of each.
+    An autocomplete record's turn is its request's index while the developer types: no conversation turn."""
+    ok_frame = frame[frame["ok"] & ~frame["autocomplete"]]
     multi_targets = ok_frame.loc[ok_frame["turn"] > 0, "target"].unique()
     multi = ok_frame[ok_frame["target"].isin(multi_targets)]
     if not len(multi):
@@ -465,6 +492,28 @@ def _turn_ratios(frame: pd.DataFrame) -> pd.DataFrame:
         first["prompt_tokens_mean"] > 0
     )
     return out
+
+
+def _autocomplete_figures(frame: pd.DataFrame) -> pd.DataFrame:
+    """AUTOCOMPLETE_COLUMNS but the budget, per tier with autocomplete requests (our own stop's cuts left out)."""
+    typed = frame[frame["autocomplete"] & ~frame["cancelled"]]
+    by_tier = typed.groupby(TIER_KEYS)
+    out = pd.DataFrame({"autocomplete_requests": by_tier.size()})
+    out["abandoned"] = by_tier["abandoned"].sum()
+    out["abandoned_pct"] = 100.0 * out["abandoned"] / out["autocomplete_requests"]
+    out["shown_in_budget_pct"] = 100.0 * by_tier["shown_in_budget"].sum() / out["autocomplete_requests"]
+    received = typed["output_tokens"].where(typed["abandoned"], 0.0)
+    out["abandoned_output_tokens"] = received.groupby([typed["target"], typed["tier_index"]]).sum()
+    if not len(out):
+        out.index = pd.MultiIndex.from_tuples([], names=TIER_KEYS)
+    return out.drop(columns=["autocomplete_requests"]).astype("float64")
+
+
+def _budgets_ms(summary: pd.DataFrame, meta: dict) -> pd.Series:
+    """The budget_ms of each autocomplete tier's conversation, from the run's scenario (NaN elsewhere)."""
+    budgets = meta.get("budgets_ms") or {}
+    by_conversation = summary["conversation"].map(lambda name: budgets.get(str(name), np.nan))
+    return by_conversation.astype("float64").where(summary["abandoned"].notna())
 
 
 def _unreadable_per_tier(run: RunData, tiers: pd.MultiIndex) -> list[int]:

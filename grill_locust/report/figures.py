@@ -5,7 +5,8 @@ Figure 1.4: the same metrics as a grid, one row per conversation. GPU utilisatio
 when telemetry columns exist. Users on a log axis; an optional band from p50 to p90; tiers where the
 load generator was saturated are ringed in red, incomplete tiers drawn hollow.
 Agent sessions: per tier, TTFT against the context size of each step and the cached ratio per step;
-the developer's wait per session against users.
+the developer's wait per session against users. Autocomplete: abandoned % and shown-in-budget % against
+users; TTFT p90 of completed requests against users with the conversation's budget.
 """
 
 from __future__ import annotations
@@ -56,6 +57,10 @@ SESSION_METRICS: list[MetricPlot] = [
     MetricPlot("session_steps_mean", None, "Steps per session, mean", "steps"),
 ]
 AGENT_TIERS_PER_ROW = 4  # tiers side by side in the per-step figure before it wraps
+ABANDONED_METRIC = MetricPlot("abandoned_pct", None, "Abandoned (solid) and shown in budget (dashed)", "%")
+SHOWN_METRIC = MetricPlot("shown_in_budget_pct", None, "", "%")
+COMPLETION_TTFT_METRIC = MetricPlot("ttft_p90_s", None, "TTFT p90 of completed requests", "s")
+BUDGET_COLOR = "#555555"
 TELEMETRY_METRICS: list[MetricPlot] = [
     MetricPlot("gpu_util_mean", None, "GPU utilisation, mean", "%"),
     MetricPlot("vram_peak_bytes", None, "VRAM, peak", "GiB", 1.0 / GIB_BYTES),
@@ -85,13 +90,14 @@ def _plot_panel(
     colors: dict[str, str],
     band: bool,
     show_title: bool = True,
+    linestyle: str = "-",
 ) -> None:
     for series, rows in tiers.groupby("series", sort=True):
         rows = rows.sort_values("tier_users")
         color = colors[str(series)]
         users = rows["tier_users"].astype(float)
         values = rows[metric.p50_column].astype(float) * metric.scale
-        axes.plot(users, values, color=color, linewidth=1.8, label=str(series), zorder=3)
+        axes.plot(users, values, color=color, linewidth=1.8, linestyle=linestyle, label=str(series), zorder=3)
         complete = rows["complete"].astype(bool) if "complete" in rows else pd.Series(True, index=rows.index)
         axes.scatter(users[complete], values[complete], color=color, s=22, zorder=4)
         axes.scatter(
@@ -314,6 +320,38 @@ def figure_sessions(summary: pd.DataFrame, conversation: str, band: bool) -> Fig
     return figure
 
 
+def figure_autocomplete(summary: pd.DataFrame, conversation: str) -> Figure:
+    """Abandoned % (solid) and shown-in-budget % (dashed) against users; TTFT p90 of completed requests
+    against users with the conversation's budget as a horizontal line. One colour per series."""
+    tiers = summary[summary["conversation"] == conversation]
+    colors = series_colors(summary)
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4.2), dpi=FIGURE_DPI, squeeze=False)
+    shares, ttft = axes[0]
+    _plot_panel(shares, tiers, ABANDONED_METRIC, colors, band=False)
+    _plot_panel(shares, tiers, SHOWN_METRIC, colors, band=False, show_title=False, linestyle="--")
+    shares.set_ylim(0, 105)
+    _plot_panel(ttft, tiers, COMPLETION_TTFT_METRIC, colors, band=False)
+    handles = _legend_handles(tiers, {s: colors[s] for s in sorted(tiers["series"].unique())}, band=False)
+    handles.append(Line2D([], [], color="grey", linestyle="--", label="shown in budget %"))
+    budgets_ms = sorted(tiers["budget_ms"].dropna().unique()) if "budget_ms" in tiers else []
+    for budget_ms in budgets_ms:
+        ttft.axhline(budget_ms / 1000.0, color=BUDGET_COLOR, linestyle=":", linewidth=1.5, zorder=2)
+    if budgets_ms:
+        label = "budget " + ", ".join(f"{b:g} ms" for b in budgets_ms)
+        handles.append(Line2D([], [], color=BUDGET_COLOR, linestyle=":", label=label))
+    figure.suptitle(f"{conversation}: autocomplete against concurrent users", fontsize=12)
+    figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
+    figure.subplots_adjust(left=0.07, right=0.98, top=0.86, bottom=0.24, wspace=0.25)
+    return figure
+
+
+def autocomplete_conversations(summary: pd.DataFrame) -> list[str]:
+    """Conversations with autocomplete tiers (an abandoned % to plot)."""
+    if "abandoned_pct" not in summary:
+        return []
+    return sorted(summary.loc[summary["abandoned_pct"].notna(), "conversation"].astype(str).unique())
+
+
 def _agent_conversations(summary: pd.DataFrame, steps: pd.DataFrame | None) -> list[str]:
     """Conversations with agent steps to plot and session waits to plot (ok sessions in some tier)."""
     if steps is None or not len(steps) or "session_wait_p50_s" not in summary:
@@ -389,6 +427,15 @@ def write_figures(
             + (" to p90" if band else "")
             + "; failed sessions are not in the percentiles (summary.csv counts them).",
         )
+    for conversation in autocomplete_conversations(plotted):
+        save(
+            figure_autocomplete(plotted, conversation),
+            f"autocomplete-{slug(conversation)}.png",
+            f"{conversation}: abandoned and shown-in-budget %, TTFT p90 of completions against users",
+            "Of all the tier's autocomplete requests: abandoned by the next keystroke (solid) and shown within "
+            "the budget before it (dashed). TTFT p90 over completed requests only; dotted: the conversation's "
+            "budget_ms.",
+        )
     return files
 
 
@@ -399,4 +446,5 @@ def figure_count(summary: pd.DataFrame, steps: pd.DataFrame | None = None) -> in
         return 0
     conversations = plotted["conversation"].nunique()
     agent = 2 * len(_agent_conversations(plotted, steps))
-    return conversations + 1 + (conversations if has_telemetry(plotted) else 0) + agent
+    autocomplete = len(autocomplete_conversations(plotted))
+    return conversations + 1 + (conversations if has_telemetry(plotted) else 0) + agent + autocomplete

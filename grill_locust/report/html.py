@@ -130,6 +130,16 @@ def _tiers_section(report: Report) -> str:
     ]
     if not len(summary):
         return "".join(parts) + "<p>No tiers.</p>"
+    if "abandoned_pct" in summary and summary["abandoned_pct"].notna().any():
+        parts.append(
+            '<p class="legend">Autocomplete: abandoned % = requests the developer\'s next keystroke cancelled, '
+            "of all the tier's autocomplete requests; they are neither successes nor failures (ok % is of the "
+            "others) and not in the percentiles, which are of completed requests. Shown in budget % = "
+            "completions that arrived within the conversation's budget_ms and before the next keystroke, of all "
+            "autocomplete requests. Abandoned tokens (client) = output tokens received before the cancels, a "
+            "lower bound of the engine's wasted work; engine aborted (tokens) = the rise of the engine's own "
+            "counters over the tier, where its /metrics have them.</p>"
+        )
     table = display_tiers(summary)
     for conversation in sorted(summary["conversation"].unique()):
         mask = summary["conversation"] == conversation

@@ -220,21 +220,32 @@ def _read_meta(folder: Path) -> dict[str, Any]:
             meta = dict(json.loads(run_json.read_text(encoding="utf-8")))
         except (json.JSONDecodeError, TypeError, ValueError) as error:
             raise GrillError(f"{run_json}: not valid JSON ({error})") from error
+    config = _read_config(folder / CONFIG_YAML)
     if not isinstance(meta.get("slo"), dict):
-        slo = _slo_from_config(folder / CONFIG_YAML)
-        if slo:
+        slo = config.get("slo")
+        if isinstance(slo, dict):
             meta["slo"] = slo
+    meta["budgets_ms"] = _budgets_ms(config)
     return meta
 
 
-def _slo_from_config(path: Path) -> dict[str, Any] | None:
+def _read_config(path: Path) -> dict[str, Any]:
+    """The run's scenario as it was run (config.yaml), or {} when it is missing or unreadable."""
     if not path.is_file():
-        return None
+        return {}
     import yaml
 
     try:
         config = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError:
-        return None
-    slo = config.get("slo") if isinstance(config, dict) else None
-    return slo if isinstance(slo, dict) else None
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def _budgets_ms(config: dict[str, Any]) -> dict[str, float]:
+    """{conversation name: budget_ms} of the scenario's conversations that have one (autocomplete)."""
+    budgets = {}
+    for conversation in config.get("conversations") or []:
+        if isinstance(conversation, dict) and isinstance(conversation.get("budget_ms"), int | float):
+            budgets[str(conversation.get("name"))] = float(conversation["budget_ms"])
+    return budgets

@@ -17,7 +17,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from grill_locust.record import ADDED_LABEL_COLUMNS, RECORD_COLUMNS, RENAMED_COLUMNS, STATUS_OK
+from grill_locust.record import (
+    ADDED_LABEL_COLUMNS,
+    KIND_AUTOCOMPLETE,
+    RECORD_COLUMNS,
+    RENAMED_COLUMNS,
+    STATUS_ABANDONED,
+    STATUS_OK,
+)
 from grill_locust.report.load import phases_from_records
 from grill_locust.sinks.results import PHASE_COLUMNS
 
@@ -269,6 +276,106 @@ def synthetic_agent_records(
                         at += e2e
                         previous = context
                         context += output_tokens + int(rng.lognormal(np.log(600), 0.8))
+            wall += 600.0 + TIER_PAUSE_S
+    return pd.DataFrame(rows, columns=list(RECORD_COLUMNS))
+
+
+AUTOCOMPLETE_CONVERSATION = "completions"
+AUTOCOMPLETE_BUDGET_MS = 400.0
+AUTOCOMPLETE_PREFIX_TOKENS = 1500
+KEYSTROKE_GAP_MEAN_S = 1.5  # mean time from a send to the developer's next keystroke
+
+
+def synthetic_autocomplete_records(
+    backends: Sequence[str] = ("vllm", "llamacpp"),
+    tiers: Sequence[int] = (1, 4, 16),
+    requests_per_user: int = 20,
+    run_id: str = "synthetic-autocomplete",
+    model: str = "qwen2.5-coder",
+    budget_ms: float = AUTOCOMPLETE_BUDGET_MS,
+    seed: int = 0,
+) -> pd.DataFrame:
+    """A typing developer's FIM requests (kind `autocomplete`), RECORD_COLUMNS: after each send the next
+    keystroke comes a drawn gap later; a request still streaming then is `abandoned` (E2E = its time in
+    flight, the tokens it received by then), a finished one is `ok` and shown in budget when it ended
+    within `budget_ms`. Latency grows with users by the engine's shape, so abandonment does too."""
+    rng = np.random.default_rng(seed)
+    rows: list[dict[str, Any]] = []
+    wall = START_WALL
+    for backend in backends:
+        shape = ENGINE_SHAPES.get(backend, ENGINE_SHAPES["vllm"])
+        for tier_index, users in enumerate(tiers):
+            for user in range(users):
+                at = wall + rng.random()
+                for turn in range(requests_per_user):
+                    ttft = (shape.ttft_base_s * 0.4 + shape.ttft_per_user_s * (users - 1)) * rng.lognormal(
+                        0, 0.3
+                    )
+                    tpot = (shape.tpot_base_s + shape.tpot_per_user_s * users) * 0.5  # a small coder model
+                    output_tokens = int(rng.integers(16, 65))
+                    e2e = ttft + tpot * (output_tokens - 1)
+                    next_keystroke_s = rng.exponential(KEYSTROKE_GAP_MEAN_S)
+                    values: dict[str, Any] = {}
+                    if rng.random() < shape.error_rate:
+                        values = {
+                            "status": "http_503",
+                            "http_status": 503,
+                            "error": "service unavailable",
+                            "ttft_s": None,
+                            "ttfo_s": None,
+                            "tpot_s": None,
+                            "e2e_s": ttft,
+                            "output_tokens": 0,
+                            "tokens_per_s": None,
+                            "finish_reason": None,
+                        }
+                    elif next_keystroke_s < e2e:
+                        received = (
+                            int((next_keystroke_s - ttft) / tpot) + 1 if next_keystroke_s >= ttft else 0
+                        )
+                        values = {
+                            "status": STATUS_ABANDONED,
+                            "e2e_s": next_keystroke_s,
+                            "output_tokens": received,
+                            "ttft_s": ttft if received else None,
+                            "ttfo_s": ttft if received else None,
+                            "tpot_s": None,
+                            "tokens_per_s": received / next_keystroke_s,
+                            "finish_reason": None,
+                        }
+                    else:
+                        values = {
+                            "e2e_s": e2e,
+                            "ttft_s": ttft,
+                            "ttfo_s": ttft,
+                            "tpot_s": tpot,
+                            "output_tokens": output_tokens,
+                            "tokens_per_s": output_tokens / e2e,
+                            "shown_in_budget": e2e * 1000.0 <= budget_ms,
+                        }
+                    rows.append(
+                        make_record(
+                            record_id=f"ac:{backend}-t{tier_index}-u{user}#{turn}",
+                            run_id=run_id,
+                            target=f"{backend}/{model}/{AUTOCOMPLETE_CONVERSATION}",
+                            backend=backend,
+                            engine=shape.engine,
+                            model=model,
+                            conversation=AUTOCOMPLETE_CONVERSATION,
+                            kind=KIND_AUTOCOMPLETE,
+                            tier_index=tier_index,
+                            tier_users=users,
+                            user_id=user,
+                            developer=user,
+                            conversation_id=f"ac:{backend}-t{tier_index}-u{user}",
+                            turn=turn,
+                            wall_start=at,
+                            prompt_tokens=AUTOCOMPLETE_PREFIX_TOKENS,
+                            itl_mean_s=tpot,
+                            **values,
+                        )
+                    )
+                    at += max(next_keystroke_s, values["e2e_s"] or 0.0) + 0.5  # typing, then a pause
             wall += 600.0 + TIER_PAUSE_S
     return pd.DataFrame(rows, columns=list(RECORD_COLUMNS))
 

@@ -48,6 +48,10 @@ def _plain_percent(value: float) -> str:
     return f"{value:.0f}"
 
 
+def _percent_points(value: float) -> str:
+    return f"{value:.1f}"
+
+
 # (summary column, header, formatter); optional columns are shown only when some tier has a value
 TIER_TABLE: list[tuple[str, str, Formatter]] = [
     ("tier_users", "users", _integer),
@@ -80,6 +84,15 @@ REASONING_RATE_COLUMNS: list[tuple[str, str, Formatter]] = [
     ("request_visible_tokens_per_s_p50", "visible tok/s/req p50", _rate),
     ("visible_output_tokens_per_s", "visible system tok/s", _rate),
 ]
+# after "ok %" where some tier has autocomplete requests: what the typing developer saw, and the work
+# spent on requests it abandoned (the client's lower bound; the engine's own count where it has one)
+AUTOCOMPLETE_TIER_COLUMNS: list[tuple[str, str, Formatter]] = [
+    ("abandoned_pct", "abandoned %", _percent_points),
+    ("shown_in_budget_pct", "shown in budget %", _percent_points),
+    ("abandoned_output_tokens", "abandoned tokens (client)", _integer),
+    ("engine_aborted_requests", "engine aborted", _integer),
+    ("engine_aborted_tokens", "engine aborted tokens", _integer),
+]
 OPTIONAL_TIER_COLUMNS: list[tuple[str, str, Formatter]] = [
     ("turns", "turns", _integer),
     ("ttft_turn_ratio", "TTFT last/first", _ratio),
@@ -106,6 +119,8 @@ TERMINAL_TIER_COLUMNS = {
     "requests",
     "cancelled",
     "ok %",
+    "abandoned %",
+    "shown in budget %",
     "TTFT p50 s",
     "TTFT p90 s",
     "TTFO p50 s",
@@ -180,6 +195,10 @@ def display_tiers(summary: pd.DataFrame, terminal: bool = False) -> pd.DataFrame
         spec[after_rates:after_rates] = REASONING_RATE_COLUMNS
     if "cancelled" in summary and (summary["cancelled"] > 0).any():  # requests our own stop cut short
         spec.insert(2, ("cancelled", "cancelled", _integer))
+    after_ok = spec.index(("success_rate", "ok %", _percent)) + 1
+    spec[after_ok:after_ok] = [
+        (c, h, f) for c, h, f in AUTOCOMPLETE_TIER_COLUMNS if c in summary and summary[c].notna().any()
+    ]
     if _has_mix(summary):  # each persona's share of the tier's developers
         spec.insert(1, ("developers", "developers", _integer))
     table = _display(summary, spec + optional, ["series", "conversation"])

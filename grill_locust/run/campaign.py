@@ -25,7 +25,14 @@ import gevent
 import gevent.event
 from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
-from grill_locust.record import CANCELLED, SATURATION_CPU_PCT, SATURATION_LAG_P99_MS, STATUS_CONNECT
+from grill_locust.record import (
+    CANCELLED,
+    SATURATION_CPU_PCT,
+    SATURATION_LAG_P99_MS,
+    STATUS_ABANDONED,
+    STATUS_CONNECT,
+    STATUS_OK,
+)
 from grill_locust.run import exit_codes
 from grill_locust.run.phase import DeveloperSeats, Phase, campaign_phases
 from grill_locust.run.worker import MSG_DEVELOPER, MSG_PHASE, runner_of
@@ -52,7 +59,7 @@ FINAL_RECORDS_WAIT_S = 1.0
 # how long the results folder may refuse every write (a full disk) before the run stops (--disk-full-give-up)
 DISK_FULL_GIVE_UP_S = 60.0
 # A tier measured an outage, not the engine, when the backend refused a connection during it or when more
-# than this share of its requests failed (a request cut by our own stop is not counted).
+# than this share of its requests failed (a request cut by our own stop, or abandoned by typing, is not counted).
 OUTAGE_FAILED_SHARE = 0.5
 ENGINE_PROBE_INTERVAL_S = 2.0
 ENGINE_PROBE_TIMEOUT_S = 2.0
@@ -70,6 +77,7 @@ class PhaseProgress:
     errors: int = 0
     refused: int = 0  # requests whose connection the backend refused (status `connect`)
     cancelled: int = 0  # requests cut by our own stop: neither a success nor the engine's failure
+    abandoned: int = 0  # autocomplete requests the developer's typing cancelled: not errors either
     by_worker: Counter[str] = field(default_factory=Counter)
     complete: bool = False
     end_reason: str = ""  # why it ended incomplete ("time cap ... reached", "run stopped")
@@ -93,7 +101,7 @@ class PhaseProgress:
         """Why this tier measured an engine outage rather than the engine, or ""."""
         if self.refused:
             return f"engine outage: {self.refused} requests could not connect to the backend"
-        failed, sent = self.errors - self.cancelled, self.records - self.cancelled
+        failed, sent = self.errors - self.cancelled, self.records - self.cancelled - self.abandoned
         if sent and failed / sent > OUTAGE_FAILED_SHARE:
             return (
                 f"engine outage: {failed} of {sent} requests failed "
@@ -189,7 +197,9 @@ class Campaign:
                 progress.records_by_conversation[record["conversation"]] += 1
                 if progress is self.current and self._live:
                     progress.tier_records.append(record)
-                if record["status"] != "ok":
+                if record["status"] == STATUS_ABANDONED:
+                    progress.abandoned += 1
+                elif record["status"] != STATUS_OK:
                     progress.errors += 1
                     progress.errors_by_conversation[record["conversation"]] += 1
                     progress.refused += record["status"] == STATUS_CONNECT

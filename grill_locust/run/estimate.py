@@ -3,7 +3,8 @@
 The estimate is targets × tiers × iterations, the requests that makes, and a duration estimate from
 stated assumptions (time to first token, time per output token), since the engines' speed is
 exactly what the campaign is there to measure. An agentic session's requests are an expectation
-(its steps are drawn per session), shown with `~`.
+(its steps are drawn per session), shown with `~`. An autocomplete iteration sends `requests`
+requests and lasts as long as its typing (the first plan's, drawn like every other).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TextIO
 from grill_locust.config import Scenario, Target, load_scenario, parse_tiers
 from grill_locust.errors import GrillError
 from grill_locust.workload.agentic import AgenticPlan
+from grill_locust.workload.autocomplete import AutocompletePlan
 from grill_locust.workload.generators import build_workload
 from grill_locust.workload.tokens import count_tokens
 from grill_locust.workload.tools import TOOLS_APPROX_TOKENS
@@ -88,8 +90,12 @@ def _conversation_estimate(
     load = scenario.load
     workload = build_workload(target.conversation, target.model)
     first = workload.script("validate", 0)
+    typing_s = None  # an autocomplete iteration's length: its typing, whatever the engine's speed
     if isinstance(first, AgenticPlan):
         first_prompt_tokens = count_tokens(first.system) + TOOLS_APPROX_TOKENS + count_tokens(first.task)
+    elif isinstance(first, AutocompletePlan):
+        first_prompt_tokens = count_tokens(first.prefix) + count_tokens(first.suffix)
+        typing_s = first.requests[-1].next_keystroke_at_s
     else:
         first_prompt_tokens = count_tokens(first.system or "") + count_tokens(first.user_turns[0])
     per_iteration = workload.requests_per_iteration
@@ -99,8 +105,13 @@ def _conversation_estimate(
     for users, tier_users in zip(developers, load.tiers, strict=True):
         spawn_s = tier_users / load.spawn_rate if load.spawn_rate else 0.0
         user_requests = load.iterations * per_iteration
-        tier_s = spawn_s + user_requests * request_s + max(0, load.iterations - 1) * load.think_time_s
-        if target.conversation.kind != "agentic":  # an agent's steps follow each other without a pause
+        think_s = max(0, load.iterations - 1) * load.think_time_s
+        if typing_s is not None:
+            tier_s = spawn_s + load.iterations * typing_s + think_s
+        else:
+            tier_s = spawn_s + user_requests * request_s + think_s
+        # think time between the turns of an iteration, not between an agent's steps or a typist's requests
+        if target.conversation.kind not in ("agentic", "autocomplete"):
             tier_s += max(0, user_requests - load.iterations) * load.think_time_s
         durations.append(tier_s)
         requests += round(users * user_requests)
@@ -194,6 +205,9 @@ def _max_tokens(target: Target) -> tuple[int, str]:
     if conversation.kind == "agentic":
         step, final = conversation.step_max_tokens or 1, conversation.final_max_tokens or 1
         return step, f"{step}/{final}"
+    if conversation.kind == "autocomplete":
+        completion = conversation.max_tokens or 1
+        return completion, str(completion)
     return target.model.max_tokens, str(target.model.max_tokens)
 
 

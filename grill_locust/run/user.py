@@ -2,25 +2,29 @@
 
 `CampaignUser` follows the phases a scenario's load shape broadcasts (k conversations per user per
 tier, then idle). An agentic conversation is a session of model calls played step by step
-(workload/agentic.py), its sub-agents in greenlets of the same user. `MultiTurnUser`, `SharedPrefixUser`, `ShortBaselineUser` and `UniquePromptsUser` work
+(workload/agentic.py), its sub-agents in greenlets of the same user. An autocomplete iteration is a
+developer typing (workload/autocomplete.py): each request sent when its debounce runs out, abandoned
+at the next keystroke unless its completion has arrived. `MultiTurnUser`, `SharedPrefixUser`, `ShortBaselineUser` and `UniquePromptsUser` work
 as plain Locust users with `--host` and `--model`, with no scenario file (`-u/-r/-t` rule then).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any, ClassVar
 
 import gevent
 from gevent import GreenletExit
 from locust import User, constant, task
 
-from grill_locust.client import EngineClient, StreamResult, request_for
+from grill_locust.client import EngineClient, StreamResult, fim_request, request_for
 from grill_locust.config import Model, Scenario, Target
-from grill_locust.record import CANCELLED, STATUS_OK, Measurement, build_record, measure
+from grill_locust.record import CANCELLED, STATUS_ABANDONED, STATUS_OK, Measurement, build_record, measure
 from grill_locust.run.phase import Phase
 from grill_locust.run.state import run_state
 from grill_locust.run.worker import WorkerState
 from grill_locust.workload.agentic import AgenticPlan, AgenticSession, AgentReply
+from grill_locust.workload.autocomplete import AutocompletePlan, AutocompleteSession
 from grill_locust.workload.tools import TOOLS
 
 IDLE_POLL_S = 0.1  # how often an idle user looks for new work
@@ -72,6 +76,9 @@ class GrillUser(User):
         if isinstance(script, AgenticPlan):
             self.run_agentic_session(target, AgenticSession(script), labels, self.client_for(target))
             return
+        if isinstance(script, AutocompletePlan):
+            self.run_autocomplete(target, script, labels, self.client_for(target))
+            return
         messages: list[dict[str, Any]] = []
         if script.system:
             messages.append({"role": "system", "content": script.system})
@@ -107,6 +114,35 @@ class GrillUser(User):
                 session.on_subagents_done([answer or "" for answer in answers])
         return session.final_answer
 
+    def run_autocomplete(
+        self, target: Target, plan: AutocompletePlan, labels: dict[str, Any], client: EngineClient
+    ) -> None:
+        """Type through the file as planned: each request sent at its time (a sleep to that deadline,
+        its body built before), abandoned at the next keystroke unless its completion has arrived; a
+        completion shown and drawn as accepted is inserted at the cursor. The keystrokes in between
+        change only the text."""
+        session = AutocompleteSession(plan)
+        start = time.perf_counter()
+        for turn, planned in enumerate(plan.requests):
+            session.insert(planned.typed)
+            path, payload = fim_request(
+                target.backend,
+                target.model,
+                target.conversation,
+                session.prefix,
+                session.suffix,
+                plan.extra_files,
+            )
+            wait_s = start + planned.send_at_s - time.perf_counter()
+            if wait_s > 0:
+                gevent.sleep(wait_s)
+            abandon_at = start + planned.next_keystroke_at_s
+            result, measurement = self._send_request(
+                target.backend, path, payload, labels, turn, client, abandon_at, plan.budget_s
+            )
+            if planned.accept and _shown(result, measurement, abandon_at):
+                session.insert(result.text)
+
     def _run_subagents(
         self, target: Target, plans: list[AgenticPlan], labels: dict[str, Any]
     ) -> list[str | None]:
@@ -136,17 +172,32 @@ class GrillUser(User):
         model: Model | None = None,
         tools: list[dict[str, Any]] | None = None,
     ) -> tuple[StreamResult, Measurement] | None:
-        """Send one request (429s retried as the backend allows), record every attempt; the result and
-        its measurement when it succeeded, else None."""
-        backend = target.backend
-        path, payload = request_for(backend, model or target.model, messages, tools=tools)
+        """Send one chat-shaped request; its result and measurement when it succeeded, else None."""
+        path, payload = request_for(target.backend, model or target.model, messages, tools=tools)
+        result, measurement = self._send_request(target.backend, path, payload, labels, turn, client)
+        return (result, measurement) if measurement.status == STATUS_OK else None
+
+    def _send_request(
+        self,
+        backend: Any,
+        path: str,
+        payload: dict[str, Any],
+        labels: dict[str, Any],
+        turn: int,
+        client: EngineClient,
+        abandon_at: float | None = None,
+        budget_s: float | None = None,
+    ) -> tuple[StreamResult, Measurement]:
+        """Send one request, 429s retried as the backend allows (not one to abandon at a keystroke:
+        an editor sends anew after the next pause), and record every attempt; the last one's result
+        and measurement. With `budget_s`, the record says whether the completion was shown within it."""
         retries = 0
         while True:
             # the record id travels as X-Request-Id: engine logs and the simulator's truth join on it
             record_id = self.grill.next_record_id()
             self.grill.in_flight += 1
             try:
-                result = client.stream(path, payload, request_id=record_id)
+                result = client.stream(path, payload, request_id=record_id, abandon_at=abandon_at)
             except GreenletExit:  # the user is stopped mid-request: record it as cut, then stop
                 if client.last_result is not None:
                     self._record(labels, turn, record_id, measure(client.last_result.raw), retries)
@@ -154,16 +205,32 @@ class GrillUser(User):
             finally:
                 self.grill.in_flight -= 1
             measurement = measure(result.raw)
-            self._record(labels, turn, record_id, measurement, retries)
-            if measurement.status != STATUS_RATE_LIMITED or retries >= backend.retries:
+            shown_in_budget = None
+            if budget_s is not None and measurement.status == STATUS_OK:
+                e2e_s = measurement.e2e_s
+                shown_in_budget = (
+                    _shown(result, measurement, abandon_at) and e2e_s is not None and e2e_s <= budget_s
+                )
+            self._record(labels, turn, record_id, measurement, retries, shown_in_budget)
+            if (
+                measurement.status != STATUS_RATE_LIMITED
+                or retries >= backend.retries
+                or abandon_at is not None
+            ):
                 break
             # opt-in 429 retries: every attempt stays a record, the next one counts its retries
             retries += 1
             gevent.sleep(min(MAX_RETRY_AFTER_S, result.retry_after_s or 1.0))
-        return (result, measurement) if measurement.status == STATUS_OK else None
+        return result, measurement
 
     def _record(
-        self, labels: dict[str, Any], turn: int, record_id: str, measurement: Any, retries: int
+        self,
+        labels: dict[str, Any],
+        turn: int,
+        record_id: str,
+        measurement: Any,
+        retries: int,
+        shown_in_budget: bool | None = None,
     ) -> None:
         grill = self.grill
         record = build_record(
@@ -172,6 +239,7 @@ class GrillUser(User):
             worker_lag_p99_ms=grill.selfcheck.lag_p99_ms,
             worker_cpu=grill.selfcheck.cpu_pct,
             retries=retries,
+            shown_in_budget=shown_in_budget,
         ).to_dict()
         grill.add_record(record)
         fire = self.environment.events.request.fire
@@ -191,7 +259,9 @@ class GrillUser(User):
                         exception=None,
                         context={},
                     )
-        elif measurement.error != CANCELLED:  # a request cut by our own stop is not the engine's failure
+        # neither a request cut by our own stop nor one the developer's typing abandoned is the engine's
+        # failure (an abandoned one is no success either: Locust's tables leave it out)
+        elif measurement.status != STATUS_ABANDONED and measurement.error != CANCELLED:
             fire(
                 request_type="E2E",
                 name=name,
@@ -200,6 +270,14 @@ class GrillUser(User):
                 exception=RequestFailed(f"{measurement.status}: {measurement.error}"),
                 context={},
             )
+
+
+def _shown(result: StreamResult, measurement: Measurement, abandon_at: float | None) -> bool:
+    """A completion the editor showed: all of it arrived before the next keystroke."""
+    end_time = result.raw.end_time
+    if measurement.status != STATUS_OK or end_time is None:
+        return False
+    return abandon_at is None or end_time <= abandon_at
 
 
 def _with_max_tokens(model: Model, max_tokens: int) -> Model:

@@ -7,16 +7,18 @@ through each sequence's `on_token` callback. Tests drive it with a fake clock.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
 
 from grill_locust.sim.kvcache import BlockCache, KvCache, SlotCache, prefill_target
 from grill_locust.sim.params import CACHE_SLOTS, EngineParams
-from grill_locust.sim.sequence import FINISHED, RUNNING, WAITING, Sequence
+from grill_locust.sim.sequence import FINISHED, NEVER, RUNNING, WAITING, Sequence
 
 FINISH_LENGTH = "length"
 FINISH_STOP = "stop"
+FINISH_ABORT = "abort"  # vLLM's finished_reason label of a request its client abandoned
 
 # vLLM's buckets for vllm:time_to_first_token_seconds
 TTFT_BUCKETS_S = (
@@ -67,8 +69,15 @@ class EngineCounters:
     prompt_tokens: int = 0
     generation_tokens: int = 0
     preemptions: int = 0
-    # requests that ended by themselves, by finish reason (vLLM's `request_success_total`)
-    finished_by_reason: dict[str, int] = field(default_factory=lambda: {FINISH_STOP: 0, FINISH_LENGTH: 0})
+    # requests by finish reason (vLLM's `request_success_total`): ended by themselves or by their abort
+    finished_by_reason: dict[str, int] = field(
+        default_factory=lambda: {FINISH_STOP: 0, FINISH_LENGTH: 0, FINISH_ABORT: 0}
+    )
+    # requests whose client closed the stream, and every token generated for them (wasted work):
+    # in all, and after the close
+    aborted_requests: int = 0
+    aborted_generation_tokens: int = 0
+    aborted_tokens_after_close: int = 0
     steps: int = 0
     ttft_bucket_counts: list[int] = field(default_factory=lambda: [0] * (len(TTFT_BUCKETS_S) + 1))
     ttft_sum_s: float = 0.0
@@ -95,17 +104,40 @@ class Engine:
         self.counters = EngineCounters()
         self.kv_tokens = 0  # tokens in KV over the running sequences
         self.preempted_in_step = False
+        self.aborting: list[Sequence] = []  # cancelled or abandoned, dropped at their abort_at
 
     # -- requests in
     def add(self, seq: Sequence) -> None:
         self.waiting.append(seq)
 
     def cancel(self, seq: Sequence, now: float) -> None:
-        """The client went away: a waiting sequence leaves now, a running one at the next step."""
+        """The engine itself drops the request (a fault): a waiting one now, a running one at the next step."""
         seq.cancelled = True
-        if seq.state == WAITING and seq in self.waiting:
+        seq.abort_at = now
+        self._drop_or_hold(seq, now)
+
+    def abort(self, seq: Sequence, now: float) -> None:
+        """The client closed the stream: the engine drops the request when the profile says it notices
+        (`abort_poll_ms`, `abort_delay_ms`); until then it keeps its place, its KV and its tokens' work."""
+        if seq.cancelled or seq.state == FINISHED:
+            return  # a fault ended it already
+        params = self.params
+        seq.cancelled = True
+        seq.closed_at = now
+        seq.output_at_close = seq.output_count
+        noticed = now
+        if params.abort_poll_ms > 0:
+            poll_s = params.abort_poll_ms / 1000.0
+            noticed = seq.arrival + math.ceil((now - seq.arrival) / poll_s) * poll_s
+        seq.abort_at = noticed + params.abort_delay_ms / 1000.0
+        self._drop_or_hold(seq, now)
+
+    def _drop_or_hold(self, seq: Sequence, now: float) -> None:
+        if seq.abort_at <= now and seq.state == WAITING and seq in self.waiting:
             self.waiting.remove(seq)
             self._finish(seq, now, None)
+        elif seq not in self.aborting:
+            self.aborting.append(seq)
 
     @property
     def idle(self) -> bool:
@@ -119,16 +151,34 @@ class Engine:
     # -- one step
     def schedule(self, now: float) -> Step:
         params = self.params
-        cache = self.cache
-        budget = params.max_num_batched_tokens
-        emitting: list[Sequence] = []
-        decode_batch = 0
-        prefill_tokens = 0
         self.preempted_in_step = False
-        self._drop_cancelled(now)
+        self._drop_aborted(now)
+        step = Step(0.0)
+        budget = params.max_num_batched_tokens
+        if params.chunked_prefill:
+            budget = self._plan_running(step, budget, now)
+            # as vLLM's scheduler: a step that had to preempt admits nobody (the victim would come straight
+            # back into the memory it just gave up); a step left with no work at all is vLLM's next one
+            if not self.preempted_in_step or step.empty:
+                self._admit_waiting(step, budget, now, whole=False)
+        else:  # vLLM V0: whole prompts first, in a step of their own; decodes when none can start
+            self._admit_waiting(step, budget, now, whole=True)
+            if step.empty:
+                self._plan_running(step, budget, now)
+        step.kv_tokens = self.kv_tokens = sum(s.num_computed for s in self.running)
+        self.counters.steps += 1
+        step.duration_s = params.step_time_s(step.decode_batch, step.prefill_tokens, step.kv_tokens)
+        return step
 
-        index = 0
+    def _chunk_cap(self, budget: int) -> int:
+        threshold = self.params.long_prefill_token_threshold
+        return min(budget, threshold) if threshold else budget
+
+    def _plan_running(self, step: Step, budget: int, now: float) -> int:
+        """Decodes and prefill chunks of the running sequences, in admission order; the budget left."""
         running = self.running
+        emitting = step.emitting
+        index = 0
         while index < len(running) and budget > 0:
             seq = running[index]
             index += 1
@@ -141,29 +191,32 @@ class Engine:
                     continue
                 seq.num_computed += 1
                 budget -= 1
-                decode_batch += 1
+                step.decode_batch += 1
                 emitting.append(seq)
             else:  # prefill, or recompute after preemption (up to the last sampled token)
-                chunk = min(prefill_target(seq) - seq.num_computed, budget)
+                chunk = min(prefill_target(seq) - seq.num_computed, self._chunk_cap(budget))
                 if not self._grow(seq, seq.num_computed + chunk):
                     continue
                 seq.num_computed += chunk
                 budget -= chunk
-                prefill_tokens += chunk
+                step.prefill_tokens += chunk
                 if seq.num_computed == context:
                     emitting.append(seq)
+        return budget
 
-        # as vLLM's scheduler: a step that had to preempt admits nobody (the victim would come straight
-        # back into the memory it just gave up); a step left with no work at all is vLLM's next one
-        admit = not self.preempted_in_step or not (emitting or prefill_tokens)
+    def _admit_waiting(self, step: Step, budget: int, now: float, whole: bool) -> None:
+        """Admit waiting sequences in order with the budget left, each with its first chunk (or, `whole`,
+        its whole prompt: the first one past the budget if need be, the others only if they fit, judged by
+        their uncached length)."""
+        params = self.params
+        running = self.running
         waiting = self.waiting
-        while admit and waiting and budget > 0 and len(running) < params.max_num_seqs:
+        while waiting and budget > 0 and len(running) < params.max_num_seqs:
             seq = waiting[0]
-            if seq.cancelled:
-                waiting.popleft()
-                self._finish(seq, now, None)
-                continue
-            if not cache.admit(seq, budget):
+            if whole and step.prefill_tokens and prefill_target(seq) > budget:
+                break
+            room = prefill_target(seq) if whole else self._chunk_cap(budget)
+            if not self.cache.admit(seq, room):
                 break  # FIFO: the head waits for room, nobody overtakes it
             waiting.popleft()
             seq.state = RUNNING
@@ -171,24 +224,22 @@ class Engine:
                 seq.admitted_at = now
             running.append(seq)
             context = seq.prompt_len + seq.output_count
-            chunk = min(prefill_target(seq) - seq.num_computed, budget)
+            chunk = min(prefill_target(seq) - seq.num_computed, room)
             if chunk > 0:
                 if not self._grow(seq, seq.num_computed + chunk):
                     break
                 seq.num_computed += chunk
                 budget -= chunk
-                prefill_tokens += chunk
+                step.prefill_tokens += chunk
             if seq.num_computed == context:
-                emitting.append(seq)
-        kv_tokens = self.kv_tokens = sum(s.num_computed for s in running)
-        self.counters.steps += 1
-        duration = params.step_time_s(decode_batch, prefill_tokens, kv_tokens)
-        return Step(duration, decode_batch, prefill_tokens, kv_tokens, emitting)
+                step.emitting.append(seq)
 
     def commit(self, step: Step, now: float) -> None:
         """The step's forward pass is over: every emitting sequence gets its next token."""
         finished = []
         counters = self.counters
+        poll_writes = self.params.abort_poll_ms > 0
+        delay_s = self.params.abort_delay_ms / 1000.0
         for seq in step.emitting:
             if seq.state != RUNNING:
                 continue  # preempted after it was planned
@@ -203,6 +254,8 @@ class Engine:
                 seq.finish_reason = FINISH_LENGTH if seq.output_count >= seq.max_tokens else FINISH_STOP
             if seq.on_token is not None and not seq.cancelled:
                 seq.on_token(seq, now)
+            elif seq.closed_at is not None and poll_writes:  # writing it to the closed stream fails
+                seq.abort_at = min(seq.abort_at, now + delay_s)
             if done:
                 finished.append(seq)
         counters.generation_tokens += len(step.emitting)
@@ -231,19 +284,35 @@ class Engine:
         self.preempted_in_step = True
         self.waiting.appendleft(seq)
 
-    def _drop_cancelled(self, now: float) -> None:
-        if any(s.cancelled for s in self.running):
-            for seq in [s for s in self.running if s.cancelled]:
+    def _drop_aborted(self, now: float) -> None:
+        """Sequences whose abort is due leave, waiting or running."""
+        if not self.aborting:
+            return
+        for seq in [s for s in self.aborting if s.abort_at <= now]:
+            if seq.state == RUNNING:
                 self.running.remove(seq)
-                self._finish(seq, now, None)
+            elif seq.state == WAITING:
+                self.waiting.remove(seq)
+            self._finish(seq, now, None)
 
     def _finish(self, seq: Sequence, now: float, reason: str | None) -> None:
         if seq.state == RUNNING:
             self.cache.release(seq)
+        if seq.abort_at != NEVER and seq in self.aborting:
+            self.aborting.remove(seq)
         if seq.state != FINISHED:
-            self.counters.prompt_tokens += seq.prompt_len
-            if reason in self.counters.finished_by_reason:
-                self.counters.finished_by_reason[reason] += 1
+            counters = self.counters
+            counters.prompt_tokens += seq.prompt_len
+            if reason is None and seq.closed_at is not None:
+                reason_counted: str | None = FINISH_ABORT
+            else:
+                reason_counted = reason
+            if reason_counted in counters.finished_by_reason:
+                counters.finished_by_reason[reason_counted] += 1
+            if seq.closed_at is not None:  # the client went away: all it was given is wasted work
+                counters.aborted_requests += 1
+                counters.aborted_generation_tokens += seq.output_count
+                counters.aborted_tokens_after_close += seq.output_count - seq.output_at_close
         seq.state = FINISHED
         seq.finish_reason = reason
         if seq.on_finish is not None:

@@ -1,7 +1,8 @@
 """The simulated engine answering as llama.cpp's `llama-server` does (the `llamacpp` flavor): its
 chunks with `timings`, usage in a chat stream only when asked, the connection closed after each stream,
-`/slots`, `/tokenize` on `content`, `/metrics` in `llamacpp:*` names, its error bodies, and HTTP 400
-for a prompt that does not fit a slot's context."""
+`/slots`, `/tokenize` on `content`, `/metrics` in `llamacpp:*` names, its error bodies, HTTP 400
+for a prompt that does not fit a slot's context, and `/infill` (fill-in-the-middle with other files
+as context) in its own stream, or HTTP 501 for a model without FIM tokens (`fim_tokens: false`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from grill_locust.sim.kvcache import SlotCache
 from grill_locust.sim.metrics import PredictionTotals, render_llamacpp_metrics
 from grill_locust.sim.sequence import Sequence
 from grill_locust.sim.server import (
+    SIM_FIM_TEMPLATE,
     BadRequest,
     ResponseWriter,
     SimServer,
@@ -20,12 +22,21 @@ from grill_locust.sim.server import (
     _int_field,
     _json_object,
 )
+from grill_locust.sim.text import OUTPUT_IDS, OUTPUT_JSON, VOCAB_SIZE, output_text, prompt_tokens
 from grill_locust.sim.tools import ToolCall
 from grill_locust.sim.wire import CHAT
+from grill_locust.workload.fim_templates import FILE_SEPARATOR_TOKEN, REPO_NAME_TOKEN
 from grill_locust.workload.tokens import token_id, tokenize
 
 PUBLIC_PATHS = frozenset({"/health", "/v1/health"})  # answered without the API key, as llama-server does
 TOKEN_ID_SPACE = 1 << 31  # the simulated tokenizer's ids are 31-bit hashes (`workload.tokens.token_id`)
+NO_FIM_TOKENS = (
+    "Infill is not supported by this model: prefix token is missing. suffix token is missing. "
+    "middle token is missing. "
+)
+# llama-server's /infill names the repository and the file being completed with fixed words
+INFILL_REPOSITORY = "myproject\n"
+INFILL_FILE = "filename\n"
 
 
 class ContextExceeded(BadRequest):
@@ -56,6 +67,7 @@ class LlamaCppServer(SimServer):
                 ("POST", "/tokenize"): self._tokenize,
                 ("GET", "/metrics"): self._metrics,
                 ("GET", "/slots"): self._slots,
+                ("POST", "/infill"): self._infill,
             }
         )
 
@@ -102,7 +114,7 @@ class LlamaCppServer(SimServer):
         content = body.get("content", "")  # llama-server tokenizes nothing when `content` is missing
         if not isinstance(content, str):
             raise BadRequest("content: expected a string", "content")
-        tokens = tokenize(content)
+        tokens = prompt_tokens(content)  # special tokens' spellings are read as them, as llama-server does
         ids = [token_id(token) for token in tokens]
         pieces = tokens if body.get("with_pieces") else None
         conn.respond(200, llamacpp_wire.tokenize_body(ids, pieces), headers=list(llamacpp_wire.HEADERS))
@@ -140,6 +152,70 @@ class LlamaCppServer(SimServer):
         conn.respond(200, llamacpp_wire.json_body(slots), headers=list(llamacpp_wire.HEADERS))
 
     # -- completions
+    def _infill(self, conn: HttpConnection, request: HttpRequest) -> None:
+        """llama.cpp's fill-in-the-middle: the prompt is built from the request's fields (`infill_ids`)
+        and answered in llama.cpp's own stream."""
+        body = _json_object(request.body)
+        if not self.params.fim_tokens:
+            raise BadRequest(NO_FIM_TOKENS, status=501)
+        self._generate(conn, request, body, llamacpp_wire.INFILL, self._infill_ids(body))
+
+    def _infill_ids(self, body: dict[str, Any]) -> list[int]:
+        """The prompt llama-server builds for /infill (Qwen2.5-Coder's repository-level layout): the
+        repository token and name, each `input_extra` file as the file separator, its name and text,
+        the separator and name of the file being completed, then its prefix, `prompt`, suffix among the
+        FIM tokens. As llama-server does, the prefix keeps its last 3/4 of a batch, the suffix its
+        first 1/4 less the prompt, the extra files what the slot's context leaves after a batch and
+        twice `n_predict`; the text inside the fields is not read for special tokens."""
+        errors = []
+        prompt = body.get("prompt", "")
+        if not isinstance(prompt, str):
+            errors.append('"prompt" must be a string')
+        for name in ("input_prefix", "input_suffix"):
+            if not isinstance(body.get(name), str):
+                errors.append(f'"{name}" is required')
+        extra = body.get("input_extra", [])
+        if not isinstance(extra, list):
+            errors.append('"input_extra" must be an array of {"filename": string, "text": string}')
+            extra = []
+        for chunk in extra:
+            if not isinstance(chunk, dict) or not isinstance(chunk.get("text"), str):
+                errors.append('extra_context chunk must contain a "text" field with a string value')
+            elif not isinstance(chunk.get("filename", ""), str):
+                errors.append('extra_context chunk\'s "filename" field must be a string')
+        if errors:
+            raise BadRequest(" ".join(errors))
+        fim = SIM_FIM_TEMPLATE.tokens  # prefix, suffix, middle
+        extra_ids = [token_id(REPO_NAME_TOKEN), *_text_ids(INFILL_REPOSITORY)]
+        for chunk in extra:
+            filename = chunk.get("filename", "tmp")
+            extra_ids += [
+                token_id(FILE_SEPARATOR_TOKEN),
+                *_text_ids(filename + "\n"),
+                *_text_ids(chunk["text"]),
+            ]
+        extra_ids += [token_id(FILE_SEPARATOR_TOKEN), *_text_ids(INFILL_FILE)]
+        prefix_ids = _text_ids(body["input_prefix"])
+        suffix_ids = _text_ids(body["input_suffix"])
+        prompt_ids = _text_ids(prompt)
+        batch = self.params.max_num_batched_tokens
+        n_predict = _int_field(body, "n_predict", None)
+        if n_predict is None:
+            n_predict = _int_field(body, "max_tokens", -1)
+        assert n_predict is not None
+        prefix_take = min(len(prefix_ids), 3 * (batch // 4))
+        suffix_take = min(len(suffix_ids), max(0, batch // 4 - (2 + len(prompt_ids))))
+        extra_take = min(max(0, self.params.context_limit - batch - 2 * n_predict), len(extra_ids))
+        return [
+            *extra_ids[len(extra_ids) - extra_take :],
+            token_id(fim[0]),
+            *prefix_ids[len(prefix_ids) - prefix_take :],
+            *prompt_ids,
+            token_id(fim[1]),
+            *suffix_ids[:suffix_take],
+            token_id(fim[2]),
+        ]
+
     def _max_tokens(self, body: dict[str, Any], kind: str, prompt_len: int) -> int:
         """llama-server takes any model name; a prompt must leave room in a slot's context, and
         generation stops when the slot is full (`length`), whatever `max_tokens` asked."""
@@ -158,8 +234,8 @@ class LlamaCppServer(SimServer):
             raise BadRequest("max_tokens: must be at least 1", "max_tokens")
         return min(requested, room)
 
-    def _writer_class(self) -> type[ResponseWriter]:
-        return LlamaCppResponseWriter
+    def _writer_class(self, kind: str) -> type[ResponseWriter]:
+        return LlamaCppInfillWriter if kind == llamacpp_wire.INFILL else LlamaCppResponseWriter
 
     def _response_id(self, kind: str, request_id: str) -> str:
         return llamacpp_wire.RESPONSE_ID_PREFIX + request_id
@@ -269,3 +345,46 @@ class LlamaCppResponseWriter(ResponseWriter):
     def _release(self, seq: Sequence) -> None:
         self.llama.live_tasks.pop(self.request_id, None)
         super()._release(seq)
+
+
+class LlamaCppInfillWriter(LlamaCppResponseWriter):
+    """Writes one /infill answer in llama.cpp's own chunks: `content` and the counts per token, then a
+    `stop: true` chunk with `timings`, and no `[DONE]` (or, not streamed, one object)."""
+
+    __slots__ = ("slot",)
+
+    def on_token(self, seq: Sequence, now: float) -> None:
+        if seq.output_count == 1:
+            self.slot = seq.slot  # the last chunk names it; the engine has freed it by then
+        super().on_token(seq, now)
+
+    def token_event(self, seq: Sequence, index: int) -> bytes:
+        position = (seq.output_start + index) % VOCAB_SIZE
+        return llamacpp_wire.infill_token_event(
+            OUTPUT_JSON[position], OUTPUT_IDS[position], index + 1, seq.prompt_len
+        )
+
+    def _final(self, seq: Sequence, content: str) -> bytes:
+        stop_type = "limit" if seq.finish_reason == "length" else "eos"
+        final = llamacpp_wire.infill_final(
+            content,
+            getattr(self, "slot", -1),
+            self.server.model,
+            seq.output_count,
+            seq.prompt_len,
+            "\n" in output_text(seq.output_start, seq.output_count),
+            stop_type,
+            self.timing,
+        )
+        return llamacpp_wire.json_body(final)
+
+    def stream_end(self, seq: Sequence) -> bytes:
+        return b"data: " + self._final(seq, "") + b"\n\n"
+
+    def whole_body(self, seq: Sequence, reasoning: str | None, content: str, call: ToolCall | None) -> bytes:
+        return self._final(seq, (reasoning or "") + content)
+
+
+def _text_ids(text: str) -> list[int]:
+    """Token ids of text read as text (special tokens' spellings included), as /infill reads its fields."""
+    return [token_id(token) for token in tokenize(text)]

@@ -14,6 +14,7 @@ from typing import Any
 from grill_locust.sim.tools import ToolCall
 from grill_locust.sim.wire import CHAT
 
+INFILL = "infill"  # the wire kind of /infill: llama.cpp's own chunks (`content`, `stop`), not OpenAI's
 SYSTEM_FINGERPRINT = "b0-grill-sim"  # llama-server's `b<build>-<commit>`; a build without git info says b0
 RESPONSE_ID_PREFIX = "chatcmpl-"  # llama-server gives completions the chat prefix too
 OWNED_BY = "llamacpp"
@@ -193,6 +194,44 @@ def completion_response(
         "timings": timing,
     }
     return _dumps(body).encode()
+
+
+def infill_token_event(token_json: bytes, token_id: int, predicted: int, evaluated: int) -> bytes:
+    """One /infill output chunk: the token's text and id, the counts so far, no slot yet (-1)."""
+    return (
+        b'data: {"index":0,"content":%b,"tokens":[%d],"stop":false,"id_slot":-1,"tokens_predicted":%d,'
+        b'"tokens_evaluated":%d}\n\n' % (token_json, token_id, predicted, evaluated)
+    )
+
+
+def infill_final(
+    content: str,
+    slot: int,
+    model: str,
+    predicted: int,
+    evaluated: int,
+    has_new_line: bool,
+    stop_type: str,
+    timing: dict[str, Any],
+) -> dict[str, Any]:
+    """The last /infill chunk (streamed: `content` empty) or the whole answer, in llama-server's field
+    order; the echoes of the request it also sends (`generation_settings`, `prompt`) are left out."""
+    return {
+        "index": 0,
+        "content": content,
+        "tokens": [],
+        "id_slot": slot,
+        "stop": True,
+        "model": model,
+        "tokens_predicted": predicted,
+        "tokens_evaluated": evaluated,
+        "has_new_line": has_new_line,  # of the whole answer, also when streamed
+        "truncated": False,
+        "stop_type": stop_type,
+        "stopping_word": "",
+        "tokens_cached": evaluated + predicted - 1,  # the slot's position after the last token
+        "timings": timing,
+    }
 
 
 def error_body(status: int, message: str) -> bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from grill_locust.engines import SIM_ABORTED_TOKENS
 from grill_locust.sim.engine import TTFT_BUCKETS_S, Engine
 
 
@@ -72,11 +73,21 @@ def render_metrics(engine: Engine, model: str, flavor: str = "vllm") -> str:
     )
     for name, help_text, value in counter_values:
         _sample(lines, name, "counter", help_text, value, labels)
-    name = "vllm:request_success_total"  # one series per finish reason; a cancelled request is none
+    # one series per finish reason; "abort": abandoned by its client (vLLM's label, though vLLM's own
+    # releases leave it at 0: their abort path skips the finished-request stats); a fault is none
+    name = "vllm:request_success_total"
     lines.append(f"# HELP {name} Count of successfully processed requests.")
     lines.append(f"# TYPE {name} counter")
     for reason, count in counters.finished_by_reason.items():
         lines.append(f'{name}{{finished_reason="{reason}",{labels}}} {float(count)!r}')
+    _sample(  # vLLM has no name for it
+        lines,
+        SIM_ABORTED_TOKENS,
+        "counter",
+        "Tokens generated for requests whose client closed the stream (wasted work).",
+        counters.aborted_generation_tokens,
+        labels,
+    )
     name = "vllm:time_to_first_token_seconds"
     lines.append(f"# HELP {name} Histogram of time to first token in seconds.")
     lines.append(f"# TYPE {name} histogram")

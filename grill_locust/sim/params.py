@@ -29,6 +29,19 @@ class EngineParams:
     # a token; 0.9 x 79.6 GiB less 34 GB of FP8 weights and ~3 GiB of activations leaves 37 GiB = 151,552
     kv_blocks: int = 9472  # KV capacity in blocks: 151,552 tokens, one 128k session and a little more
     prefix_caching: bool = True
+    # vLLM V1: prompts are prefilled in chunks that share a step with decodes. Off (vLLM V0's default
+    # scheduler): a step either prefills whole prompts, waiting ones first, or decodes; the first prompt
+    # goes whole even past max_num_batched_tokens (V0 required that budget to hold max_model_len)
+    chunked_prefill: bool = True
+    # vLLM's --long-prefill-token-threshold: the most prompt tokens one request prefills in a step
+    # (0 = the whole budget, vLLM's default), which leaves room for newcomers beside a long prefill
+    long_prefill_token_threshold: int = 0
+    # A closed stream is noticed at once (abort_poll_ms 0), or, as llama-server, at the next token
+    # written or the next poll of the connection (every abort_poll_ms, from the request's arrival);
+    # the engine drops the request at its first step abort_delay_ms after noticing (0 = the next step,
+    # as vLLM). Until then it keeps its KV and keeps generating: wasted tokens
+    abort_poll_ms: float = 0.0
+    abort_delay_ms: float = 0.0
     cache_kind: str = CACHE_BLOCKS
     # step time = a + b * decode_batch + c * prefill_tokens + d * kv_tokens
     step_a_ms: float = 12.0
@@ -37,6 +50,7 @@ class EngineParams:
     step_d_ms: float = 0.00005
     reasoning_tokens: int = 0  # the first R output tokens stream as `reasoning_content`
     natural_output_tokens: int = 600  # mean length at which an answer stops by itself (no ignore_eos)
+    fim_tokens: bool = True  # the model has FIM tokens: llama.cpp's /infill refuses a model without them
     metrics_flavor: str = (
         "vllm"  # "sglang": its /metrics names too; "llamacpp": llama-server's answers and names
     )
@@ -83,6 +97,9 @@ class EngineParams:
         for name in ("max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size", "kv_blocks"):
             if getattr(self, name) < 1:
                 raise GrillError(f"{source}: {name}: must be at least 1")
+        for name in ("long_prefill_token_threshold", "abort_poll_ms", "abort_delay_ms"):
+            if getattr(self, name) < 0:
+                raise GrillError(f"{source}: {name}: must be at least 0")
         if self.cache_kind not in (CACHE_BLOCKS, CACHE_SLOTS):
             raise GrillError(f"{source}: cache_kind: expected '{CACHE_BLOCKS}' or '{CACHE_SLOTS}'")
         if self.kv_capacity_tokens < self.max_model_len and self.cache_kind == CACHE_BLOCKS:
@@ -115,6 +132,7 @@ _VLLM = EngineParams()
 PROFILES: dict[str, EngineParams] = {
     "vllm": _VLLM,
     "vllm-no-prefix-cache": dataclasses.replace(_VLLM, prefix_caching=False),
+    "vllm-no-chunked-prefill": dataclasses.replace(_VLLM, chunked_prefill=False),
     # SGLang: radix tree at token granularity (page size 1), the same memory; a little slower per step here
     "sglang": dataclasses.replace(
         _VLLM,
@@ -137,6 +155,9 @@ PROFILES: dict[str, EngineParams] = {
         step_b_ms=1.0,
         step_c_ms=0.25,
         step_d_ms=0.0001,
+        # llama-server waits for a task's results polling its connection every second
+        # (HTTP_POLLING_SECONDS), and a failed write of a token cancels the task too
+        abort_poll_ms=1000.0,
         metrics_flavor="llamacpp",
     ),
 }

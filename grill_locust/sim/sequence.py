@@ -7,6 +7,7 @@ from collections.abc import Callable
 WAITING = 0
 RUNNING = 1
 FINISHED = 2
+NEVER = float("inf")
 
 
 class Sequence:
@@ -29,6 +30,9 @@ class Sequence:
         "slot",
         "state",
         "cancelled",
+        "abort_at",
+        "closed_at",
+        "output_at_close",
         "preemptions",
         "arrival",
         "admitted_at",
@@ -67,7 +71,10 @@ class Sequence:
         self.registered_blocks = 0
         self.slot = -1
         self.state = WAITING
-        self.cancelled = False
+        self.cancelled = False  # nobody reads its tokens any more
+        self.abort_at = NEVER  # when the engine drops it (a fault: now; a closed stream: per profile)
+        self.closed_at: float | None = None  # when its client closed the stream
+        self.output_at_close = 0
         self.preemptions = 0
         self.arrival = arrival
         self.admitted_at: float | None = None

@@ -27,8 +27,10 @@ from grill_locust.sim.sequence import Sequence
 from grill_locust.sim.text import OUTPUT_JSON, VOCAB_SIZE, output_text, render_chat, token_ids
 from grill_locust.sim.tools import ToolCall, ToolError, answers_with_a_call, plan_tool_call
 from grill_locust.sim.truth import TruthLog
+from grill_locust.workload.fim_templates import FIM_TEMPLATES
 
 NO_STOP = 1 << 62
+SIM_FIM_TEMPLATE = FIM_TEMPLATES["qwen-coder"]  # the simulated model's FIM tokens (and /infill's)
 FINISH_TOOL_CALLS = "tool_calls"
 SPIN_WINDOW_S = 0.0015  # epoll waits in whole milliseconds: spin the last stretch of a step instead
 TRUTH_MARGIN_S = 0.002  # leave this much of a step's wait free of truth-log writing
@@ -222,13 +224,14 @@ class SimServer:
 
     def _stats(self, conn: HttpConnection, request: HttpRequest) -> None:
         jitter = sorted(self.jitter_s)
+        counters = self.engine.counters
 
         def pick(q: float) -> float | None:
             return jitter[min(len(jitter) - 1, int(q * len(jitter)))] * 1000.0 if jitter else None
 
         stats = {
             "profile": self.profile,
-            "steps": self.engine.counters.steps,
+            "steps": counters.steps,
             "events": self.events,
             "requests": self.requests,
             "running": len(self.engine.running),
@@ -239,6 +242,9 @@ class SimServer:
             "jitter_p99_ms": pick(0.99),
             "jitter_max_ms": jitter[-1] * 1000.0 if jitter else None,
             "truth_pending": len(self.truth.pending) if self.truth else 0,
+            "aborted_requests": counters.aborted_requests,
+            "wasted_tokens": counters.aborted_generation_tokens,
+            "wasted_tokens_after_close": counters.aborted_tokens_after_close,
         }
         conn.respond(200, wire.json_body(stats))
 
@@ -278,8 +284,8 @@ class SimServer:
             prompt = prompt[0]
         if isinstance(prompt, str):
             suffix = body.get("suffix")
-            if isinstance(suffix, str) and suffix:
-                prompt = f"<|fim_prefix|>{prompt}<|fim_suffix|>{suffix}<|fim_middle|>"
+            if isinstance(suffix, str) and suffix:  # as an engine serving `suffix` does: its model's template
+                prompt = SIM_FIM_TEMPLATE.render(prompt, suffix)
             ids = token_ids(prompt)
         elif isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
             ids = list(prompt)
@@ -299,7 +305,7 @@ class SimServer:
         seed = body.get("seed")
         tool_call = None
         # the call is fixed by the seed, else by the prompt, even when sampling
-        if kind != wire.COMPLETIONS and answers_with_a_call(body.get("messages")):
+        if kind in (wire.CHAT, anthropic.MESSAGES) and answers_with_a_call(body.get("messages")):
             tool_call = plan_tool_call(
                 body.get("tools"),
                 body.get("tool_choice"),
@@ -354,7 +360,7 @@ class SimServer:
         stream = bool(body.get("stream"))
         options = body.get("stream_options")
         include_usage = bool(isinstance(options, dict) and options.get("include_usage"))
-        writer = AnthropicWriter if kind == anthropic.MESSAGES else self._writer_class()
+        writer = AnthropicWriter if kind == anthropic.MESSAGES else self._writer_class(kind)
         reply = writer(
             self, conn, kind, request_id, response_id, stream, include_usage, fault, arrival, request.path
         )
@@ -406,7 +412,7 @@ class SimServer:
             )
         return max_tokens
 
-    def _writer_class(self) -> type[ResponseWriter]:
+    def _writer_class(self, kind: str) -> type[ResponseWriter]:
         return ResponseWriter
 
     def _response_id(self, kind: str, request_id: str) -> str:
@@ -654,7 +660,7 @@ class ResponseWriter:
             self._record_truth(seq, self.server.clock())
             self._release(seq)
             return
-        self.server.engine.cancel(seq, self.server.clock())
+        self.server.engine.abort(seq, self.server.clock())
 
     def _reasoning_count(self, seq: Sequence) -> int | None:
         """The reasoning tokens usage reports: as vLLM with a reasoning parser, chat replies only
@@ -722,6 +728,10 @@ class ResponseWriter:
             preemptions=seq.preemptions,
             event_times=[round(t + offset, 6) for t in times],
         )
+        if seq.closed_at is not None:  # abandoned: every token generated for it, and those after the close
+            record.update(
+                wasted_tokens=seq.output_count, wasted_after_close=seq.output_count - seq.output_at_close
+            )
         truth.add(record)
 
 

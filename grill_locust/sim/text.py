@@ -13,21 +13,38 @@ import json
 from typing import Any
 
 from grill_locust.sim.tools import tool_functions
+from grill_locust.workload.fim_templates import FIM_TOKEN_PATTERN, FIM_TOKENS
 from grill_locust.workload.tokens import token_id, tokenize
 
 _ID_CACHE: dict[str, int] = {}
 _ID_CACHE_MAX = 500_000
 
 
+def prompt_tokens(text: str) -> list[str]:
+    """The token strings of a prompt: every FIM family's tokens (`<|fim_prefix|>`, `[SUFFIX]`...) one
+    token each, as engines read their special tokens in a prompt, the text between them tokenized
+    on its own."""
+    if not any(token in text for token in FIM_TOKENS):  # a tenth of the regular expression's time
+        return tokenize(text)
+    tokens: list[str] = []
+    start = 0
+    for match in FIM_TOKEN_PATTERN.finditer(text):
+        tokens += tokenize(text[start : match.start()])
+        tokens.append(match.group())
+        start = match.end()
+    tokens += tokenize(text[start:])
+    return tokens
+
+
 def token_ids(text: str) -> list[int]:
-    """Token ids of `text` (cached per distinct token string)."""
+    """Token ids of `text`, read as a prompt (`prompt_tokens`); cached per distinct token string."""
     cache = _ID_CACHE
     if len(cache) > _ID_CACHE_MAX:
         cache.clear()
     ids: list[int] = []
     append = ids.append
     get = cache.get
-    for token in tokenize(text):
+    for token in prompt_tokens(text):
         value = get(token)
         if value is None:
             value = token_id(token)

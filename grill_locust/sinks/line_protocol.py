@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from grill_locust.record import KIND_AGENTIC, LABEL_COLUMNS, NUMERIC_RECORD_COLUMNS
+from grill_locust.record import KIND_AGENTIC, LABEL_COLUMNS, RECORD_COLUMN_TYPES
 from grill_locust.telemetry.samples import KIND_GPU
 
 MEASUREMENT_REQUEST = "grill_request"
@@ -38,9 +38,12 @@ STEP_TAG = "step"
 
 # columns that hold a time, not a measurement: never fields; a point's timestamp comes from one of them
 TIME_COLUMNS: tuple[str, ...] = ("wall_start", "wall_time", "start_wall", "end_wall", "time")
-# record columns written as fields of grill_request (numbers only)
+# record columns written as fields of grill_request: numbers, and booleans as 1 / 0 (shown_in_budget:
+# a field's mean is then the share that held)
 REQUEST_FIELDS: tuple[str, ...] = tuple(
-    c for c in NUMERIC_RECORD_COLUMNS if c not in (*RUN_TAGS, *TIME_COLUMNS)
+    c
+    for c, kind in RECORD_COLUMN_TYPES.items()
+    if kind in (int, float, bool) and c not in (*RUN_TAGS, *TIME_COLUMNS)
 )
 PHASE_END_EVENTS = frozenset({"end", "stop", "stopped"})
 

@@ -34,6 +34,8 @@ ENGINE_COLUMNS: tuple[str, ...] = (
     "preemptions_total",
     "queue_seconds_total",  # seconds requests spent queued, summed over those that left the queue (counter)
     "queued_requests_total",  # requests that left the queue (counter)
+    "aborted_requests_total",  # requests the engine aborted because their client went away (counter)
+    "aborted_tokens_total",  # tokens generated for those requests (counter; the simulator's only)
 )
 
 GPU_COLUMNS: tuple[str, ...] = (

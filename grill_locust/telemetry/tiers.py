@@ -2,7 +2,7 @@
 
 Samples are matched to a tier by time (start_wall <= wall_time <= end_wall) and by backend; GPU
 samples from an exporter that no backend lists, or that several do, count for every backend. Counters
-(energy, cached and queried prefix tokens) count their rise over the tier: each interval between two
+(energy, cached and queried prefix tokens, aborted requests and their tokens) count their rise over the tier: each interval between two
 consecutive samples by its overlap with the tier, so a tier with fewer than two scrapes inside still
 gets its own figure, and an engine restart (counter reset) loses one interval, not the tier.
 """
@@ -28,7 +28,16 @@ TIER_TELEMETRY_COLUMNS: tuple[str, ...] = (
     "prefix_hit_rate",
     "waiting_mean",
     "queue_time_mean_s",  # the engine's own figure: mean time a request waited in its queue
+    # the engine's wasted work: requests it aborted as their client went away (an autocomplete
+    # developer typed on), and the tokens it generated for them, where its /metrics count them
+    "engine_aborted_requests",
+    "engine_aborted_tokens",
 )
+# tier column -> the engine counter whose rise over the tier it is
+ENGINE_RISES: dict[str, str] = {
+    "engine_aborted_requests": "aborted_requests_total",
+    "engine_aborted_tokens": "aborted_tokens_total",
+}
 MILLIJOULES_PER_JOULE = 1000.0
 
 
@@ -94,7 +103,14 @@ def _engine_figures(samples: pd.DataFrame, start: float, end: float) -> dict[str
     engine = samples[(samples["wall_time"] >= start) & (samples["wall_time"] <= end)]
     if engine.empty and samples.empty:
         return dict.fromkeys(
-            ("kv_cache_mean", "kv_cache_peak", "prefix_hit_rate", "waiting_mean", "queue_time_mean_s")
+            (
+                "kv_cache_mean",
+                "kv_cache_peak",
+                "prefix_hit_rate",
+                "waiting_mean",
+                "queue_time_mean_s",
+                *ENGINE_RISES,
+            )
         )
     kv = engine["kv_cache_usage"].dropna()
     hit_rate: float | None = None
@@ -118,12 +134,22 @@ def _engine_figures(samples: pd.DataFrame, start: float, end: float) -> dict[str
             queued_s.append(seconds)
             dequeued.append(requests)
     return {
+        **{column: _summed_rise(samples, counter, start, end) for column, counter in ENGINE_RISES.items()},
         "queue_time_mean_s": sum(queued_s) / sum(dequeued) if dequeued and sum(dequeued) > 0 else None,
         "kv_cache_mean": float(kv.mean()) if len(kv) else None,
         "kv_cache_peak": float(kv.max()) if len(kv) else None,
         "prefix_hit_rate": hit_rate,
         "waiting_mean": _mean(engine["requests_waiting"]),
     }
+
+
+def _summed_rise(samples: pd.DataFrame, counter: str, start: float, end: float) -> float | None:
+    """A counter's rise over the tier, summed over the backend's scrape sources (None: none counts it)."""
+    if counter not in samples:
+        return None
+    rises = [_rise(one, counter, start, end) for _source, one in samples.groupby("source")]
+    counted = [rise for rise in rises if rise is not None]
+    return sum(counted) if counted else None
 
 
 def _output_tokens(records: pd.DataFrame | None, target: str, tier_index: int) -> float:

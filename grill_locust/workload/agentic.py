@@ -36,7 +36,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from grill_locust.workload.heads import AGENT_SYSTEM_HEAD, READ_FILE_HEAD
-from grill_locust.workload.tokens import count_tokens, tokenize
+from grill_locust.workload.seeding import seeded_rng
+from grill_locust.workload.tokens import count_tokens, fit_tokens, tokenize
 from grill_locust.workload.tools import (
     STEP_TOOLS,
     SUBAGENT_TOOL,
@@ -175,9 +176,7 @@ class AgenticPlan:
         )
 
     def _rng(self, *parts: str) -> random.Random:
-        from grill_locust.workload.generators import _rng
-
-        return _rng(self.workload.conversation.seed, self.conversation_id, *parts)
+        return seeded_rng(self.workload.conversation.seed, self.conversation_id, *parts)
 
 
 def plan_session(workload: Workload, conversation_id: str, rng: random.Random) -> AgenticPlan:
@@ -512,9 +511,7 @@ def _test_log(command: str) -> Callable[[Workload, random.Random], tuple[str, Ma
 
 def _sized(workload: Workload, head: str, body: list[str], tail: str, n_tokens: int) -> str:
     """head + body + tail cut to `n_tokens` (exact on the approximate tokenizer, scaled on a backend's)."""
-    from grill_locust.workload.generators import _fit
-
-    return _fit(head, body, tail, workload._size(n_tokens))
+    return fit_tokens(head, body, tail, workload._size(n_tokens))
 
 
 _MATERIAL: dict[str, Callable[[Workload, random.Random], tuple[str, Material]]] = {

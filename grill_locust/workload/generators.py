@@ -21,7 +21,6 @@ one token each wherever an id puts them (`MeasuredCorpus.id_words`), so the id i
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import random
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from grill_locust.client.payloads import completion_prompt
 from grill_locust.workload.agentic import AgenticPlan, plan_session
+from grill_locust.workload.autocomplete import AutocompletePlan, plan_autocomplete
 from grill_locust.workload.calibrate import MeasuredCorpus, TokenCounter, name_span
 from grill_locust.workload.corpus import Corpus, Excerpt, stdlib_corpus
 from grill_locust.workload.heads import (
@@ -44,7 +44,8 @@ from grill_locust.workload.heads import (
     SYSTEM_HEAD,
     UNIQUE_HEADS,
 )
-from grill_locust.workload.tokens import SEAM_TOKENS, count_tokens, seam_change, tokenize, truncate_to_tokens
+from grill_locust.workload.seeding import seeded_rng
+from grill_locust.workload.tokens import fit_tokens
 
 if TYPE_CHECKING:
     from grill_locust.config import Conversation, Model
@@ -53,7 +54,6 @@ log = logging.getLogger(__name__)
 
 UNIQUE_ID_LETTERS = 8  # the approximate tokenizer keeps up to 8 letters in one token
 ID_ENTROPY_BITS = 64  # 10^5 prompts of 64-bit ids collide with a chance of 3 in 10^10
-_FIT_ATTEMPTS = 6
 _CODE_END = "\n```"  # closes the code in the approximate modes (measured mode ends on the exact token)
 _SYSTEM_CODE_END = "\n```\n"
 
@@ -116,10 +116,10 @@ class Workload:
     def requests_per_iteration(self) -> float:
         return self.conversation.requests_per_iteration
 
-    def script(self, user_key: str, iteration: int) -> ConversationScript | AgenticPlan:
+    def script(self, user_key: str, iteration: int) -> ConversationScript | AgenticPlan | AutocompletePlan:
         conversation = self.conversation
         conversation_id = f"{conversation.name}:{user_key}:{iteration}"
-        rng = _rng(conversation.seed, conversation.name, user_key, str(iteration))
+        rng = seeded_rng(conversation.seed, conversation.name, user_key, str(iteration))
         return _SCRIPT_BUILDERS[conversation.kind](self, conversation_id, rng)
 
     # ---- the kinds (grill_locust/workload/kinds.py): one script builder each ------------------
@@ -165,7 +165,7 @@ class Workload:
     def _shared_system(self) -> tuple[str, _Code]:
         if "system" not in self._shared:
             conversation = self.conversation
-            rng = _rng(conversation.seed, conversation.name, "shared-system")
+            rng = seeded_rng(conversation.seed, conversation.name, "shared-system")
             self._shared["system"] = self._system_prompt(
                 rng, conversation.system_tokens or 1, conversation.turn_tokens or 1
             )
@@ -174,7 +174,7 @@ class Workload:
 
     def _shared_prefix(self) -> str:
         if "prefix" not in self._shared:
-            rng = _rng(self.conversation.seed, self.conversation.name, "prefix")
+            rng = seeded_rng(self.conversation.seed, self.conversation.name, "prefix")
             size = self.conversation.prefix_tokens or 1
             code = self._pick(rng, size)
             self._shared["prefix"] = self._render(PREFIX_HEAD, {"module": code.module}, code, size, "\n```\n")
@@ -256,7 +256,7 @@ class Workload:
     def _render(self, head: str, values: dict[str, str], code: _Code, n_tokens: int, tail: str) -> str:
         """`head` with `values`, then code: `n_tokens` in all on the backend (or the approximation)."""
         if isinstance(code.place, Excerpt):  # picked with at least the approximate size
-            return _fit(head.format(**values), code.place.tokens, tail, self._size(n_tokens))
+            return fit_tokens(head.format(**values), code.place.tokens, tail, self._size(n_tokens))
         assert self.measured is not None  # a definition index comes from the measured corpus
         return _measured_message(self.measured, head, values, code.place, n_tokens)
 
@@ -266,14 +266,18 @@ class Workload:
         return asked if self.token_counter is None else self.token_counter.approx_tokens(asked)
 
 
-# the kinds of workload/kinds.py, each with its script builder (an agentic session's is its plan)
-_SCRIPT_BUILDERS: dict[str, Callable[[Workload, str, random.Random], ConversationScript | AgenticPlan]] = {
+# the kinds of workload/kinds.py, each with its script builder (an agentic session's and a typing
+# developer's is their plan)
+_SCRIPT_BUILDERS: dict[
+    str, Callable[[Workload, str, random.Random], ConversationScript | AgenticPlan | AutocompletePlan]
+] = {
     "multi-turn": Workload._multi_turn,
     "shared-prefix": Workload._shared_prefix_script,
     "short-baseline": Workload._short_baseline,
     "unique-prompts": Workload._unique_prompts,
     "fixed": Workload._fixed,
     "agentic": plan_session,
+    "autocomplete": plan_autocomplete,
 }
 
 
@@ -336,41 +340,3 @@ def _digits(rng: random.Random, base: int, count: int) -> list[int]:
         number, digit = divmod(number, base)
         digits.append(digit)
     return digits
-
-
-def _rng(seed: int, *parts: str) -> random.Random:
-    # 128 bits of seed, so the ids' 64 bits are not capped by it
-    key = "|".join((str(seed), *parts)).encode("utf-8")
-    return random.Random(int.from_bytes(hashlib.blake2b(key, digest_size=16).digest(), "big"))
-
-
-def _fit(head: str, body: str | list[str], tail: str, n_tokens: int) -> str:
-    """head + a prefix of body + tail with exactly `n_tokens` approximate tokens.
-
-    `body` (text, or its tokens) must have at least `n_tokens` tokens. If head and tail alone are
-    too long, the text is cut. The count is checked at the two seams only (`seam_change`: a prefix of
-    tokens re-tokenizes the same, so the middle needs no second reading; a 4,000-token prompt took
-    twice as long with whole-text recounts)."""
-    body_tokens = tokenize(body) if isinstance(body, str) else body
-    head_tokens, tail_tokens = tokenize(head), tokenize(tail)
-    budget = n_tokens - len(head_tokens) - len(tail_tokens)
-    for _ in range(_FIT_ATTEMPTS):
-        if budget < 0:
-            break
-        middle = body_tokens[:budget]
-        text = head + "".join(middle) + tail
-        difference = n_tokens - _joined_count(head_tokens, middle, tail_tokens, text)
-        if difference == 0:
-            return text
-        budget += difference  # a token merged (or split) across a seam: adjust and retry
-    # rare: fall back to a plain cut, exact by construction (a prefix of tokens re-tokenizes the same)
-    return truncate_to_tokens(head + "".join(body_tokens) + tail, n_tokens)
-
-
-def _joined_count(head: list[str], middle: list[str], tail: list[str], text: str) -> int:
-    """Tokens in `text`, the three joined: from the seams when the middle keeps them apart."""
-    if len(middle) > SEAM_TOKENS + 1:  # the first seam settles before the middle's last token
-        first, second = seam_change(head, middle), seam_change(middle, tail)
-        if first is not None and second is not None:
-            return len(head) + len(middle) + len(tail) + first + second
-    return count_tokens(text)

@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-# A size field's default: a number of tokens or turns, a switch, an inclusive [min, max] range drawn
-# per session, a log-normal's {median, p95} in tokens, or None for an optional feature left off.
-SizeDefault = int | bool | tuple[int, int] | Mapping[str, int] | None
+# A size field's default: a number of tokens or turns, a rate or a time, a switch, an inclusive
+# [min, max] range drawn per session, a log-normal's {median, p95} in tokens, or None for an optional
+# feature left off.
+SizeDefault = int | float | bool | tuple[int, int] | Mapping[str, int] | None
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,20 @@ WORKLOAD_KINDS: dict[str, WorkloadKind] = {
                 "final_max_tokens": 1024,
                 "context_limit_tokens": None,
                 "subagents": None,
+            },
+        ),
+        # a developer typing through a file, a FIM request at each pause (workload/autocomplete.py)
+        WorkloadKind(
+            "autocomplete",
+            {
+                "prefix_tokens": 1500,
+                "suffix_tokens": 400,
+                "requests": 20,
+                "typing_cps": 6.0,
+                "debounce_ms": 150.0,
+                "accept_rate": 0.3,
+                "budget_ms": 400.0,
+                "max_tokens": 64,
             },
         ),
     )

@@ -66,3 +66,38 @@ def token_id(token: str) -> int:
 def truncate_to_tokens(text: str, n_tokens: int) -> str:
     """The longest prefix of `text` that has at most `n_tokens` tokens."""
     return "".join(tokenize(text)[:n_tokens])
+
+
+FIT_ATTEMPTS = 6
+
+
+def fit_tokens(head: str, body: str | list[str], tail: str, n_tokens: int) -> str:
+    """head + a prefix of body + tail with exactly `n_tokens` approximate tokens.
+
+    `body` (text, or its tokens) must have at least `n_tokens` tokens. If head and tail alone are
+    too long, the text is cut. The count is checked at the two seams only (`seam_change`: a prefix of
+    tokens re-tokenizes the same, so the middle needs no second reading; a 4,000-token prompt took
+    twice as long with whole-text recounts)."""
+    body_tokens = tokenize(body) if isinstance(body, str) else body
+    head_tokens, tail_tokens = tokenize(head), tokenize(tail)
+    budget = n_tokens - len(head_tokens) - len(tail_tokens)
+    for _ in range(FIT_ATTEMPTS):
+        if budget < 0:
+            break
+        middle = body_tokens[:budget]
+        text = head + "".join(middle) + tail
+        difference = n_tokens - _joined_count(head_tokens, middle, tail_tokens, text)
+        if difference == 0:
+            return text
+        budget += difference  # a token merged (or split) across a seam: adjust and retry
+    # rare: fall back to a plain cut, exact by construction (a prefix of tokens re-tokenizes the same)
+    return truncate_to_tokens(head + "".join(body_tokens) + tail, n_tokens)
+
+
+def _joined_count(head: list[str], middle: list[str], tail: list[str], text: str) -> int:
+    """Tokens in `text`, the three joined: from the seams when the middle keeps them apart."""
+    if len(middle) > SEAM_TOKENS + 1:  # the first seam settles before the middle's last token
+        first, second = seam_change(head, middle), seam_change(middle, tail)
+        if first is not None and second is not None:
+            return len(head) + len(middle) + len(tail) + first + second
+    return count_tokens(text)

@@ -77,6 +77,8 @@ EXPECTED: dict[str, Expected] = {
     "llamacpp_chat": Expected("ok", (2, 3, 4), 2, 6, "stop", 1085, 1024, 3, "usage", "for i in"),
     # no usage at all: prompt and completion tokens from `timings`
     "llamacpp_completions_no_usage": Expected("ok", (1, 2), 1, 4, "length", 48, 0, 2, "usage", "x ="),
+    # llama.cpp's own stream (/infill): `content` chunks, counts and `timings` on the `stop` chunk, no [DONE]
+    "llamacpp_infill": Expected("ok", (1, 2, 3, 4), 1, 6, "stop", 1534, 1520, 4, "usage", "    return a + b"),
     "llamacpp_error_midstream": Expected(
         "http_500", (2,), 2, 3, None, None, None, 1, "events", "def", error_contains="tool call arguments"
     ),

@@ -1,7 +1,8 @@
 """A known campaign for the InfluxDB tests: records (record.py columns), phases, tier rows and telemetry.
 
-The agentic conversation's requests are steps of sessions (its tier rows are the master's summary of
-them, as a live run writes them); the other conversations' are single requests.
+The agentic conversation's requests are steps of sessions, the autocomplete one's a typing developer's
+completions, some abandoned (the tier rows of both are the master's summary of them, as a live run writes
+them); the other conversations' are single requests.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ from grill_locust.report import RunData, summarize
 
 BACKENDS = ("vllm", "sglang")
 AGENT_CONVERSATION = "agent-session"
+AUTOCOMPLETE_CONVERSATION = "completions"
 # name -> kind
 CONVERSATIONS = {
     "multi-turn-session": "multi-turn",
     "shared-prefix": "shared-prefix",
     AGENT_CONVERSATION: "agentic",
+    AUTOCOMPLETE_CONVERSATION: "autocomplete",
 }
+AUTOCOMPLETE_BUDGET_S = 0.3  # a completion that ended within it is shown in budget
 AGENT_STEPS = 3  # an agent session's steps: each user runs two sessions per tier
 KINDS = tuple(CONVERSATIONS.values())
 TIERS = (1, 5, 10)
@@ -154,6 +158,15 @@ def make_campaign(start_s: float, seed: int = 7, run_id: str = "run-a") -> Campa
                     ttft = round(slow * users * 0.01 * (1 + rng.random()), 6)
                     output_tokens = rng.randint(5, 60)
                     e2e = round(ttft + output_tokens * 0.005 * slow * (1 + rng.random()), 6)
+                    if kind == "autocomplete":  # every third request abandoned, with what came before
+                        labels["turn"] = index // users
+                        if status == "ok" and index % 3 == 1:
+                            status = "abandoned"
+                            e2e = round(e2e * rng.random(), 6)
+                            output_tokens = int(output_tokens * e2e / (e2e + ttft)) if e2e > ttft else 0
+                            ttft = ttft if output_tokens else None
+                        elif status == "ok":
+                            labels["shown_in_budget"] = e2e <= AUTOCOMPLETE_BUDGET_S
                     record = make_record(
                         record_id=f"rec-{record_number}",
                         run_id=run_id,
@@ -169,11 +182,11 @@ def make_campaign(start_s: float, seed: int = 7, run_id: str = "run-a") -> Campa
                         ttft_s=ttft,
                         ttfo_s=ttft,
                         e2e_s=e2e,
-                        tpot_s=round((e2e - ttft) / (output_tokens - 1), 6),
+                        tpot_s=round((e2e - ttft) / (output_tokens - 1), 6) if status == "ok" else None,
                         itl_mean_s=0.005,
                         output_tokens=output_tokens,
-                        tokens_per_s=round(output_tokens / e2e, 6),
-                        finish_reason="stop",
+                        tokens_per_s=round(output_tokens / e2e, 6) if e2e else None,
+                        finish_reason="stop" if status == "ok" else None,
                         status=status,
                         http_status=500 if status == "http_500" else (200 if status == "ok" else None),
                         worker_lag_p99_ms=1.5,
@@ -184,7 +197,7 @@ def make_campaign(start_s: float, seed: int = 7, run_id: str = "run-a") -> Campa
                     record_number += 1
                 end_s = at_s + TIER_SPAN_S
                 campaign.phases.append(("end", phase, end_s))
-                if kind == "agentic":
+                if kind in ("agentic", "autocomplete"):
                     campaign.tiers.append(master_tier_row(campaign, phase, at_s, end_s))
                 else:
                     campaign.tiers.append(

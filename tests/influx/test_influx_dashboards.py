@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 from influx_dataset import (
     AGENT_CONVERSATION,
+    AUTOCOMPLETE_CONVERSATION,
     BACKENDS,
     CONVERSATIONS,
     KINDS,
@@ -203,8 +204,14 @@ def test_every_query_runs_and_answers(loaded: InfluxD, campaign: Campaign, name:
     for selection in selections:
         for where, query in all_queries(board):
             series = loaded.query(expand(query, campaign, selection))
-            # the agent panels answer for agent sessions only: other conversations have none
+            # the agent panels answer for agent sessions only: other conversations have none; likewise
+            # the autocomplete panels
             if where.startswith("panel 'Agent:") and AGENT_CONVERSATION not in selection["conversation"]:
+                assert not series, f"{name} {where}: data for {selection}"
+            elif (
+                where.startswith("panel 'Autocomplete:")
+                and AUTOCOMPLETE_CONVERSATION not in selection["conversation"]
+            ):
                 assert not series, f"{name} {where}: data for {selection}"
             else:
                 assert series, f"{name} {where}: no data for {selection}"
@@ -305,7 +312,7 @@ def test_live_errors_by_kind(loaded: InfluxD, campaign: Campaign) -> None:
     got = {key: sum(value or 0 for _, value in values) for key, values in by_tags(series, "errors").items()}
     expected: dict[tuple[str, str], int] = defaultdict(int)
     for record in campaign.all_records():
-        if record["status"] != "ok":
+        if record["status"] not in ("ok", "abandoned"):  # typing's cancels are no failures
             expected[(record["backend"], record["status"])] += 1
     assert got == expected
     assert {status for _, status in got} == {"http_500", "timeout"}
@@ -460,3 +467,73 @@ def test_live_ttft_p90_per_conversation_keeps_a_mix_s_personas_apart(
             buckets[bucket_ms(record["wall_start"])].append(record["ttft_s"])
         answered = {time_ms: value for time_ms, value in got[(backend, conversation)] if value is not None}
         assert answered == {time_ms: influx_percentile(values, 90) for time_ms, values in buckets.items()}
+
+
+def autocomplete_panel(
+    loaded: InfluxD, campaign: Campaign, title: str, column: str
+) -> dict[tuple[str, ...], Any]:
+    board = load_dashboards()["engine-comparison.json"]
+    selection = {**ALL, "conversation": [AUTOCOMPLETE_CONVERSATION]}
+    series = loaded.query(expand(panel_query(board, title), campaign, selection))
+    return {key: values[0][1] for key, values in by_tags(series, column).items()}
+
+
+def test_autocomplete_abandoned_shown_and_wasted_tokens_per_tier(loaded: InfluxD, campaign: Campaign) -> None:
+    rows = [row for row in campaign.tiers if row["conversation"] == AUTOCOMPLETE_CONVERSATION]
+    assert len(rows) == len(BACKENDS) * len(TIERS)
+    for title, column in (
+        ("Autocomplete: abandoned", "abandoned_pct"),
+        ("Autocomplete: abandoned", "shown_in_budget_pct"),
+        ("Autocomplete: wasted", "abandoned_output_tokens"),
+    ):
+        got = autocomplete_panel(loaded, campaign, title, column)
+        expected = {}
+        for row in rows:
+            mine = [
+                r
+                for r in campaign.all_records()
+                if r["conversation"] == AUTOCOMPLETE_CONVERSATION
+                and r["backend"] == row["backend"]
+                and r["tier_users"] == row["tier_users"]
+            ]
+            abandoned = [r for r in mine if r["status"] == "abandoned"]
+            by_hand = {
+                "abandoned_pct": 100 * len(abandoned) / len(mine),
+                "shown_in_budget_pct": 100 * sum(r["shown_in_budget"] is True for r in mine) / len(mine),
+                "abandoned_output_tokens": sum(r["output_tokens"] for r in abandoned),
+            }
+            expected[(row["backend"], "m", "run-a", str(row["tier_users"]))] = by_hand[column]
+        assert got == pytest.approx(expected), column
+        assert any(value > 0 for value in got.values()), column
+
+
+def test_autocomplete_ttft_p90_is_of_completions_only(loaded: InfluxD, campaign: Campaign) -> None:
+    got = autocomplete_panel(loaded, campaign, "Autocomplete: TTFT p90", "ttft_p90_s")
+    expected = {
+        (backend, "m", "run-a", str(users)): influx_percentile(
+            [
+                r["ttft_s"]
+                for r in ok_records(
+                    campaign, conversation=AUTOCOMPLETE_CONVERSATION, backend=backend, tier_users=users
+                )
+            ],
+            90,
+        )
+        for backend in BACKENDS
+        for users in TIERS
+    }
+    assert got == pytest.approx(expected)
+
+
+def test_shown_in_budget_is_a_field_of_completed_autocomplete_requests(
+    loaded: InfluxD, campaign: Campaign
+) -> None:
+    query = (
+        'SELECT mean("shown_in_budget") AS "shown" FROM "grill_request" WHERE "kind" = \'autocomplete\' '
+        "AND \"backend\" = 'vllm' AND \"status\" = 'ok' AND $timeFilter"
+    )
+    (series,) = loaded.query(expand(query, campaign, {}))
+    completed = ok_records(campaign, conversation=AUTOCOMPLETE_CONVERSATION, backend="vllm")
+    assert series["values"][0][1] == pytest.approx(
+        sum(r["shown_in_budget"] for r in completed) / len(completed)
+    )

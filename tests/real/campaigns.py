@@ -64,3 +64,40 @@ def campaign_scenario(
             "tier_timeout_s": 300,
         },
     }
+
+
+# An agent session sized to the time a 2-CPU machine gives it (the 270M model prefills ~150-300 tokens/s
+# there, so its whole 32k context would take minutes per step), not to the model's context: its last
+# step holds about 4k tokens.
+AGENT_STEPS = 10
+AGENT_CONVERSATION: dict[str, Any] = {
+    "name": "agent",
+    "kind": "agentic",
+    "steps": AGENT_STEPS,
+    "system_tokens": 1200,  # the tools' JSON (~800 tokens on gemma's tokenizer) and the system message
+    "tool_result_tokens": 200,
+    "step_max_tokens": 32,  # room for a whole <tool_call> (llama-server streams none of a cut one)
+    "final_max_tokens": 32,
+}
+
+
+def agent_scenario(backends: list[dict[str, Any]], model_name: str, **conversation: Any) -> dict[str, Any]:
+    """One agent session per backend, one after the other (the engine has one slot); `conversation`
+    overrides AGENT_CONVERSATION's keys."""
+    return {
+        "name": "real-engine-agent",
+        "description": "agent sessions against a real engine (tests/real)",
+        "backends": backends,
+        "models": [{"name": model_name, "max_tokens": 32, "temperature": 0.0, "ignore_eos": True}],
+        "conversations": [{**AGENT_CONVERSATION, **conversation}],
+        "targets": [
+            {
+                "name": backend["name"],
+                "backend": backend["name"],
+                "model": model_name,
+                "conversation": "agent",
+            }
+            for backend in backends
+        ],
+        "load": {"tiers": [1], "iterations": 1, "pause_s": 0.2, "think_time_s": 0.0, "tier_timeout_s": 300},
+    }

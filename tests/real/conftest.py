@@ -1,5 +1,6 @@
-"""Session fixtures for the real-engine tests: llama.cpp's own `llama-server` and a LiteLLM proxy in
-front of it, each started on a free loopback port and stopped at the end of the session.
+"""Session fixtures for the real-engine tests: llama.cpp's own `llama-server` (twice: the shared one
+without --jinja, and one with it for requests carrying tools) and a LiteLLM proxy in front of both, each
+started on a free loopback port and stopped at the end of the session.
 
 The binary, the model and the proxy come from `.ci/setup_llama.sh` and `.ci/setup_litellm.sh`
 (cached builds); the tests find them through those scripts' `--paths` mode, or through the
@@ -16,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
@@ -34,6 +35,8 @@ SETUP_LITELLM = ROOT / ".ci" / "setup_litellm.sh"
 
 SERVED_MODEL = "gemma3-270m"  # llama-server's --alias
 PROXY_MODEL = "coder"  # the alias LiteLLM routes to llama-server
+AGENT_PROXY_MODEL = "coder-agent"  # the alias LiteLLM routes to the --jinja llama-server (tools)
+AGENT_TEMPLATE = Path(__file__).with_name("agent_chat_template.jinja")
 MASTER_KEY_ENV = "GRILL_TEST_LITELLM_MASTER_KEY"  # the proxy and the scenario both read the key from here
 LLAMA_SLOTS = 4
 LLAMA_CONTEXT_TOKENS = 4096  # shared by the slots: 1024 tokens each
@@ -136,19 +139,32 @@ def llama_server_argv(binary: Path, model: Path, port: int) -> list[str]:
     ]  # fmt: skip
 
 
-def litellm_config(llama_url: str) -> dict[str, Any]:
-    """Routes PROXY_MODEL to llama-server through LiteLLM's OpenAI-compatible provider, as the seed's
-    gateway did; the master key is read from the environment, never written down."""
+def llama_agent_server_argv(binary: Path, model: Path, port: int) -> list[str]:
+    """llama-server for requests carrying tools: --jinja (without it they are refused) with a template
+    that renders tools, calls and results, the context the GGUF gives (-c 0) in one slot, so that each
+    step of a session finds the last one's prefix in the slot's cache."""
+    return [
+        str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
+        "-c", "0", "-np", "1", "-t", "2", "--metrics", "--slots", "--alias", SERVED_MODEL,
+        "--jinja", "--chat-template-file", str(AGENT_TEMPLATE),
+    ]  # fmt: skip
+
+
+def litellm_config(llama_url: str, agent_url: str) -> dict[str, Any]:
+    """Routes PROXY_MODEL to llama-server and AGENT_PROXY_MODEL to the --jinja one through LiteLLM's
+    OpenAI-compatible provider, as the seed's gateway did; the master key is read from the environment,
+    never written down."""
     return {
         "model_list": [
             {
-                "model_name": PROXY_MODEL,
+                "model_name": alias,
                 "litellm_params": {
                     "model": f"openai/{SERVED_MODEL}",
-                    "api_base": f"{llama_url}/v1",
+                    "api_base": f"{url}/v1",
                     "api_key": "none",  # llama-server wants none; the provider wants a value
                 },
             }
+            for alias, url in ((PROXY_MODEL, llama_url), (AGENT_PROXY_MODEL, agent_url))
         ],
         "general_settings": {"master_key": f"os.environ/{MASTER_KEY_ENV}"},
         "litellm_settings": {"telemetry": False, "drop_params": True},
@@ -166,15 +182,16 @@ def llama_paths() -> tuple[Path, Path]:
     return binary, model
 
 
-@pytest.fixture(scope="session")
-def llama_server(
-    llama_paths: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+def _serve_llama(
+    argv_of: Callable[[Path, Path, int], list[str]],
+    llama_paths: tuple[Path, Path],
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ServerProcess]:
     binary, model = llama_paths
     port = free_port()
     log_path = tmp_path_factory.mktemp("llama") / "llama-server.log"
     server = ServerProcess.start(
-        "llama-server", llama_server_argv(binary, model, port), port, log_path, dict(os.environ)
+        "llama-server", argv_of(binary, model, port), port, log_path, dict(os.environ)
     )
     try:
         server.wait_healthy("/health", LLAMA_START_TIMEOUT_S)
@@ -184,20 +201,39 @@ def llama_server(
 
 
 @pytest.fixture(scope="session")
+def llama_server(
+    llama_paths: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    yield from _serve_llama(llama_server_argv, llama_paths, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def llama_agent_server(
+    llama_paths: tuple[Path, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
+    yield from _serve_llama(llama_agent_server_argv, llama_paths, tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
 def master_key() -> str:
     return "sk-grill-" + secrets.token_hex(16)
 
 
 @pytest.fixture(scope="session")
 def litellm_proxy(
-    llama_server: ServerProcess, master_key: str, tmp_path_factory: pytest.TempPathFactory
+    llama_server: ServerProcess,
+    llama_agent_server: ServerProcess,
+    master_key: str,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[ServerProcess]:
     binary = _locate("GRILL_LITELLM", SETUP_LITELLM)
     if not (binary.is_file() and os.access(binary, os.X_OK)):
         _absent("the LiteLLM proxy", binary, SETUP_LITELLM)
     folder = tmp_path_factory.mktemp("litellm")
     config = folder / "litellm.yaml"
-    config.write_text(yaml.safe_dump(litellm_config(llama_server.url), sort_keys=False))
+    config.write_text(
+        yaml.safe_dump(litellm_config(llama_server.url, llama_agent_server.url), sort_keys=False)
+    )
     port = free_port()
     env = {
         **os.environ,
@@ -242,9 +278,10 @@ class CampaignRun:
 
 def run_campaign(
     scenario: dict[str, Any], folder: Path, extra_args: Sequence[str] = (), env: dict[str, str] | None = None,
-    timeout_s: float = 900,
+    timeout_s: float = 900, returncodes: Sequence[int] = (0,),
 ) -> CampaignRun:  # fmt: skip
-    """`locust -f locustfiles/coding.py --headless --scenario FILE --results-dir DIR`, as a user runs it."""
+    """`locust -f locustfiles/coding.py --headless --scenario FILE --results-dir DIR`, as a user runs it;
+    `returncodes` are its expected exits (Locust exits 1 when a request failed)."""
     folder.mkdir(parents=True, exist_ok=True)
     scenario_path = folder / "scenario.yaml"
     scenario_path.write_text(yaml.safe_dump(scenario, sort_keys=False))
@@ -266,7 +303,7 @@ def run_campaign(
     output = done.stdout + done.stderr
     (folder / "locust.log").write_text(output)
     runs = [path for path in results_dir.iterdir() if path.is_dir()] if results_dir.exists() else []
-    assert done.returncode == 0 and len(runs) == 1, (
+    assert done.returncode in returncodes and len(runs) == 1, (
         f"{shlex.join(argv)} -> exit {done.returncode}, runs {runs}\n{output[-LOG_TAIL_CHARS:]}"
     )
     return CampaignRun(runs[0], results_dir, output, done.returncode, wall_s)

@@ -124,3 +124,22 @@ def test_the_campaign_sends_phases_tiers_and_telemetry_to_every_sink_and_records
     assert (tmp_path / "run" / "records.parquet").exists() and (
         tmp_path / "run" / "telemetry.parquet"
     ).exists()
+
+
+def test_abandoned_requests_are_no_errors_and_make_no_outage(tmp_path: Path) -> None:
+    environment = Environment(user_classes=[], events=Events())
+    environment.create_local_runner()
+    scenario = parse_scenario(scenario_data([1]), source="test")
+    results = ResultsWriter(tmp_path / "run", {"run_id": "run-1"}, scenario.redacted())
+    campaign = Campaign(environment, scenario, results, "run-1", sinks=[])
+    assert campaign.tick() is not None
+    progress = campaign.current
+    assert progress is not None
+    statuses = ["abandoned"] * 6 + ["ok"] * 3 + ["http_500"]
+    records = [{**a_record(campaign, f"r{i}"), "status": status} for i, status in enumerate(statuses)]
+    campaign.on_records("w", records, {progress.phase.key: 1})
+    assert (progress.errors, progress.abandoned) == (1, 6)
+    assert progress.outage == ""  # 1 failed of the 4 not abandoned: no outage (7 of 10 were it counted them)
+    campaign.tick()
+    campaign.close()
+    assert [p["complete"] for p in results.phases] == [True]

@@ -15,10 +15,10 @@ from pydantic import BaseModel
 from grill_locust.config import Conversation
 from grill_locust.workload import ConversationScript, TokenCounter, build_workload
 from grill_locust.workload.agentic import AgenticPlan
-from grill_locust.workload.generators import _fit
+from grill_locust.workload.autocomplete import AutocompletePlan
 from grill_locust.workload.heads import QUESTIONS
 from grill_locust.workload.kinds import WORKLOAD_KINDS
-from grill_locust.workload.tokens import count_tokens, seam_change, tokenize
+from grill_locust.workload.tokens import count_tokens, fit_tokens, seam_change, tokenize
 
 BLOCK_TOKENS = 16  # prefix caches share whole blocks of this many tokens (vLLM's default)
 SCRIPT_BUDGET_MS = 5.0
@@ -79,6 +79,10 @@ def test_every_kind_of_the_table_scripts_to_its_default_sizes(kind: str) -> None
         low, high = WORKLOAD_KINDS[kind].sizes["steps"]
         assert low <= script.steps <= high and script.task and script.system
         return
+    if isinstance(script, AutocompletePlan):  # a typing developer's plan: checked in test_autocomplete
+        assert len(script.requests) == conv.requests_per_iteration
+        assert count_tokens(script.prefix) == conv.prefix_tokens
+        return
     assert len(script.user_turns) == conv.requests_per_iteration >= 1
     assert all(turn for turn in script.user_turns)
 
@@ -93,11 +97,11 @@ def test_fit_is_exact_across_awkward_seams() -> None:
         ("a" * 40, "b" * 40),
     ):
         for n_tokens in (1, 2, 7, 30, 200):
-            assert count_tokens(_fit(head, body, tail, n_tokens)) == n_tokens
+            assert count_tokens(fit_tokens(head, body, tail, n_tokens)) == n_tokens
 
 
 def test_seam_change_counts_joined_texts_as_a_whole_reading_does() -> None:
-    """`_fit` counts only its two seams: at every seam, the count from the seam alone must be the
+    """`fit_tokens` counts only its two seams: at every seam, the count from the seam alone must be the
     count of the whole joined text (random cuts of real code and of awkward runs: spaces, letters,
     digits, newlines with indentation, punctuation)."""
     rng = random.Random(3)

@@ -133,6 +133,29 @@ LLAMACPP_COMPLETIONS_NO_USAGE = [
     '"predicted_ms":52.0,"predicted_per_token_ms":26.0,"predicted_per_second":38.5}}',
     "[DONE]",
 ]
+# llama.cpp's own stream (/infill, /completion; as b11434 writes it): no `choices`, no usage, no
+# [DONE]; the last chunk has `stop: true`, the counts and `timings`, and the body ends after it
+LLAMACPP_INFILL_HEAD = (
+    "HTTP/1.1 200 OK\r\nServer: llama.cpp\r\nAccess-Control-Allow-Origin: \r\nX-Accel-Buffering: no\r\n"
+    "Content-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\nKeep-Alive: timeout=5, max=100\r\n\r\n"
+)
+LLAMACPP_INFILL = [
+    '{"index":0,"content":"    return","tokens":[262,470],"stop":false,"id_slot":-1,"tokens_predicted":1,'
+    '"tokens_evaluated":1534}',
+    '{"index":0,"content":" a","tokens":[264],"stop":false,"id_slot":-1,"tokens_predicted":2,"tokens_evaluated":1534}',
+    '{"index":0,"content":" +","tokens":[488],"stop":false,"id_slot":-1,"tokens_predicted":3,"tokens_evaluated":1534}',
+    '{"index":0,"content":" b","tokens":[293],"stop":false,"id_slot":-1,"tokens_predicted":4,"tokens_evaluated":1534}',
+    '{"index":0,"content":"","tokens":[],"id_slot":2,"stop":true,"model":"qwen2.5-coder-1.5b","tokens_predicted":4,'
+    '"tokens_evaluated":1534,"generation_settings":{"seed":4294967295,"temperature":0.0,"top_k":40,"top_p":0.95,'
+    '"min_p":0.05,"stop":[],"max_tokens":64,"n_predict":64,"n_keep":0,"n_discard":0,"ignore_eos":false,"stream":true,'
+    '"n_probs":0,"min_keep":0,"chat_format":"Content-only","samplers":["penalties","dry","top_k","typ_p","top_p",'
+    '"min_p","xtc","temperature"],"timings_per_token":false,"lora":[]},"prompt":"<|repo_name|>myproject\\n'
+    "<|file_sep|>util.py\\ndef add(a, b):\\n<|file_sep|>filename\\n<|fim_prefix|>def add(a, b):\\n<|fim_suffix|>"
+    '\\n<|fim_middle|>","has_new_line":false,"truncated":false,"stop_type":"eos","stopping_word":"",'
+    '"tokens_cached":1537,"timings":{"cache_n":1520,"prompt_n":14,"prompt_ms":31.2,"prompt_per_token_ms":2.23,'
+    '"prompt_per_second":448.7,"predicted_n":4,"predicted_ms":61.5,"predicted_per_token_ms":15.4,'
+    '"predicted_per_second":65.0}}',
+]
 LLAMACPP_ERROR_EVENTS = [
     (
         "data",
@@ -360,6 +383,7 @@ def main() -> None:
     write("sglang_chat", UVICORN_HEAD, sse(SGLANG_CHAT))
     write("llamacpp_chat", LLAMACPP_HEAD, sse(LLAMACPP_CHAT))
     write("llamacpp_completions_no_usage", LLAMACPP_HEAD, sse(LLAMACPP_COMPLETIONS_NO_USAGE))
+    write("llamacpp_infill", LLAMACPP_INFILL_HEAD, sse(LLAMACPP_INFILL))
     # llama.cpp ends a failed stream with `error: {...}` and closes the body without [DONE]
     write(
         "llamacpp_error_midstream",

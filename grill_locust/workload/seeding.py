@@ -1,0 +1,13 @@
+"""Seeded random streams: the same parts give the same draws in every process, so master and workers
+agree on a workload without sending it around."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+
+
+def seeded_rng(seed: int, *parts: str) -> random.Random:
+    """A random stream for `seed` and `parts`. 128 bits of seed, so 64-bit ids are not capped by it."""
+    key = "|".join((str(seed), *parts)).encode("utf-8")
+    return random.Random(int.from_bytes(hashlib.blake2b(key, digest_size=16).digest(), "big"))
