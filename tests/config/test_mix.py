@@ -132,3 +132,20 @@ def test_an_agentic_persona_on_a_completions_backend_is_refused_at_its_mix_entry
         ConfigError, match=r"targets\[0\]\.mix\[2\]\.conversation: conversation 'agent' is agentic"
     ):
         parse_scenario(data, "t.yaml")
+
+
+def test_validate_lists_each_persona_and_its_developers_at_every_tier() -> None:
+    from grill_locust.run.estimate import estimate_campaign, format_estimate
+
+    data = scenario_data({"backend": "sim", "mix": MIX})
+    data["load"] = {"tiers": [4, 20], "iterations": 1}
+    scenario = parse_scenario(data, "t.yaml")
+    estimate = estimate_campaign(scenario)
+    text = format_estimate(estimate, 0.5, 20.0)
+    assert (
+        "mix of sim/m/mix (short-baseline 70, chat 25, agent 5): developers per persona at each tier" in text
+    )
+    assert "  4 users: short-baseline 3, chat 1, agent 0" in text
+    assert "  20 users: short-baseline 14, chat 5, agent 1" in text
+    by_persona = {e.target.conversation.name: e.requests for e in estimate.targets}
+    assert by_persona["short-baseline"] == 3 + 14 and by_persona["chat"] == 4 * (1 + 5)
