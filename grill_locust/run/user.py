@@ -64,7 +64,7 @@ class GrillUser(User):
         user_key = (
             f"{phase.session}-p{phase.phase_id}a{phase.attempt}-{self.grill.worker_id}-u{self.user_index}"
         )
-        script = workload.script(user_key, iteration)
+        script = workload.script(user_key, iteration, self.developer)
         labels = {
             **phase.labels(target),
             "iteration": iteration,
