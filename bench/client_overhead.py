@@ -141,13 +141,23 @@ def _cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_live(streams: int, window_s: float, max_tokens: int) -> None:
+def run_live(
+    streams: int,
+    window_s: float,
+    max_tokens: int,
+    messages: list[dict] | None = None,
+    max_model_len: int = 32768,
+) -> None:
+    """Without `messages`, each stream sends LIVE_PROMPT (short); with them, every stream sends those
+    (bench/agentic.py: long agent contexts)."""
     from grill_locust.sim import SimProcess
 
+    prompt_tokens = 0 if messages is None else max_model_len  # KV room for each stream's prompt
+    kv_blocks = max(streams * (max_tokens + 200 + prompt_tokens) // 16 + 4096, max_model_len // 16)
     step_args = [
         f"--step-a-ms={LIVE_STEP_A_MS}", f"--step-b-ms={LIVE_STEP_B_MS}", "--step-c-ms=0.001",
         "--step-d-ms=0", "--reasoning-tokens=0", "--spin-ms=0", f"--max-num-seqs={streams + 8}",
-        f"--kv-blocks={streams * (max_tokens + 200) // 16 + 4096}", "--max-model-len=32768",
+        f"--kv-blocks={kv_blocks}", f"--max-model-len={max_model_len}",
     ]  # fmt: skip
     model = Model(name="grill-sim", max_tokens=max_tokens, ignore_eos=True)
     with SimProcess.start("vllm", served_model_name="grill-sim", extra_args=step_args) as sim:
@@ -158,7 +168,8 @@ def run_live(streams: int, window_s: float, max_tokens: int) -> None:
 
         def user(index: int) -> None:
             client = EngineClient(backend)
-            payload = chat_payload(model, [{"role": "user", "content": f"{index} {LIVE_PROMPT}"}])
+            sent = messages or [{"role": "user", "content": f"{index} {LIVE_PROMPT}"}]
+            payload = chat_payload(model, sent)
             try:
                 while not stop:
                     results.append(client.stream(CHAT_PATH, payload).raw)

@@ -523,6 +523,21 @@ def live_run() -> dict[str, Any]:
             "ms",
             "A worker whose lag climbs inflates TTFT itself: add workers",
         ),
+        timeseries(
+            8,
+            "TTFT p90 per conversation (a mix's personas apart)",
+            [
+                target(
+                    f'SELECT percentile("ttft_s", 90) AS "ttft_p90_s" FROM "grill_request" WHERE {OK_REQUEST_FILTER} '
+                    'GROUP BY time($__interval), "backend", "conversation" fill(null)',
+                    alias="$tag_backend $tag_conversation",
+                )
+            ],
+            grid(0, 30, 24, 8),
+            "s",
+            "Time to first output token of ok requests, p90 per interval, one line per backend and conversation: "
+            "a team's personas (autocomplete beside chat and agents) on the same engine, each against its own SLO",
+        ),
     ]
     return dashboard(
         "grill-live-run",

@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
         targets = [t for t in scenario.targets if t.backend.name == backend.name]
         models = list(dict.fromkeys(t.model.name for t in targets))
         tools = None
-        if any(t.conversation.kind == KIND_AGENTIC for t in targets):
+        if any(p.conversation.kind == KIND_AGENTIC for t in targets for p in t.personas):
             from grill_locust.workload.tools import TOOLS
 
             tools = TOOLS

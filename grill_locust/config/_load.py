@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from grill_locust.config._env import env_reference_names, expand_env
-from grill_locust.config._errors import ConfigError, LineMap, at, describe_validation_error, line_of
+from grill_locust.config._errors import (
+    ConfigError,
+    LineMap,
+    YamlPath,
+    at,
+    describe_validation_error,
+    line_of,
+)
 from grill_locust.config._llm_grill import (
     backends_key,
     is_llm_grill_file,
@@ -21,9 +29,11 @@ from grill_locust.config._schema import (
     BUILTIN_CONVERSATION_KINDS,
     Backend,
     Conversation,
+    FileMixEntry,
     FileScenario,
     FileTarget,
     Model,
+    Persona,
     Scenario,
     SecretReference,
     Target,
@@ -179,16 +189,69 @@ def _resolve_target(
 
     backend: Backend = pick(backend_key, "backend", file_target.backend, backends)
     model: Model = pick("model", "model", file_target.model, models)
-    conversation: Conversation = pick("conversation", "conversation", file_target.conversation, conversations)
+    if file_target.mix is not None and file_target.conversation is not None:
+        message = "give either conversation or mix, not both"
+        raise ConfigError(at(source, ("targets", index, "mix"), lines, message))
+    if file_target.mix is None:
+        conversation: Conversation = pick(
+            "conversation", "conversation", file_target.conversation, conversations
+        )
+        personas = [Persona(conversation=conversation, weight=1.0)]
+        _check_api(backend, conversation, ("targets", index, "conversation"), source, lines)
+    else:
+        personas = _mix_personas(index, file_target.mix, backend, conversations, source, lines)
+    for persona in personas:
+        _check_fim(index, backend, model, persona.conversation, models, conversations, source, lines)
+    mix = file_target.mix is not None
+    name = file_target.name or (
+        f"{backend.name}/{model.name}/" + ("mix" if mix else personas[0].conversation.name)
+    )
+    return Target(name=name, backend=backend, model=model, personas=tuple(personas), mix=mix)
+
+
+def _mix_personas(
+    index: int,
+    mix: list[FileMixEntry],
+    backend: Backend,
+    conversations: dict[str, Conversation],
+    source: str,
+    lines: LineMap,
+) -> list[Persona]:
+    """A target's `mix`: each entry's conversation (declared or built-in) and positive weight."""
+    if not mix:
+        message = "expected at least one {conversation: NAME, weight: NUMBER} entry, got an empty mix"
+        raise ConfigError(at(source, ("targets", index, "mix"), lines, message))
+    personas = []
+    seen: set[str] = set()
+    for position, entry in enumerate(mix):
+        place = ("targets", index, "mix", position)
+        if entry.conversation not in conversations:
+            choices = ", ".join(sorted(conversations))
+            message = f"unknown conversation {entry.conversation!r} (known: {choices})"
+            raise ConfigError(at(source, (*place, "conversation"), lines, message))
+        if entry.conversation in seen:
+            message = f"conversation {entry.conversation!r} is already in this mix: give it one weight"
+            raise ConfigError(at(source, (*place, "conversation"), lines, message))
+        seen.add(entry.conversation)
+        weight = entry.weight
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < math.inf:
+            message = f"expected a positive number, got {weight!r}"
+            raise ConfigError(at(source, (*place, "weight"), lines, message))
+        conversation = conversations[entry.conversation]
+        _check_api(backend, conversation, (*place, "conversation"), source, lines)
+        personas.append(Persona(conversation=conversation, weight=float(weight)))
+    return personas
+
+
+def _check_api(
+    backend: Backend, conversation: Conversation, place: YamlPath, source: str, lines: LineMap
+) -> None:
     if conversation.kind == "agentic" and backend.api == "completions":
         message = (
             f"conversation {conversation.name!r} is agentic: its tool calls need a backend with api: chat "
             f"or messages (backend {backend.name!r} has api: completions)"
         )
-        raise ConfigError(at(source, ("targets", index, "conversation"), lines, message))
-    _check_fim(index, backend, model, conversation, models, conversations, source, lines)
-    name = file_target.name or f"{backend.name}/{model.name}/{conversation.name}"
-    return Target(name=name, backend=backend, model=model, conversation=conversation)
+        raise ConfigError(at(source, place, lines, message))
 
 
 def _check_fim(

@@ -219,6 +219,61 @@ class LogNormalTokens(_Frozen):
         return self
 
 
+SLO_LATENCY_BOUNDS: tuple[str, ...] = (
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "ttft_p99_s",
+    "e2e_p50_s",
+    "e2e_p90_s",
+    "e2e_p99_s",
+)
+
+
+class Slo(_Frozen):
+    """The service level a tier must meet to count as capacity, each bound met at equality: each
+    latency percentile given at most its bound (TTFT and E2E p50 always, p90 and p99 where given),
+    success rate >= success_rate. A scenario's `slo:` section; a conversation's own `slo:` wins over it
+    for that conversation; `grill report` judges tiers by them (report/capacity.py)."""
+
+    ttft_p50_s: float = Field(default=2.0, gt=0)
+    ttft_p90_s: float | None = Field(default=None, gt=0)
+    ttft_p99_s: float | None = Field(default=None, gt=0)
+    e2e_p50_s: float = Field(default=10.0, gt=0)
+    e2e_p90_s: float | None = Field(default=None, gt=0)
+    e2e_p99_s: float | None = Field(default=None, gt=0)
+    success_rate: float = Field(default=0.99, gt=0, le=1)
+
+    def latency_bounds(self) -> dict[str, float]:
+        """Summary column -> bound in seconds, for the bounds this SLO has."""
+        bounds = {name: getattr(self, name) for name in SLO_LATENCY_BOUNDS}
+        return {name: bound for name, bound in bounds.items() if bound is not None}
+
+    def describe(self) -> str:
+        parts = [
+            f"{name.split('_')[0].upper()} {name.split('_')[1]} <= {bound:g} s"
+            for name, bound in self.latency_bounds().items()
+        ]
+        return ", ".join([*parts, f"success >= {self.success_rate * 100:g} %"])
+
+
+class ConversationSlo(_Frozen):
+    """A conversation's own `slo:`: the bounds it gives replace the scenario's for its requests."""
+
+    ttft_p50_s: float | None = Field(default=None, gt=0)
+    ttft_p90_s: float | None = Field(default=None, gt=0)
+    ttft_p99_s: float | None = Field(default=None, gt=0)
+    e2e_p50_s: float | None = Field(default=None, gt=0)
+    e2e_p90_s: float | None = Field(default=None, gt=0)
+    e2e_p99_s: float | None = Field(default=None, gt=0)
+    success_rate: float | None = Field(default=None, gt=0, le=1)
+
+    def given(self) -> dict[str, float]:
+        return {name: value for name, value in self.model_dump().items() if value is not None}
+
+    def over(self, base: Slo) -> Slo:
+        return base.model_copy(update=self.given())
+
+
 class Conversation(_Frozen):
     """What one simulated user sends in one iteration: a workload kind and its sizes (tokens)."""
 
@@ -253,6 +308,8 @@ class Conversation(_Frozen):
     seed: int = 0
     salt: bool = True
     turns: list[Turn] = Field(default_factory=list)
+    # this conversation's own service level, over the scenario's `slo` (its bounds win)
+    slo: ConversationSlo | None = None
     fim: FimTransport | None = None  # FIM requests: over the model's tokens, `suffix` or /infill
     fim_template: str | None = None  # the model's FIM family, when its name does not tell it
 
@@ -352,13 +409,82 @@ class Conversation(_Frozen):
         return 1
 
 
+class Persona(_Frozen):
+    """One conversation of a team's mix and its weight: its share of a tier's developers."""
+
+    conversation: Conversation
+    weight: float = Field(gt=0, allow_inf_nan=False)
+
+
+KIND_MIX = "mix"  # the kind of a mix target's phases and whole-tier rows (no workload kind has this name)
+
+
 class Target(_Frozen):
-    """One thing to measure: a conversation sent to a model on a backend."""
+    """One thing to measure: a conversation, or a team's mix of them (personas), sent to a model on a
+    backend. A mix's developer k plays persona `persona_index(weights, k)` at every tier."""
 
     name: str
     backend: Backend
     model: Model
-    conversation: Conversation
+    personas: tuple[Persona, ...] = Field(min_length=1)
+    mix: bool = False  # named a `mix` (its tiers are judged persona by persona), even of one persona
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_conversation(cls, data: Any) -> Any:
+        """`conversation=` is a target of that one conversation."""
+        if isinstance(data, dict) and "conversation" in data:
+            data = dict(data)
+            data["personas"] = [{"conversation": data.pop("conversation"), "weight": 1.0}]
+        return data
+
+    @property
+    def conversation(self) -> Conversation:
+        """The conversation of a target that has one; a mix target's developers each have theirs
+        (`for_developer`)."""
+        if self.mix:
+            raise ValueError(f"target {self.name!r} is a mix: take a developer's target (for_developer)")
+        return self.personas[0].conversation
+
+    @property
+    def conversation_label(self) -> str:
+        """What this target's tiers as a whole are called: its conversation, or its mix spelled out."""
+        if not self.mix:
+            return self.conversation.name
+        return "whole tier: " + ", ".join(f"{p.conversation.name} {p.weight:g}" for p in self.personas)
+
+    @property
+    def kind_label(self) -> str:
+        return KIND_MIX if self.mix else self.conversation.kind
+
+    @property
+    def weights(self) -> tuple[float, ...]:
+        return tuple(persona.weight for persona in self.personas)
+
+    def persona_of(self, developer: int) -> Conversation:
+        """The conversation 0-based `developer` of a tier plays (the same at every tier)."""
+        from grill_locust.config._apportion import persona_index
+
+        return self.personas[persona_index(self.weights, developer)].conversation
+
+    def persona_counts(self, developers: int) -> dict[str, int]:
+        """Developers of a tier of this size per persona, in the mix's order."""
+        from grill_locust.config._apportion import persona_counts
+
+        counts = persona_counts(self.weights, developers)
+        return {p.conversation.name: n for p, n in zip(self.personas, counts, strict=True)}
+
+    def for_developer(self, developer: int) -> Target:
+        """This target as developer `developer` sends it: one conversation, its persona's."""
+        return self._sending(self.persona_of(developer)) if self.mix else self
+
+    def persona_targets(self) -> list[Target]:
+        """This target as each of its personas sends it (itself, for a target of one conversation)."""
+        return [self._sending(p.conversation) for p in self.personas] if self.mix else [self]
+
+    def _sending(self, conversation: Conversation) -> Target:
+        persona = Persona(conversation=conversation, weight=1.0)
+        return self.model_copy(update={"personas": (persona,), "mix": False})
 
 
 class LlmGrillLoad(_Frozen):
@@ -397,22 +523,6 @@ class Load(_Frozen):
             if users < 1:
                 raise ValueError(f"tiers[{index}]: expected a positive number of users, got {users}")
         return value
-
-
-class Slo(_Frozen):
-    """The service level a tier must meet to count as capacity, each bound met at equality: TTFT p50
-    <= ttft_p50_s, E2E p50 <= e2e_p50_s, success rate >= success_rate. A scenario's `slo:` section;
-    `grill report` judges tiers by it (report/capacity.py)."""
-
-    ttft_p50_s: float = Field(default=2.0, gt=0)
-    e2e_p50_s: float = Field(default=10.0, gt=0)
-    success_rate: float = Field(default=0.99, gt=0, le=1)
-
-    def describe(self) -> str:
-        return (
-            f"TTFT p50 <= {self.ttft_p50_s:g} s, E2E p50 <= {self.e2e_p50_s:g} s, "
-            f"success >= {self.success_rate * 100:g} %"
-        )
 
 
 class InfluxSettings(_Frozen):
@@ -547,6 +657,11 @@ class Scenario(_Frozen):
             raise ConfigError(f"override: {describe_validation_error(error, (), None, Load)}") from None
         return self.model_copy(update={"load": load})
 
+    def conversation_slos(self) -> dict[str, dict[str, float]]:
+        """The bounds each conversation's own `slo:` gives, by conversation (run.json keeps them for
+        `grill report`)."""
+        return {c.name: c.slo.given() for c in self.conversations if c.slo is not None and c.slo.given()}
+
     def target_names(self) -> list[str]:
         return [target.name for target in self.targets]
 
@@ -574,11 +689,17 @@ class Scenario(_Frozen):
 # ---- the file layer: what a YAML file may say, before names are resolved ----------------------
 
 
+class FileMixEntry(_Frozen):
+    conversation: str
+    weight: Any  # checked where the target is resolved (config/_load.py), with the entry's place
+
+
 class FileTarget(_Frozen):
     name: str | None = None
     backend: str | None = Field(default=None, validation_alias=AliasChoices("backend", "server"))
     model: str | None = None
-    conversation: str
+    conversation: str | None = None
+    mix: list[FileMixEntry] | None = None
 
 
 class FileScenario(_Frozen):

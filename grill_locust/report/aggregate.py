@@ -1,4 +1,6 @@
 """Tier statistics: one row per target x tier from a run's records, vectorised with pandas groupby.
+A mix target's tier has a row per persona (its conversation's records, as a target of its own would)
+beside its whole-tier row (conversation "whole tier: …", kind "mix"), both with the mix in `mix`.
 
 Latency statistics use successful requests only (status "ok"), with the success rate beside them;
 a request cut by the run's own stop (`stream_cut`, error "cancelled") counts in neither: it is the
@@ -19,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from grill_locust.config import KIND_MIX
 from grill_locust.record import (
     CANCELLED,
     KIND_AUTOCOMPLETE,
@@ -94,8 +97,10 @@ SUMMARY_COLUMNS: list[str] = [
     "run_id",
     "series",
     *(c for c in LABEL_COLUMNS if c != "run_id"),  # the record's labels, in their order
+    "mix",  # a mix target's whole-tier label on its persona rows and whole-tier row; "" otherwise
     "tier_index",
     "tier_users",
+    "developers",  # distinct developers that sent requests (a persona's share of a mix's tier)
     "requests",
     "ok_requests",
     "cancelled",
@@ -140,6 +145,7 @@ TURN_COLUMNS: list[str] = [
 
 
 STAT_COLUMNS: list[str] = [
+    "developer",
     "tier_index",
     "tier_users",
     "turn",
@@ -211,8 +217,9 @@ class RunTables:
 
 
 def summarize(run: RunData) -> pd.DataFrame:
-    """One row per target x tier (SUMMARY_COLUMNS, then any telemetry columns), sorted by target and users."""
-    return _summarize(run, _Stats.of(run.records), agent_sessions(run.records))
+    """One row per target x tier (SUMMARY_COLUMNS, then any telemetry columns), sorted by target and users;
+    a mix target's persona rows before its whole-tier row."""
+    return _summary_and_turns(run, _Stats.of(run.records), agent_sessions(run.records), turns=False)[0]
 
 
 def summarize_all(run: RunData) -> RunTables:
@@ -222,9 +229,78 @@ def summarize_all(run: RunData) -> RunTables:
     steps = agent_steps(run.records)
     if len(steps):
         steps["series"] = series_names(steps)
-    return RunTables(
-        _summarize(run, stats, sessions), _summarize_turns(run, stats), sessions, steps[STEP_COLUMNS]
+    summary, turns = _summary_and_turns(run, stats, sessions, turns=True)
+    return RunTables(summary, turns, sessions, steps[STEP_COLUMNS])
+
+
+def _summary_and_turns(
+    run: RunData, stats: _Stats, sessions: pd.DataFrame, turns: bool
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The tier rows, a mix's persona rows among them, and (`turns`) the per-turn rows, per persona."""
+    summary = _summarize(run, stats, sessions)
+    turn_rows = _summarize_turns(run, stats) if turns else pd.DataFrame(columns=TURN_COLUMNS)
+    personas = _persona_run(run)
+    if personas is None:
+        return summary, turn_rows
+    persona_run, mixes = personas
+    persona_stats = _Stats.of(persona_run.records)
+    persona_rows = _as_mix_targets(
+        _summarize(persona_run, persona_stats, agent_sessions(persona_run.records))
     )
+    whole = summary["target"].isin(mixes)
+    # turn ratios across personas of different kinds mean nothing: a persona's row has its own
+    summary.loc[whole, ["turns", "ttft_turn_ratio", "e2e_turn_ratio", "context_growth"]] = np.nan
+    summary["mix"] = np.where(whole, summary["conversation"], "")
+    persona_rows["mix"] = persona_rows["target"].map(
+        summary.loc[whole].drop_duplicates("target").set_index("target")["conversation"]
+    )
+    if turns:
+        persona_turns = _as_mix_targets(_summarize_turns(persona_run, persona_stats))
+        turn_rows = _concat_rows(turn_rows[~turn_rows["target"].isin(mixes)], persona_turns)
+    return _concat_rows(persona_rows, summary), turn_rows
+
+
+MIX_PERSONA_SEPARATOR = "\x1f"  # between a mix target's name and a persona's, in _persona_run's targets
+
+
+def _persona_run(run: RunData) -> tuple[RunData, set[str]] | None:
+    """The records of mix targets as one target per persona (`<target>\x1f<conversation>`), each with its
+    tier's phase rows, so that each persona is summarised as a target is; and the mix targets' names.
+    None when no target of the run is a mix."""
+    phases = run.phases
+    mixes = set(phases.loc[phases["kind"].astype(str) == KIND_MIX, "target"].astype(str))
+    if not mixes:
+        return None
+    records = run.records[run.records["target"].astype(str).isin(mixes)].copy()
+    records["target"] = (
+        records["target"].astype(str) + MIX_PERSONA_SEPARATOR + records["conversation"].astype(str)
+    )
+    tiers = records[["target", "tier_index", "conversation", "kind"]].drop_duplicates(
+        ["target", "tier_index"]
+    )
+    tiers["mix_target"] = tiers["target"].str.split(MIX_PERSONA_SEPARATOR).str[0]
+    phase_rows = phases.drop(columns=["conversation", "kind"]).rename(columns={"target": "mix_target"})
+    phase_rows = tiers.merge(phase_rows.astype({"mix_target": str}), on=["mix_target", "tier_index"])
+    persona_phases = phase_rows.drop(columns="mix_target")[list(phases.columns)]
+    persona_run = RunData(records.reset_index(drop=True), persona_phases, None, run.meta, run.run_dir)
+    return persona_run, mixes
+
+
+def _as_mix_targets(frame: pd.DataFrame) -> pd.DataFrame:
+    """Rows of _persona_run's targets under their mix target's name."""
+    frame = frame.copy()
+    frame["target"] = frame["target"].astype(str).str.split(MIX_PERSONA_SEPARATOR).str[0]
+    return frame
+
+
+def _concat_rows(first: pd.DataFrame, then: pd.DataFrame) -> pd.DataFrame:
+    """Two tables of the same columns, sorted by target and users as a summary is (`first` first)."""
+    frames = [frame for frame in (first, then) if len(frame)]
+    if not frames:
+        return then
+    table = pd.concat(frames, ignore_index=True)
+    keys = [key for key in ("target", "tier_users", "tier_index") if key in table]
+    return table.sort_values(keys, kind="stable").reset_index(drop=True)
 
 
 def _tier_lag_p99(frame: pd.DataFrame) -> pd.Series:
@@ -252,6 +328,7 @@ def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> pd.DataFr
     per_tier["requests"] = frame[~frame["cancelled"]].groupby(TIER_KEYS).size()
     per_tier["cancelled"] = frame[frame["cancelled"]].groupby(TIER_KEYS).size()
     per_tier["ok_requests"] = ok_by_tier.size()
+    per_tier["developers"] = by_tier["developer"].nunique().where(lambda n: n > 0)
     per_tier = per_tier.join(_percentiles(ok_by_tier))
     sums = ok_by_tier[["output_tokens"]].sum()
     per_tier["ok_output_tokens"] = sums["output_tokens"]
@@ -317,6 +394,7 @@ def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> pd.DataFr
     summary["tier_index"] = summary["tier_index"].astype("int64")
     summary["tier_users"] = summary["tier_users"].astype("int64")
     extra = [c for c in summary.columns if c not in SUMMARY_COLUMNS and c not in INTERNAL_COLUMNS]
+    summary["mix"] = ""
     summary = summary[SUMMARY_COLUMNS + extra]
     for name in (*LABEL_COLUMNS, "series", "flags", "note"):
         summary[name] = summary[name].astype(str)

@@ -35,6 +35,7 @@ class Report:
 
     runs: list[LabelledRun]
     slo: Slo
+    conversation_slos: dict[str, Slo]  # conversations judged by their own SLO rather than `slo`
     summary: pd.DataFrame
     turns: pd.DataFrame
     sessions: pd.DataFrame  # one row per agent session (report.sessions), empty without agentic records
@@ -64,7 +65,13 @@ def load_runs(
     return runs
 
 
-def assemble(runs: list[LabelledRun], slo: Slo, compare: bool, progress: Progress | None = None) -> Report:
+def assemble(
+    runs: list[LabelledRun],
+    slo: Slo,
+    compare: bool,
+    progress: Progress | None = None,
+    conversation_slos: dict[str, Slo] | None = None,
+) -> Report:
     per_run: dict[str, list[pd.DataFrame]] = {"summary": [], "turns": [], "sessions": [], "agent_steps": []}
     for labelled in runs:
         tables = summarize_all(labelled.run)
@@ -78,10 +85,12 @@ def assemble(runs: list[LabelledRun], slo: Slo, compare: bool, progress: Progres
             progress.step(f"summarised {labelled.label}")
     summary = pd.concat(per_run["summary"], ignore_index=True) if runs else pd.DataFrame()
     turns, sessions, agent_steps = (_concat(per_run[name]) for name in ("turns", "sessions", "agent_steps"))
-    capacity = capacity_at_slo(summary, slo)
+    conversation_slos = conversation_slos or {}
+    capacity = capacity_at_slo(summary, slo, conversation_slos)
     return Report(
         runs=runs,
         slo=slo,
+        conversation_slos=conversation_slos,
         summary=summary,
         turns=turns,
         sessions=sessions,
@@ -120,7 +129,8 @@ def _slo_notes(runs: list[LabelledRun], slo: Slo) -> list[str]:
     for labelled in runs:
         own = labelled.run.meta.get("slo")
         if isinstance(own, dict) and any(
-            own.get(k) is not None and not math.isclose(float(own[k]), v) for k, v in slo.model_dump().items()
+            own.get(k) is not None and (v is None or not math.isclose(float(own[k]), v))
+            for k, v in slo.model_dump().items()
         ):
             notes.append(
                 f"run {labelled.label} declared a different SLO ({own}); all runs are judged by {slo.describe()}"
@@ -135,7 +145,10 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 def report_json(report: Report) -> dict[str, Any]:
     return {
-        "slo": report.slo.model_dump(),
+        "slo": report.slo.model_dump(exclude_none=True),  # bounds the SLO has
+        "conversation_slo": {
+            name: slo.model_dump(exclude_none=True) for name, slo in report.conversation_slos.items()
+        },
         "runs": [
             {
                 "label": r.label,

@@ -1,19 +1,23 @@
 """Capacity at an SLO: how many concurrent users each backend holds on each conversation.
 
-A tier meets the SLO when its TTFT p50, E2E p50 and success rate are all within bounds. The capacity
-of a series (backend, or run x backend in a comparison) on a conversation is the largest tier below the
-first failing one; the estimate interpolates linearly in users between that tier and the first failing
-one, on the metric that crosses its bound first (the binding metric).
+A tier meets the SLO when each latency percentile the SLO bounds (TTFT and E2E p50, p90 or p99 where
+given) and its success rate are within bounds; a conversation's own SLO wins over the scenario's. A mix
+target's tier meets it when every persona's row meets its conversation's SLO (the whole-tier figures
+mix personas and are judged by nobody's). The capacity of a series (backend, or run x backend in a
+comparison) on a conversation or mix is the largest tier below the first failing one; the estimate
+interpolates linearly in users between that tier and the first failing one, on the metric (and, in a
+mix, the persona) that crosses its bound first: the binding metric and persona.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
-from grill_locust.config import Slo
+from grill_locust.config import KIND_MIX, ConversationSlo, Slo
 from grill_locust.errors import GrillError
 
 METRIC_TTFT = "ttft_p50_s"
@@ -27,6 +31,7 @@ CAPACITY_COLUMNS: list[str] = [
     "max_users_meeting_slo",
     "estimated_users",
     "binding_metric",
+    "binding_persona",  # a mix's persona whose SLO the binding metric broke ("" for one conversation)
     "first_failing_users",
     "tested_max_users",
     "note",
@@ -66,24 +71,46 @@ def _positive(value: Any, place: str) -> float:
     return number
 
 
+def conversation_slos_of_run(meta: dict[str, Any], base: Slo) -> dict[str, Slo]:
+    """Each conversation's SLO where the run's scenario gave it one (run.json `conversation_slo`): its
+    bounds over `base`; GrillError naming the bound when one is not valid."""
+    own = meta.get("conversation_slo")
+    slos: dict[str, Slo] = {}
+    for conversation, bounds in (own or {}).items() if isinstance(own, dict) else ():
+        try:
+            slos[str(conversation)] = ConversationSlo.model_validate(bounds).over(base)
+        except ValueError as error:
+            raise GrillError(f"run.json conversation_slo.{conversation}: {error}") from None
+    return slos
+
+
 def tier_failures(row: pd.Series, slo: Slo) -> list[str]:
     """The SLO metrics this tier misses. A latency without a successful request to measure it (NaN) is
     no miss of its own: that tier misses the success rate."""
-    failures = []
-    if row[METRIC_TTFT] > slo.ttft_p50_s:
-        failures.append(METRIC_TTFT)
-    if row[METRIC_E2E] > slo.e2e_p50_s:
-        failures.append(METRIC_E2E)
+    failures = [metric for metric, bound in slo.latency_bounds().items() if row[metric] > bound]
     if not row[METRIC_SUCCESS] >= slo.success_rate:
         failures.append(METRIC_SUCCESS)
     return failures
 
 
-def capacity_at_slo(summary: pd.DataFrame, slo: Slo) -> pd.DataFrame:
-    """One row per conversation x series (CAPACITY_COLUMNS), conversations in order, best series first."""
+def capacity_at_slo(
+    summary: pd.DataFrame, slo: Slo, conversation_slos: Mapping[str, Slo] | None = None
+) -> pd.DataFrame:
+    """One row per conversation (or mix) x series (CAPACITY_COLUMNS), conversations in order, best
+    series first. `conversation_slos`: conversations judged by their own SLO rather than `slo`."""
+    slos = dict(conversation_slos or {})
+    mix = summary["mix"].astype(str) if "mix" in summary else pd.Series("", index=summary.index)
+    whole = summary["kind"].astype(str) == KIND_MIX if "kind" in summary else mix != ""
     rows = []
-    for (conversation, series), tiers in summary.groupby(["conversation", "series"], sort=True):
-        rows.append({"conversation": conversation, "series": series, **_series_capacity(tiers, slo)})
+    for (conversation, series), tiers in summary[mix == ""].groupby(["conversation", "series"], sort=True):
+        judge = _Judge(slos.get(str(conversation), slo), {})
+        rows.append({"conversation": conversation, "series": series, **_series_capacity(tiers, judge)})
+    personas = summary[(mix != "") & ~whole]
+    for (conversation, series), tiers in summary[whole].groupby(["conversation", "series"], sort=True):
+        of_mix = personas[(personas["mix"] == conversation) & (personas["series"] == series)]
+        judge = _Judge(slo, {str(name): slos.get(str(name), slo) for name in of_mix["conversation"].unique()})
+        judge.persona_rows = of_mix
+        rows.append({"conversation": conversation, "series": series, **_series_capacity(tiers, judge)})
     capacity = pd.DataFrame(rows, columns=CAPACITY_COLUMNS)
     if not len(capacity):
         return capacity
@@ -94,7 +121,54 @@ def capacity_at_slo(summary: pd.DataFrame, slo: Slo) -> pd.DataFrame:
     return capacity.drop(columns="_rank").reset_index(drop=True)
 
 
-def _series_capacity(tiers: pd.DataFrame, slo: Slo) -> dict[str, Any]:
+class _Judge:
+    """Whether a tier meets its SLO: a conversation's tier by its own row; a mix's whole tier by each of
+    its personas' rows (`persona_slos`), each by its conversation's SLO."""
+
+    def __init__(self, slo: Slo, persona_slos: dict[str, Slo]) -> None:
+        self.slo = slo
+        self.persona_slos = persona_slos
+        self.persona_rows = pd.DataFrame()
+
+    def judged_rows(self, tier: pd.Series) -> list[tuple[str, pd.Series, Slo]]:
+        """(persona or "", row, SLO) of everything this tier is judged by."""
+        if not self.persona_slos:
+            return [("", tier, self.slo)]
+        rows = self.persona_rows
+        same_tier = rows[(rows["target"] == tier["target"]) & (rows["tier_index"] == tier["tier_index"])]
+        return [
+            (str(row["conversation"]), row, self.persona_slos[str(row["conversation"])])
+            for _, row in same_tier.iterrows()
+        ]
+
+    def failures(self, tier: pd.Series) -> list[tuple[str, pd.Series, Slo, str]]:
+        """(persona, its row, its SLO, metric) of each bound this tier misses."""
+        return [
+            (persona, row, slo, metric)
+            for persona, row, slo in self.judged_rows(tier)
+            for metric in tier_failures(row, slo)
+        ]
+
+    def crossing(self, last_pass: pd.Series | None, first_fail: pd.Series) -> tuple[float, str, str]:
+        """Users at which the first bound is crossed, linear between the two tiers; its metric, persona."""
+        failures = self.failures(first_fail)
+        if last_pass is None:
+            return math.nan, failures[0][3], failures[0][0]
+        passed = {persona: row for persona, row, _ in self.judged_rows(last_pass)}
+        users_low, users_high = float(last_pass["tier_users"]), float(first_fail["tier_users"])
+        crossings = []
+        for persona, row, slo, metric in failures:
+            low_row = passed.get(persona)  # a persona with no developer at the tier that passed: at once
+            fraction = (
+                0.0 if low_row is None else _fraction(float(low_row[metric]), float(row[metric]), metric, slo)
+            )
+            crossings.append(
+                (users_low + min(max(fraction, 0.0), 1.0) * (users_high - users_low), metric, persona)
+            )
+        return min(crossings)
+
+
+def _series_capacity(tiers: pd.DataFrame, judge: _Judge) -> dict[str, Any]:
     # several targets of one series on one conversation (e.g. two models) are not expected; take each tier once
     ordered = tiers.sort_values(["tier_users", "tier_index"]).drop_duplicates("tier_users")
     ordered = ordered[ordered["requests"] > 0]
@@ -102,7 +176,7 @@ def _series_capacity(tiers: pd.DataFrame, slo: Slo) -> dict[str, Any]:
     notes: list[str] = []
     last_pass: pd.Series | None = None
     for _, tier in ordered.iterrows():
-        failures = tier_failures(tier, slo)
+        failures = judge.failures(tier)
         if bool(tier.get("saturated", False)):
             notes.append(f"load generator saturated at {int(tier['tier_users'])} users")
         if not bool(tier.get("complete", True)):
@@ -110,11 +184,12 @@ def _series_capacity(tiers: pd.DataFrame, slo: Slo) -> dict[str, Any]:
         if not failures:
             last_pass = tier
             continue
-        estimate, binding = _interpolate(last_pass, tier, failures, slo)
+        estimate, binding, persona = judge.crossing(last_pass, tier)
         return {
             "max_users_meeting_slo": int(last_pass["tier_users"]) if last_pass is not None else 0,
             "estimated_users": estimate,
             "binding_metric": binding,
+            "binding_persona": persona,
             "first_failing_users": int(tier["tier_users"]),
             "tested_max_users": tested_max,
             "note": "; ".join(notes),
@@ -125,31 +200,19 @@ def _series_capacity(tiers: pd.DataFrame, slo: Slo) -> dict[str, Any]:
         "max_users_meeting_slo": int(last_pass["tier_users"]) if last_pass is not None else 0,
         "estimated_users": float(last_pass["tier_users"]) if last_pass is not None else math.nan,
         "binding_metric": "",
+        "binding_persona": "",
         "first_failing_users": math.nan,
         "tested_max_users": tested_max,
         "note": "; ".join(notes),
     }
 
 
-def _interpolate(
-    last_pass: pd.Series | None, first_fail: pd.Series, failures: list[str], slo: Slo
-) -> tuple[float, str]:
-    """Users at which the first metric crosses its bound, linear between the two tiers."""
-    if last_pass is None:
-        return math.nan, failures[0]
-    users_low = float(last_pass["tier_users"])
-    users_high = float(first_fail["tier_users"])
-    crossings: list[tuple[float, str]] = []
-    for metric in failures:
-        low, high = float(last_pass[metric]), float(first_fail[metric])
-        if metric == METRIC_SUCCESS:
-            fraction = (low - slo.success_rate) / (low - high) if low > high else 0.0
-        else:
-            limit = slo.ttft_p50_s if metric == METRIC_TTFT else slo.e2e_p50_s
-            fraction = (limit - low) / (high - low) if math.isfinite(high) and high > low else 0.0
-        crossings.append((users_low + min(max(fraction, 0.0), 1.0) * (users_high - users_low), metric))
-    estimate, binding = min(crossings)
-    return estimate, binding
+def _fraction(low: float, high: float, metric: str, slo: Slo) -> float:
+    """Where between the passing tier's value `low` and the failing one's `high` the bound lies (0..1)."""
+    if metric == METRIC_SUCCESS:
+        return (low - slo.success_rate) / (low - high) if low > high else 0.0
+    limit = slo.latency_bounds()[metric]
+    return (limit - low) / (high - low) if math.isfinite(high) and high > low else 0.0
 
 
 def users_phrase(row: pd.Series) -> str:
@@ -168,10 +231,14 @@ def _holds(row: pd.Series) -> str:
         return f"{row['series']}: no successful requests to judge"
     if row["max_users_meeting_slo"] == 0 and not pd.isna(row["first_failing_users"]):
         users = int(row["first_failing_users"])
-        return f"{row['series']} misses it already at {users} user{'s' if users != 1 else ''}"
+        persona = row.get("binding_persona") or ""
+        who = f" ({persona} first)" if persona else ""
+        return f"{row['series']} misses it already at {users} user{'s' if users != 1 else ''}{who}"
     phrase = users_phrase(row)
     plural = "" if phrase == "~1" else "s"
-    return f"{row['series']} holds {phrase} developer{plural}"
+    held = f"{row['series']} holds {phrase} developer{plural}"
+    persona = row.get("binding_persona") or ""
+    return f"{held} ({persona} breaks it first, on {row['binding_metric']})" if persona else held
 
 
 def recommendations(capacity: pd.DataFrame) -> pd.DataFrame:

@@ -9,7 +9,7 @@ from pathlib import Path
 from grill_locust.config import Slo
 from grill_locust.errors import GrillError
 from grill_locust.report.build import Report, assemble, load_runs
-from grill_locust.report.capacity import slo_of_run
+from grill_locust.report.capacity import conversation_slos_of_run, slo_of_run
 from grill_locust.report.figures import figure_count
 from grill_locust.report.progress import Progress
 from grill_locust.report.tables import format_agent_steps, format_capacity, format_table, format_turns
@@ -90,6 +90,8 @@ def _slo(args: argparse.Namespace, report_meta: dict) -> Slo:
 
 def print_tables(report: Report) -> None:
     print(f"SLO: {report.slo.describe()}")
+    for conversation, slo in report.conversation_slos.items():
+        print(f"SLO of {conversation}: {slo.describe()}")
     for note in report.notes:
         print(f"note: {note}")
     print()
@@ -114,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(total=2 * len(pairs), enabled=args.progress)
     runs = load_runs(pairs, progress)
     slo = _slo(args, runs[0].run.meta)
-    report = assemble(runs, slo, compare=compare, progress=progress)
+    conversation_slos = conversation_slos_of_run(runs[0].run.meta, slo)
+    report = assemble(runs, slo, compare=compare, progress=progress, conversation_slos=conversation_slos)
     if args.format == FORMAT_TABLE:
         progress.close()
         print_tables(report)

@@ -115,6 +115,7 @@ OPTIONAL_TIER_COLUMNS: list[tuple[str, str, Formatter]] = [
 ]
 TERMINAL_TIER_COLUMNS = {
     "users",
+    "developers",
     "requests",
     "cancelled",
     "ok %",
@@ -143,7 +144,10 @@ TERMINAL_TIER_COLUMNS = {
     "GPU util %",
     "VRAM peak GiB",
 }
-BINDING_NAMES = {"ttft_p50_s": "TTFT p50", "e2e_p50_s": "E2E p50", "success_rate": "success rate"}
+BINDING_NAMES = {
+    **{f"{metric}_p{q}_s": f"{metric.upper()} p{q}" for metric in ("ttft", "e2e") for q in (50, 90, 99)},
+    "success_rate": "success rate",
+}
 TURN_TABLE: list[tuple[str, str, Formatter]] = [
     ("tier_users", "users", _integer),
     ("turn", "turn", _integer),
@@ -195,12 +199,30 @@ def display_tiers(summary: pd.DataFrame, terminal: bool = False) -> pd.DataFrame
     spec[after_ok:after_ok] = [
         (c, h, f) for c, h, f in AUTOCOMPLETE_TIER_COLUMNS if c in summary and summary[c].notna().any()
     ]
+    if _has_mix(summary):  # each persona's share of the tier's developers
+        spec.insert(1, ("developers", "developers", _integer))
     table = _display(summary, spec + optional, ["series", "conversation"])
     table["flags"] = summary["flags"].astype(str) if "flags" in summary else ""
     if terminal:
         keep = ["series", "conversation", *[c for c in table.columns if c in TERMINAL_TIER_COLUMNS], "flags"]
         table = table[keep]
     return table
+
+
+def _has_mix(summary: pd.DataFrame) -> bool:
+    return "mix" in summary and bool((summary["mix"].astype(str) != "").any())
+
+
+def block_title(series: str, conversation: str, summary_rows: pd.DataFrame) -> str:
+    """A table block's heading: `series · conversation`, and for a mix's persona, the mix target."""
+    first = summary_rows.iloc[0] if len(summary_rows) else None
+    persona_of = (
+        str(first["target"])
+        if first is not None and str(first.get("mix", "")) not in ("", conversation)
+        else ""
+    )
+    title = f"{series} · {conversation}"
+    return f"{title} (a persona of mix target {persona_of})" if persona_of else title
 
 
 def _some_reasoning(summary: pd.DataFrame) -> bool:
@@ -229,6 +251,8 @@ def display_capacity(capacity: pd.DataFrame) -> pd.DataFrame:
     )
     out["estimated users"] = capacity.apply(users_phrase, axis=1) if len(capacity) else []
     out["binding metric"] = capacity["binding_metric"].map(lambda m: BINDING_NAMES.get(m, m))
+    if "binding_persona" in capacity and (capacity["binding_persona"].astype(str) != "").any():
+        out["binding persona"] = capacity["binding_persona"].astype(str)
     out["first failing tier"] = _format_column(capacity["first_failing_users"], _integer)
     out["note"] = capacity["note"].astype(str)
     return out
@@ -266,15 +290,24 @@ def format_table(summary: pd.DataFrame) -> str:
     if not len(summary):
         return "(no tiers)"
     table = display_tiers(summary, terminal=True)
+    # a mix's persona rows apart from a target of that conversation alone
+    table["_mix_target"] = summary["target"].astype(str).where(_mix_of(summary) != "", "")
     blocks = []
-    for (conversation, series), rows in table.groupby(["conversation", "series"], sort=True):
-        body = rows.drop(columns=["conversation", "series"])
+    for (conversation, series, _), rows in table.groupby(
+        ["conversation", "series", "_mix_target"], sort=True
+    ):
+        title = block_title(str(series), str(conversation), summary.loc[rows.index])
+        body = rows.drop(columns=["conversation", "series", "_mix_target"])
         empty = [
             c for c in body.columns if (body[c] == MISSING).all() or (c == "flags" and (body[c] == "").all())
         ]
         body = body.drop(columns=empty)
-        blocks.append(f"{series} · {conversation}\n{format_text(body)}")
+        blocks.append(f"{title}\n{format_text(body)}")
     return "\n\n".join(blocks)
+
+
+def _mix_of(summary: pd.DataFrame) -> pd.Series:
+    return summary["mix"].astype(str) if "mix" in summary else pd.Series("", index=summary.index)
 
 
 def format_turns(turns: pd.DataFrame) -> str:

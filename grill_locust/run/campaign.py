@@ -34,8 +34,8 @@ from grill_locust.record import (
     STATUS_OK,
 )
 from grill_locust.run import exit_codes
-from grill_locust.run.phase import Phase, campaign_phases
-from grill_locust.run.worker import MSG_PHASE, runner_of
+from grill_locust.run.phase import DeveloperSeats, Phase, campaign_phases
+from grill_locust.run.worker import MSG_DEVELOPER, MSG_PHASE, runner_of
 from grill_locust.sinks import PhaseEvent
 from grill_locust.sinks.results import ResultsWriter
 
@@ -87,6 +87,9 @@ class PhaseProgress:
     # each worker's lag p99 over its probes of this tier so far: on its latest record (wall end, value)
     worker_lag_p99_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
     worker_cpu_max: float = 0.0
+    developers: DeveloperSeats = field(default_factory=DeveloperSeats)
+    records_by_conversation: Counter[str] = field(default_factory=Counter)  # a mix's personas apart
+    errors_by_conversation: Counter[str] = field(default_factory=Counter)
 
     @property
     def lag_p99_ms(self) -> float:
@@ -191,12 +194,14 @@ class Campaign:
             progress = self._progress_of(record)
             if progress is not None:
                 progress.records += 1
+                progress.records_by_conversation[record["conversation"]] += 1
                 if progress is self.current and self._live:
                     progress.tier_records.append(record)
                 if record["status"] == STATUS_ABANDONED:
                     progress.abandoned += 1
                 elif record["status"] != STATUS_OK:
                     progress.errors += 1
+                    progress.errors_by_conversation[record["conversation"]] += 1
                     progress.refused += record["status"] == STATUS_CONNECT
                     progress.cancelled += record["error"] == CANCELLED
                 lag, cpu = record.get("worker_lag_p99_ms"), record.get("worker_cpu")
@@ -218,6 +223,20 @@ class Campaign:
             self._changed.set()
         if not self.phases:  # a plain run has no shape ticking: watch the disk here
             self._watch_disk()
+
+    def on_developer_claim(self, client_id: str, data: dict[str, Any]) -> None:
+        """A worker's user asks its developer index in a phase's tier (MSG_CLAIM): the tier's lowest free
+        one, or None for a phase of another session."""
+        progress = self.progress.get(data["phase"])
+        developer = progress.developers.claim((client_id, data["user"])) if progress is not None else None
+        reply = {**data, "developer": developer}
+        runner_of(self.environment).send_message(MSG_DEVELOPER, reply, client_id=client_id)
+
+    def on_developer_release(self, client_id: str, data: dict[str, Any]) -> None:
+        """A user stopped (MSG_RELEASE): a user started in its place takes its index."""
+        progress = self.progress.get(data["phase"])
+        if progress is not None:
+            progress.developers.release((client_id, data["user"]))
 
     def _delivered_late(self, progress: PhaseProgress, worker: str, iterations: int) -> None:
         """A worker counted lost was cut off, not gone: the iterations it delivers were not lost."""
@@ -379,6 +398,7 @@ class Campaign:
             lost = max(0, quota - current.by_worker[client_id])
             name = self.worker_names.get(client_id, client_id)
             current.lost_by_worker[name] = lost
+            current.developers.release_client(client_id)
             log.warning(
                 "worker %s lost during tier %d (%s at %d users): %d of its %d iterations not done; "
                 "its users are spread over the remaining workers",

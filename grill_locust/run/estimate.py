@@ -29,11 +29,14 @@ ASSUMED_TPOT_MS = 20.0
 
 @dataclass(frozen=True)
 class TargetEstimate:
-    target: Target
+    """One conversation of a target (each persona of a mix has its own)."""
+
+    target: Target  # as its developers send it: one conversation
     requests_per_iteration: float  # expected, for agentic sessions (see `expected`)
     first_prompt_tokens: int  # approximate tokens of the first request's messages (system + first turn)
     requests: int  # over all tiers and iterations
-    duration_s: float  # all tiers of this target, without pauses
+    tier_durations_s: list[float]  # each tier's, for its developers of this conversation
+    developers: list[int]  # of each tier: all of them, or a mix's persona's share
 
     @property
     def expected(self) -> bool:
@@ -56,35 +59,19 @@ def estimate_campaign(
     """The campaign's size and an estimate of its length (every tier waits for its slowest user)."""
     load = scenario.load
     estimates = []
+    duration_s = 0.0
     for target in scenario.targets:
-        workload = build_workload(target.conversation, target.model)
-        first = workload.script("validate", 0)
-        typing_s = None  # an autocomplete iteration's length: its typing, whatever the engine's speed
-        if isinstance(first, AgenticPlan):
-            first_prompt_tokens = count_tokens(first.system) + TOOLS_APPROX_TOKENS + count_tokens(first.task)
-        elif isinstance(first, AutocompletePlan):
-            first_prompt_tokens = count_tokens(first.prefix) + count_tokens(first.suffix)
-            typing_s = first.requests[-1].next_keystroke_at_s
-        else:
-            first_prompt_tokens = count_tokens(first.system or "") + count_tokens(first.user_turns[0])
-        per_iteration = workload.requests_per_iteration
-        request_s = ttft_s + _max_tokens(target)[0] * tpot_ms / 1000.0
-        duration_s = 0.0
-        requests = 0
-        for users in load.tiers:
-            spawn_s = users / load.spawn_rate if load.spawn_rate else 0.0
-            user_requests = load.iterations * per_iteration
-            think_s = max(0, load.iterations - 1) * load.think_time_s
-            if typing_s is not None:
-                tier_s = spawn_s + load.iterations * typing_s + think_s
-            else:
-                tier_s = spawn_s + user_requests * request_s + think_s
-            # think time between the turns of an iteration, not between an agent's steps or a typist's requests
-            if target.conversation.kind not in ("agentic", "autocomplete"):
-                tier_s += max(0, user_requests - load.iterations) * load.think_time_s
+        counts = [target.persona_counts(users) for users in load.tiers]
+        personas = [
+            _conversation_estimate(
+                scenario, sent, [count[sent.conversation.name] for count in counts], ttft_s, tpot_ms
+            )
+            for sent in target.persona_targets()
+        ]
+        estimates += personas
+        for tier, _ in enumerate(load.tiers):  # a mix's tier lasts as long as its slowest persona's
+            tier_s = max(p.tier_durations_s[tier] for p in personas if p.developers[tier])
             duration_s += min(tier_s, load.tier_timeout_s)
-            requests += round(users * user_requests)
-        estimates.append(TargetEstimate(target, per_iteration, first_prompt_tokens, requests, duration_s))
     phases = len(scenario.targets) * len(load.tiers)
     pauses_s = max(0, phases - 1) * load.pause_s
     return CampaignEstimate(
@@ -92,8 +79,43 @@ def estimate_campaign(
         targets=estimates,
         phases=phases,
         requests=sum(estimate.requests for estimate in estimates),
-        duration_s=sum(estimate.duration_s for estimate in estimates) + pauses_s,
+        duration_s=duration_s + pauses_s,
     )
+
+
+def _conversation_estimate(
+    scenario: Scenario, target: Target, developers: list[int], ttft_s: float, tpot_ms: float
+) -> TargetEstimate:
+    """The requests and tier durations of `developers` users of each tier sending `target`'s conversation."""
+    load = scenario.load
+    workload = build_workload(target.conversation, target.model)
+    first = workload.script("validate", 0)
+    typing_s = None  # an autocomplete iteration's length: its typing, whatever the engine's speed
+    if isinstance(first, AgenticPlan):
+        first_prompt_tokens = count_tokens(first.system) + TOOLS_APPROX_TOKENS + count_tokens(first.task)
+    elif isinstance(first, AutocompletePlan):
+        first_prompt_tokens = count_tokens(first.prefix) + count_tokens(first.suffix)
+        typing_s = first.requests[-1].next_keystroke_at_s
+    else:
+        first_prompt_tokens = count_tokens(first.system or "") + count_tokens(first.user_turns[0])
+    per_iteration = workload.requests_per_iteration
+    request_s = ttft_s + _max_tokens(target)[0] * tpot_ms / 1000.0
+    durations = []
+    requests = 0
+    for users, tier_users in zip(developers, load.tiers, strict=True):
+        spawn_s = tier_users / load.spawn_rate if load.spawn_rate else 0.0
+        user_requests = load.iterations * per_iteration
+        think_s = max(0, load.iterations - 1) * load.think_time_s
+        if typing_s is not None:
+            tier_s = spawn_s + load.iterations * typing_s + think_s
+        else:
+            tier_s = spawn_s + user_requests * request_s + think_s
+        # think time between the turns of an iteration, not between an agent's steps or a typist's requests
+        if target.conversation.kind not in ("agentic", "autocomplete"):
+            tier_s += max(0, user_requests - load.iterations) * load.think_time_s
+        durations.append(tier_s)
+        requests += round(users * user_requests)
+    return TargetEstimate(target, per_iteration, first_prompt_tokens, requests, durations, developers)
 
 
 def format_estimate(estimate: CampaignEstimate, ttft_s: float, tpot_ms: float) -> str:
@@ -141,6 +163,7 @@ def format_estimate(estimate: CampaignEstimate, ttft_s: float, tpot_ms: float) -
             cell.rjust(widths[i]) if i in numeric else cell.ljust(widths[i]) for i, cell in enumerate(row)
         ]
         lines.append("  " + "  ".join(cells).rstrip())
+    lines += _mix_lines(scenario)
     spawn = f"{load.spawn_rate:g} users/s" if load.spawn_rate else "all users of a tier at once"
     lines.append(
         f"tiers (users): {', '.join(str(users) for users in load.tiers)}; {iterations} per user and tier; "
@@ -159,6 +182,21 @@ def format_estimate(estimate: CampaignEstimate, ttft_s: float, tpot_ms: float) -
         f"{tpot_ms:g} ms per output token at max_tokens, and engines that keep up; more when they queue)"
     )
     return "\n".join(lines)
+
+
+def _mix_lines(scenario: Scenario) -> list[str]:
+    """Each mix target's developers per persona at each tier (developer k plays the same persona at
+    every tier)."""
+    lines = []
+    for target in scenario.targets:
+        if not target.mix:
+            continue
+        weights = ", ".join(f"{p.conversation.name} {p.weight:g}" for p in target.personas)
+        lines.append(f"mix of {target.name} ({weights}): developers per persona at each tier")
+        for users in scenario.load.tiers:
+            counts = ", ".join(f"{name} {n}" for name, n in target.persona_counts(users).items())
+            lines.append(f"  {users} users: {counts}")
+    return lines
 
 
 def _max_tokens(target: Target) -> tuple[int, str]:

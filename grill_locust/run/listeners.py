@@ -27,10 +27,13 @@ from grill_locust.run.state import run_state
 from grill_locust.run.user import CampaignUser, standalone_scenario
 from grill_locust.run.web_ui import extend_web_ui
 from grill_locust.run.worker import (
+    MSG_CLAIM,
+    MSG_DEVELOPER,
     MSG_HELLO,
     MSG_PHASE,
     MSG_RECORDS,
     MSG_REFUSED,
+    MSG_RELEASE,
     WorkerState,
     die_with_forking_parent,
     options_of,
@@ -74,6 +77,9 @@ def _init(environment: Environment, options: Any) -> None:
             _open_worker_sinks(environment)
 
         runner.register_message(MSG_PHASE, on_phase)
+        runner.register_message(
+            MSG_DEVELOPER, lambda environment, msg, **kw: worker.on_developer_message(msg.data)
+        )
     if isinstance(runner, WorkerRunner):
         runner.send_message(MSG_HELLO, {})
         gevent.spawn(watch_master, runner)
@@ -85,6 +91,14 @@ def _init(environment: Environment, options: Any) -> None:
     )
     runner.register_message(MSG_HELLO, lambda environment, msg, **kw: _on_hello(environment, msg.node_id))
     runner.register_message(MSG_REFUSED, lambda environment, msg, **kw: _on_refused(environment, msg.data))
+    runner.register_message(
+        MSG_CLAIM,
+        lambda environment, msg, **kw: _campaign_of(environment).on_developer_claim(msg.node_id, msg.data),
+    )
+    runner.register_message(
+        MSG_RELEASE,
+        lambda environment, msg, **kw: _campaign_of(environment).on_developer_release(msg.node_id, msg.data),
+    )
     scenario_drives = bool(options.scenario or options.resume or not options.host)
     if scenario_drives:
         scenario, path = load_scenario_of(options)
@@ -160,6 +174,7 @@ def _new_campaign(environment: Environment, scenario: Scenario, path: str, optio
         "started_wall": time.time(),
         "ended_wall": None,
         "slo": scenario.slo.model_dump(),
+        "conversation_slo": scenario.conversation_slos(),
         "argv": redacted_argv(sys.argv),
     }
     if options.resume:
@@ -268,6 +283,12 @@ def on_records(environment: Environment, data: dict[str, Any], msg_node: str) ->
     campaign = run_state(environment).campaign
     assert campaign is not None, "records before the campaign: workers send none before its phase message"
     campaign.on_records(data["worker"], data["records"], data["iterations"], client_id=msg_node)
+
+
+def _campaign_of(environment: Environment) -> Campaign:
+    campaign = run_state(environment).campaign
+    assert campaign is not None, "a user asks for its developer index only once the campaign runs"
+    return campaign
 
 
 def _on_hello(environment: Environment, client_id: str) -> None:

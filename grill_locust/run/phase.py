@@ -2,10 +2,40 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import heapq
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from grill_locust.config import Scenario, Target
+
+
+@dataclass
+class DeveloperSeats:
+    """The developer indices of one tier's users: each user holds one from its first claim until it
+    stops, a new user takes the lowest free one, so a tier of N users numbers them 0..N-1 whatever
+    the workers they run on. Holders are (Locust client id, user key)."""
+
+    held: dict[tuple[str, str], int] = field(default_factory=dict)
+    _free: list[int] = field(default_factory=list)  # a heap of released indices
+    _next: int = 0
+
+    def claim(self, holder: tuple[str, str]) -> int:
+        if holder not in self.held:
+            if self._free:
+                self.held[holder] = heapq.heappop(self._free)
+            else:
+                self.held[holder], self._next = self._next, self._next + 1
+        return self.held[holder]
+
+    def release(self, holder: tuple[str, str]) -> None:
+        index = self.held.pop(holder, None)
+        if index is not None:
+            heapq.heappush(self._free, index)
+
+    def release_client(self, client_id: str) -> None:
+        """Free the indices of a worker that is gone: the users Locust starts elsewhere take them."""
+        for holder in [h for h in self.held if h[0] == client_id]:
+            self.release(holder)
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,15 +61,16 @@ class Phase:
 
     def labels(self, target: Target) -> dict[str, Any]:
         """The labels every record and tier row of this phase carries: LABEL_COLUMNS, the tier, its
-        session and attempt."""
+        session and attempt. A mix target's phase is labelled with its whole mix; a developer's
+        target (Target.for_developer), with the conversation it sends."""
         return {
             "run_id": self.run_id,
             "target": target.name,
             "backend": target.backend.name,
             "engine": target.backend.engine,
             "model": target.model.name,
-            "conversation": target.conversation.name,
-            "kind": target.conversation.kind,
+            "conversation": target.conversation_label,
+            "kind": target.kind_label,
             "tier_index": self.tier_index,
             "tier_users": self.tier_users,
             "session": self.session,

@@ -43,6 +43,7 @@ class GrillUser(User):
         assert worker is not None, "a user runs only where init made the worker state"
         self.grill: WorkerState = worker
         self.user_index = self.grill.next_user_index()
+        self.developer: int | None = None  # the index in its tier a campaign user gets from the master
         self._clients: dict[str, EngineClient] = {}
 
     def on_stop(self) -> None:
@@ -63,11 +64,12 @@ class GrillUser(User):
         user_key = (
             f"{phase.session}-p{phase.phase_id}a{phase.attempt}-{self.grill.worker_id}-u{self.user_index}"
         )
-        script = workload.script(user_key, iteration)
+        script = workload.script(user_key, iteration, self.developer)
         labels = {
             **phase.labels(target),
             "iteration": iteration,
             "user_id": self.user_index,
+            "developer": self.developer,
             "worker_id": self.grill.worker_id,
             "conversation_id": script.conversation_id,
         }
@@ -297,6 +299,12 @@ class CampaignUser(GrillUser):
         super().on_start()
         self._phase_key: str | None = None
         self._iterations_done = 0
+        self._user_key = self.grill.user_key(self.user_index)
+
+    def on_stop(self) -> None:
+        if self._phase_key is not None:
+            self.grill.release_developer(self._phase_key, self._user_key)
+        super().on_stop()
 
     @task
     def next_conversation(self) -> None:
@@ -306,14 +314,19 @@ class CampaignUser(GrillUser):
             gevent.sleep(IDLE_POLL_S)
             return
         if phase.key != self._phase_key:
+            if self._phase_key is not None:
+                grill.release_developer(self._phase_key, self._user_key)
             self._phase_key, self._iterations_done = phase.key, 0
-        if self._iterations_done >= phase.iterations_per_user:
+            self.developer = grill.developer_for(phase.key, self._user_key)
+        # a mix's developer plays its persona; a phase the master does not know gives no developer
+        mixed = grill.target(phase.target)
+        if self._iterations_done >= phase.iterations_per_user or (mixed.mix and self.developer is None):
             gevent.sleep(IDLE_POLL_S)
             return
         iteration = self._iterations_done
         if iteration > 0:
             gevent.sleep(phase.think_time_s)
-        target = grill.target(phase.target)
+        target = mixed if self.developer is None else mixed.for_developer(self.developer)
         self._iterations_done += 1
         try:
             self.run_conversation(target, phase, iteration)

@@ -1,4 +1,5 @@
-"""The web UI's 'Campaign' tab: target, tier, iterations done / to do, errors, for every tier."""
+"""The web UI's 'Campaign' tab: target, tier, iterations done / to do, errors, a mix's personas apart,
+for every tier."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from typing import TYPE_CHECKING, Any
 from grill_locust.run.state import run_state
 
 if TYPE_CHECKING:
+    from collections import Counter
+
     from locust.env import Environment
 
+    from grill_locust.config import Target
     from grill_locust.run.campaign import Campaign
 
 CAMPAIGN_TAB_KEY = "grill-campaign"
@@ -34,6 +38,7 @@ def extend_web_ui(environment: Environment, on_start: Callable[[Environment], No
                 {"key": "iterations", "title": "Iterations done / to do"},
                 {"key": "requests", "title": "Requests"},
                 {"key": "errors", "title": "Errors"},
+                {"key": "personas", "title": "Personas (developers, requests, errors)"},
                 {"key": "state", "title": "State"},
             ],
         }
@@ -60,6 +65,21 @@ def extend_web_ui(environment: Environment, on_start: Callable[[Environment], No
         return response
 
 
+def personas_cell(
+    target: Target,
+    tier_users: int,
+    records_by_conversation: Counter[str],
+    errors_by_conversation: Counter[str],
+) -> str:
+    """A mix's personas apart: `chat: 2 dev, 8 req, 0 err; ...` ("" for a target of one conversation)."""
+    if not target.mix:
+        return ""
+    return "; ".join(
+        f"{name}: {count} dev, {records_by_conversation[name]} req, {errors_by_conversation[name]} err"
+        for name, count in target.persona_counts(tier_users).items()
+    )
+
+
 def campaign_rows(campaign: Campaign) -> list[dict[str, Any]]:
     rows = []
     for progress in campaign.progress.values():
@@ -79,6 +99,12 @@ def campaign_rows(campaign: Campaign) -> list[dict[str, Any]]:
                 "iterations": f"{progress.iterations_done}/{phase.iterations_target}",
                 "requests": progress.records,
                 "errors": progress.errors,
+                "personas": personas_cell(
+                    campaign.targets[phase.target],
+                    phase.tier_users,
+                    progress.records_by_conversation,
+                    progress.errors_by_conversation,
+                ),
                 "state": state,
             }
         )

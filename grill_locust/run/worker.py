@@ -18,6 +18,7 @@ from collections import Counter
 from typing import TYPE_CHECKING, Any
 
 import gevent
+import gevent.event
 import gevent.lock
 from locust.runners import Runner, WorkerRunner
 
@@ -42,6 +43,11 @@ MSG_PHASE = (
 )
 MSG_HELLO = "grill_hello"  # worker -> master: ask for the scenario and current phase
 MSG_REFUSED = "grill_refused"  # worker -> master: {"worker", "reason"}: it cannot run the scenario
+# A user's developer index in its tier is the master's to give (DeveloperSeats), whatever worker runs it:
+MSG_CLAIM = "grill_claim"  # worker -> master: {"phase": Phase.key, "user"}: its developer index, please
+MSG_DEVELOPER = "grill_developer"  # master -> worker: {"phase", "user", "developer": int, or None}
+MSG_RELEASE = "grill_release"  # worker -> master: {"phase", "user"}: the user stopped
+CLAIM_RETRY_S = 5.0  # a claim unanswered this long is sent again (claims are idempotent)
 # A worker that hears no heartbeat from its master for this long (killed, or cut off) stops its users
 # and quits, as Locust's own check does after its MASTER_HEARTBEAT_TIMEOUT of 60 s: load sent for a
 # master that is gone is measured by nobody, and would skew a resumed run's engine. Longer than a short
@@ -65,7 +71,7 @@ class WorkerState:
         self.refusal = ""  # why this worker cannot run the master's scenario (a secret it lacks)
         self.phase: Phase | None = None
         self._targets: dict[str, Target] = {}
-        self._workloads: dict[str, Workload] = {}
+        self._workloads: dict[tuple[str, str], Workload] = {}
         self._workload_lock = gevent.lock.Semaphore()
         self.in_flight = 0  # requests of this process's users now on the wire
         self.stopping = False  # Locust began stopping the users (test_stopping)
@@ -76,6 +82,7 @@ class WorkerState:
         # unique across workers, processes and resumed runs of the same results folder
         self._record_prefix = f"{self.worker_id}-{uuid.uuid4().hex[:8]}"
         self._user_seq = 0
+        self._claims: dict[tuple[str, str], gevent.event.AsyncResult] = {}
         self._flusher: gevent.Greenlet | None = None
         self.sinks: list[Sink] = []  # where this process's records go besides the master (InfluxDB)
 
@@ -88,6 +95,36 @@ class WorkerState:
         self._user_seq += 1
         return self._user_seq - 1
 
+    def user_key(self, user_index: int) -> str:
+        """A user of this process, unique in the run."""
+        return f"{self._record_prefix}-u{user_index}"
+
+    def developer_for(self, phase_key: str, user: str) -> int | None:
+        """The user's 0-based developer index in this phase's tier, from the master (None: the phase is
+        not the master's, e.g. a killed master's): waits for the answer, asking again when it is late."""
+        pending = self._claims.setdefault((phase_key, user), gevent.event.AsyncResult())
+        try:
+            while True:
+                runner_of(self.environment).send_message(MSG_CLAIM, {"phase": phase_key, "user": user})
+                try:
+                    developer: int | None = pending.get(timeout=CLAIM_RETRY_S)
+                    return developer
+                except gevent.Timeout:
+                    log.warning("no developer index from the master after %g s: asking again", CLAIM_RETRY_S)
+        finally:
+            self._claims.pop((phase_key, user), None)
+
+    def on_developer_message(self, data: dict[str, Any]) -> None:
+        pending = self._claims.get((data["phase"], data["user"]))
+        if pending is not None:
+            pending.set(data["developer"])
+
+    def release_developer(self, phase_key: str, user: str) -> None:
+        try:
+            runner_of(self.environment).send_message(MSG_RELEASE, {"phase": phase_key, "user": user})
+        except Exception:  # the master is gone: nobody holds the index any more
+            log.debug("could not release a developer index", exc_info=True)
+
     def add_record(self, record: dict[str, Any]) -> None:
         self._records.append(record)
 
@@ -98,15 +135,17 @@ class WorkerState:
         return self._targets[name]
 
     def workload_for(self, target: Target) -> Workload:
-        """One workload per target, calibrated once against the backend's tokenizer."""
-        workload = self._workloads.get(target.name)
+        """One workload per target and conversation (a mix has several), calibrated once against the
+        backend's tokenizer."""
+        key = (target.name, target.conversation.name)
+        workload = self._workloads.get(key)
         if workload is None:
             with self._workload_lock:  # the first users of a tier arrive together: calibrate once
-                workload = self._workloads.get(target.name)
+                workload = self._workloads.get(key)
                 if workload is None:
                     counter = backend_token_counter(target.backend)
                     workload = build_workload(target.conversation, target.model, counter)
-                    self._workloads[target.name] = workload
+                    self._workloads[key] = workload
         return workload
 
     # -- phase and scenario from the master ------------------------------------------------------
@@ -145,7 +184,8 @@ class WorkerState:
         # saturated load generator.
         stdlib_corpus().preload()
         for target in self.scenario.targets if self.scenario is not None else ():
-            self.workload_for(target)
+            for sent in target.persona_targets():
+                self.workload_for(sent)
         # Everything alive now (Locust, the corpus, the scenario) lives for the whole run: move it out of
         # the garbage collector's sight, or each full collection walks it and stalls every stream ~50 ms.
         gc.collect()

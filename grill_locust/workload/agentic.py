@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from grill_locust.workload.heads import AGENT_SYSTEM_HEAD, READ_FILE_HEAD
-from grill_locust.workload.seeding import seeded_rng
+from grill_locust.workload.seeding import ShapeKey, seeded_rng
 from grill_locust.workload.tokens import count_tokens, fit_tokens, tokenize
 from grill_locust.workload.tools import (
     STEP_TOOLS,
@@ -124,6 +124,7 @@ class AgenticPlan:
     context_limit_tokens: int | None
     subagent_step: int | None  # the step whose reply runs the sub-agents
     subagents: int
+    shape: ShapeKey  # the steps, tools and sizes: the same developer's on every target
     workload: Workload = field(repr=False, compare=False)
 
     def count(self, text: str) -> int:
@@ -160,18 +161,21 @@ class AgenticPlan:
         code = workload._pick(rng, 1)
         values = {"id": workload._request_id(rng), "name": code.name, "module": code.module}
         task = rng.choice(SUBAGENT_TASK_HEADS).format(**values)
-        steps = rng.randint(*SUBAGENT_STEPS)
+        shape = ShapeKey(self.shape.seed, f"{self.shape.key}/sub{index}")
+        shape_rng = shape.rng()
+        steps = shape_rng.randint(*SUBAGENT_STEPS)
         return AgenticPlan(
             conversation_id=f"{self.conversation_id}/sub{index}",
             system=self.system,
             task=task,
             steps=steps,
-            planned=_planned_steps(rng, steps, workload.conversation),
+            planned=_planned_steps(shape_rng, steps, workload.conversation),
             step_max_tokens=self.step_max_tokens,
             final_max_tokens=self.final_max_tokens,
             context_limit_tokens=self.context_limit_tokens,
             subagent_step=None,
             subagents=0,
+            shape=shape,
             workload=workload,
         )
 
@@ -179,11 +183,15 @@ class AgenticPlan:
         return seeded_rng(self.workload.conversation.seed, self.conversation_id, *parts)
 
 
-def plan_session(workload: Workload, conversation_id: str, rng: random.Random) -> AgenticPlan:
-    """The plan of one session (the `agentic` kind's script builder)."""
+def plan_session(
+    workload: Workload, conversation_id: str, rng: random.Random, shape: ShapeKey
+) -> AgenticPlan:
+    """The plan of one session (the `agentic` kind's script builder): its text from `rng`, its steps,
+    tools and result sizes from `shape`."""
     conversation = workload.conversation
+    shape_rng = shape.rng()
     low, high = conversation.steps or (1, 1)
-    steps = rng.randint(low, high)
+    steps = shape_rng.randint(low, high)
     system_tokens = (conversation.system_tokens or 1) - tools_tokens(workload)
     code = workload._pick(rng, system_tokens)
     values = {"id": workload._request_id(rng), "module": code.module}
@@ -191,18 +199,19 @@ def plan_session(workload: Workload, conversation_id: str, rng: random.Random) -
     task_code = workload._pick(rng, 1, same_module_as=code)
     task_values = {"id": workload._request_id(rng), "name": task_code.name, "module": task_code.module}
     task = rng.choice(TASK_HEADS).format(**task_values)
-    subagent_step = rng.randrange(steps - 1) if conversation.subagents and steps >= 2 else None
+    subagent_step = shape_rng.randrange(steps - 1) if conversation.subagents and steps >= 2 else None
     return AgenticPlan(
         conversation_id=conversation_id,
         system=system,
         task=task,
         steps=steps,
-        planned=_planned_steps(rng, steps, conversation),
+        planned=_planned_steps(shape_rng, steps, conversation),
         step_max_tokens=conversation.step_max_tokens or 1,
         final_max_tokens=conversation.final_max_tokens or 1,
         context_limit_tokens=conversation.context_limit_tokens,
         subagent_step=subagent_step,
         subagents=conversation.subagents or 0,
+        shape=shape,
         workload=workload,
     )
 

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
+from grill_locust.workload.seeding import ShapeKey
 from grill_locust.workload.tokens import tokenize
 
 if TYPE_CHECKING:
@@ -110,7 +111,9 @@ class AutocompleteSession:
         return "".join(tokens)
 
 
-def plan_autocomplete(workload: Workload, conversation_id: str, rng: random.Random) -> AutocompletePlan:
+def plan_autocomplete(
+    workload: Workload, conversation_id: str, rng: random.Random, shape: ShapeKey
+) -> AutocompletePlan:
     """The plan of one iteration (the `autocomplete` kind's script builder)."""
     conversation = workload.conversation
     corpus = workload.corpus

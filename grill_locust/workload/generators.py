@@ -44,7 +44,7 @@ from grill_locust.workload.heads import (
     SYSTEM_HEAD,
     UNIQUE_HEADS,
 )
-from grill_locust.workload.seeding import seeded_rng
+from grill_locust.workload.seeding import ShapeKey, seeded_rng
 from grill_locust.workload.tokens import fit_tokens
 
 if TYPE_CHECKING:
@@ -116,15 +116,22 @@ class Workload:
     def requests_per_iteration(self) -> float:
         return self.conversation.requests_per_iteration
 
-    def script(self, user_key: str, iteration: int) -> ConversationScript | AgenticPlan | AutocompletePlan:
+    def script(
+        self, user_key: str, iteration: int, developer: int | None = None
+    ) -> ConversationScript | AgenticPlan | AutocompletePlan:
+        """The conversation `user_key` sends in `iteration`. Its text is its own (no two users, phases
+        or runs share it); what shapes its load — an agent session's steps, tools and result sizes — is
+        drawn per `developer` and iteration, so every target (engine) of a run gets the same shapes."""
         conversation = self.conversation
         conversation_id = f"{conversation.name}:{user_key}:{iteration}"
         rng = seeded_rng(conversation.seed, conversation.name, user_key, str(iteration))
-        return _SCRIPT_BUILDERS[conversation.kind](self, conversation_id, rng)
+        shape_key = f"developer {developer}" if developer is not None else user_key
+        shape = ShapeKey(conversation.seed, f"{conversation.name}|{shape_key}|{iteration}")
+        return _SCRIPT_BUILDERS[conversation.kind](self, conversation_id, rng, shape)
 
     # ---- the kinds (grill_locust/workload/kinds.py): one script builder each ------------------
 
-    def _multi_turn(self, conversation_id: str, rng: random.Random) -> ConversationScript:
+    def _multi_turn(self, conversation_id: str, rng: random.Random, shape: ShapeKey) -> ConversationScript:
         conversation = self.conversation
         system_tokens = conversation.system_tokens or 1
         turn_tokens = conversation.turn_tokens or 1
@@ -145,16 +152,22 @@ class Workload:
             turns.append(self._render(head, {"name": follow_up.name}, follow_up, turn_tokens, _CODE_END))
         return ConversationScript(conversation_id, system, turns)
 
-    def _shared_prefix_script(self, conversation_id: str, rng: random.Random) -> ConversationScript:
+    def _shared_prefix_script(
+        self, conversation_id: str, rng: random.Random, shape: ShapeKey
+    ) -> ConversationScript:
         question = self._question(rng, self.conversation.question_tokens or 1)
         return ConversationScript(conversation_id, self._shared_prefix(), [question])
 
-    def _short_baseline(self, conversation_id: str, rng: random.Random) -> ConversationScript:
+    def _short_baseline(
+        self, conversation_id: str, rng: random.Random, shape: ShapeKey
+    ) -> ConversationScript:
         return ConversationScript(
             conversation_id, None, [self._question(rng, self.conversation.prompt_tokens or 1)]
         )
 
-    def _unique_prompts(self, conversation_id: str, rng: random.Random) -> ConversationScript:
+    def _unique_prompts(
+        self, conversation_id: str, rng: random.Random, shape: ShapeKey
+    ) -> ConversationScript:
         return ConversationScript(conversation_id, None, [self._unique_prompt(rng)])
 
     def _system_prompt(self, rng: random.Random, system_tokens: int, turn_tokens: int) -> tuple[str, _Code]:
@@ -195,7 +208,7 @@ class Workload:
         values = {"id": request_id, "module": code.module, "name": code.name}
         return self._render(head, values, code, size, _CODE_END)
 
-    def _fixed(self, conversation_id: str, rng: random.Random) -> ConversationScript:
+    def _fixed(self, conversation_id: str, rng: random.Random, shape: ShapeKey) -> ConversationScript:
         turns = self.conversation.turns
         system_parts = [turn.content for turn in turns if turn.role == "system"]
         user_turns = [turn.content for turn in turns if turn.role == "user"]
@@ -269,7 +282,8 @@ class Workload:
 # the kinds of workload/kinds.py, each with its script builder (an agentic session's and a typing
 # developer's is their plan)
 _SCRIPT_BUILDERS: dict[
-    str, Callable[[Workload, str, random.Random], ConversationScript | AgenticPlan | AutocompletePlan]
+    str,
+    Callable[[Workload, str, random.Random, ShapeKey], ConversationScript | AgenticPlan | AutocompletePlan],
 ] = {
     "multi-turn": Workload._multi_turn,
     "shared-prefix": Workload._shared_prefix_script,

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from grill_locust.config import load_scenario
 from grill_locust.run import estimate
+from grill_locust.sim.params import PROFILES
 
 REPO = Path(__file__).resolve().parents[2]
 BROKEN = sorted((Path(__file__).parent / "broken").glob("*.yaml"))
@@ -93,6 +95,27 @@ def test_validate_prints_the_estimate(capsys: pytest.CaptureFixture[str]) -> Non
     assert "requests to send: 52" in out
     assert "duration estimate: ~" in out
     assert "sim-vllm/grill-sim/demo-session" in out and "sim (llamacpp)" in out
+
+
+def test_agentic_scenario_validates(capsys: pytest.CaptureFixture[str]) -> None:
+    """scenarios/agentic.yaml: agent sessions on four simulated engines at 1 to 50 developers."""
+    path = REPO / "scenarios" / "agentic.yaml"
+    status = estimate.main([str(path)])
+    captured = capsys.readouterr()
+    assert status == 0 and captured.err == ""
+    assert "4 targets x 5 tiers x 1 iteration = 20 tiers to run" in captured.out
+    assert "tiers (users): 1, 5, 10, 25, 50;" in captured.out
+    for profile in ("vllm", "vllm-no-prefix-cache", "sglang", "llamacpp"):
+        assert f"sim ({profile})" in captured.out
+    scenario = load_scenario(path)
+    assert {target.conversation.kind for target in scenario.targets} == {"agentic"}
+    # llama.cpp's slot bounds its requests: its sessions compact before they pass it (else HTTP 400)
+    for target in scenario.targets:
+        limit = target.conversation.context_limit_tokens
+        if target.backend.profile == "llamacpp":
+            assert limit is not None and limit <= PROFILES["llamacpp"].slot_tokens
+        else:
+            assert limit is None  # the kind's defaults: contexts grow as far as the session goes
 
 
 def test_validate_warns_of_each_secret_written_literally(

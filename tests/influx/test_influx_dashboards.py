@@ -452,6 +452,23 @@ def test_agent_session_wait_per_tier_is_the_masters_summary_of_its_sessions(
         assert got == pytest.approx({key: float(np.percentile(w, q)) for key, w in waits.items()}), column
 
 
+def test_live_ttft_p90_per_conversation_keeps_a_mix_s_personas_apart(
+    loaded: InfluxD, campaign: Campaign
+) -> None:
+    board = load_dashboards()["live-run.json"]
+    query = panel_query(board, "TTFT p90 per conversation (a mix's personas apart)")
+    got = by_tags(loaded.query(expand(query, campaign, ALL)), "ttft_p90_s")
+    assert len(CONVERSATIONS) > 1  # several conversations on one backend, as a mix's personas are
+    expected_series = {(backend, conversation) for backend in BACKENDS for conversation in CONVERSATIONS}
+    assert set(got) == expected_series
+    for backend, conversation in expected_series:
+        buckets: dict[int, list[float]] = defaultdict(list)
+        for record in ok_records(campaign, backend=backend, conversation=conversation):
+            buckets[bucket_ms(record["wall_start"])].append(record["ttft_s"])
+        answered = {time_ms: value for time_ms, value in got[(backend, conversation)] if value is not None}
+        assert answered == {time_ms: influx_percentile(values, 90) for time_ms, values in buckets.items()}
+
+
 def autocomplete_panel(
     loaded: InfluxD, campaign: Campaign, title: str, column: str
 ) -> dict[tuple[str, ...], Any]:

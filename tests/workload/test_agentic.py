@@ -57,6 +57,23 @@ def plan_of(conversation: Conversation, user_key: str = "u0", iteration: int = 0
     return plan
 
 
+def test_one_developer_gets_the_same_session_shape_on_every_target_and_text_of_its_own() -> None:
+    # two targets (engines) of a run: other user keys, the same developer and iteration
+    conversation = agentic(steps=[5, 40], subagents=2)
+    workload = build_workload(conversation)
+
+    def shape(plan: AgenticPlan) -> tuple[object, ...]:
+        subs = [plan.subagent_plan(k) for k in range(plan.subagents)]
+        return plan.steps, plan.planned, plan.subagent_step, tuple((s.steps, s.planned) for s in subs)
+
+    on_a, on_b = (workload.script(key, 1, developer=3) for key in ("s-p1a0-w-u0", "s-p2a0-w-u7"))
+    assert isinstance(on_a, AgenticPlan) and isinstance(on_b, AgenticPlan)
+    assert shape(on_a) == shape(on_b)
+    assert on_a.system != on_b.system and on_a.task != on_b.task  # no prefix shared across targets
+    others = [workload.script("s-p1a0-w-u0", 1, developer=d) for d in range(4, 12)]
+    assert len({shape(plan) for plan in others if isinstance(plan, AgenticPlan)}) > 1  # drawn per developer
+
+
 def sim_tokens(backend: Backend, text: str) -> int:
     return tokenize(str(backend.tokenize_url), "sim", text).count
 
