@@ -174,3 +174,37 @@ def autocomplete_scenario(
             "engine_wait_s": 0,
         },
     }
+
+
+def mix_scenario(
+    backend: dict[str, Any],
+    model_name: str,
+    mix: list[tuple[dict[str, Any], float]],
+    tiers: list[int],
+    max_tokens: int = MAX_TOKENS,
+) -> dict[str, Any]:
+    """A team in one target: `mix` pairs each conversation with its weight; `max_tokens` is the model's,
+    which chat replies take (an autocomplete conversation gives its own)."""
+    return {
+        "name": "real-engine-team",
+        "description": "a team's mix of personas against a real engine (tests/real)",
+        "backends": [backend],
+        "models": [{"name": model_name, "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True}],
+        "conversations": [conversation for conversation, _ in mix],
+        "targets": [
+            {
+                "name": "team",
+                "backend": backend["name"],
+                "model": model_name,
+                "mix": [{"conversation": c["name"], "weight": weight} for c, weight in mix],
+            }
+        ],
+        "load": {
+            "tiers": tiers,
+            "iterations": 1,
+            "pause_s": 0.5,
+            "think_time_s": 0.1,
+            "tier_timeout_s": 120,
+            "engine_wait_s": 0,
+        },
+    }

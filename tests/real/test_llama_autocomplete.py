@@ -10,6 +10,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -29,6 +30,7 @@ from tests.real.campaigns import (
     autocomplete_conversation,
     autocomplete_scenario,
     llama_backend,
+    mix_scenario,
 )
 from tests.real.conftest import (
     LLAMA_SLOTS,
@@ -45,14 +47,27 @@ USERS = 2
 ITERATIONS = 2
 TRANSPORTS = ("template", "suffix")
 # the slow typists first: the fast ones' abandoned requests leave prefills behind them (see below)
-CONVERSATIONS = [
+TYPING_CONVERSATIONS = [
     autocomplete_conversation(f"{fim}-{pace}", fim, typist)
     for pace, typist in (("slow", SLOW_TYPIST), ("fast", FAST_TYPIST))
     for fim in TRANSPORTS
 ]
-REQUESTS = {c["name"]: c["requests"] for c in CONVERSATIONS}
+REQUESTS = {c["name"]: c["requests"] for c in TYPING_CONVERSATIONS}
 IDLE_TIMEOUT_S = 120.0  # abandoned requests' prefills still running after a campaign, on a loaded machine
 POLL_S = 0.02
+# a team of two typists to one multi-turn chat: a tier of 1 is developer 0 alone, one of 3 all three; the
+# chat waits behind the typists' abandoned prefills, so it is short
+TEAM_TYPIST_WEIGHT = 2
+TEAM_CHAT_WEIGHT = 1
+TEAM_TIERS = [1, 3]
+TEAM_CHAT: dict[str, Any] = {
+    "name": "chat",
+    "kind": "multi-turn",
+    "system_tokens": 100,
+    "user_turns": 2,
+    "turn_tokens": 30,
+}
+TEAM_CHAT_MAX_TOKENS = 8
 INFILL_REFUSAL = "Infill is not supported by this model"
 
 # How soon a closed stream frees its slot. llama-server notices a closed connection only when a write
@@ -109,7 +124,7 @@ def wait_idle(server: ServerProcess, timeout_s: float = IDLE_TIMEOUT_S) -> float
 @pytest.fixture(scope="module")
 def typing_campaign(llama_server: ServerProcess, tmp_path_factory: pytest.TempPathFactory) -> CampaignRun:
     scenario = autocomplete_scenario(
-        llama_backend(llama_server), SERVED_MODEL, CONVERSATIONS, USERS, ITERATIONS
+        llama_backend(llama_server), SERVED_MODEL, TYPING_CONVERSATIONS, USERS, ITERATIONS
     )
     run = run_campaign(scenario, tmp_path_factory.mktemp("llama-autocomplete"))
     drained_s = wait_idle(llama_server)  # the next test finds the shared server idle
@@ -180,7 +195,7 @@ def test_each_completion_was_prompted_with_what_its_transport_sends(
         target = targets[record["target"]]
         workload = build_workload(target.conversation, target.model, backend_token_counter(target.backend))
         _, user_key, iteration = record["conversation_id"].split(":")
-        plan = workload.script(user_key, int(iteration))
+        plan = workload.script(user_key, int(iteration), int(record["developer"]))
         assert isinstance(plan, AutocompletePlan) and record["turn"] == 0 and len(plan.requests) == 1
         session = AutocompleteSession(plan)
         session.insert(plan.requests[0].typed)
@@ -348,3 +363,40 @@ def test_streams_closed_while_waiting_for_a_slot_are_prefilled_all_the_same(
     print(f"{len(prompts)} streams closed, {WAITING} of them waiting: server idle {idle_s:.2f} s later")
     prefilled = after["prompt_tokens_total"] - before["prompt_tokens_total"]
     assert prefilled >= prompt_tokens - SHARED_START_TOKENS * len(prompts)
+
+
+# ---- a team: typists and a chat in one tier ---------------------------------------------------
+
+
+def test_a_mixed_tier_accounts_for_every_request_of_every_persona(
+    llama_server: ServerProcess, tmp_path: Path
+) -> None:
+    """Two typists to one multi-turn chat: developer k plays the same persona at every tier, the
+    developers of a tier are 0..N-1, and each persona's records are exactly its developers' plan."""
+    typist = autocomplete_conversation("completions", "template", FAST_TYPIST)
+    mix = [(typist, TEAM_TYPIST_WEIGHT), (TEAM_CHAT, TEAM_CHAT_WEIGHT)]
+    scenario = mix_scenario(llama_backend(llama_server), SERVED_MODEL, mix, TEAM_TIERS, TEAM_CHAT_MAX_TOKENS)
+    run = run_campaign(scenario, tmp_path)
+    drained_s = wait_idle(llama_server)
+    records = pd.read_parquet(run.run_dir / "records.parquet")
+    print(f"mixed tier campaign: {run.wall_s:.1f} s, server idle {drained_s:.1f} s later")
+    print(records.groupby(["tier_users", "conversation", "status"]).size().to_dict())
+    (team,) = load_scenario(run.results_dir.parent / SCENARIO_FILE).targets
+    assert set(records["status"]) <= {STATUS_OK, STATUS_ABANDONED}
+    assert (records.loc[records["kind"] == "multi-turn", "status"] == STATUS_OK).all()
+    for users in TEAM_TIERS:
+        tier = records[records["tier_users"] == users]
+        assert sorted(tier["developer"].unique()) == list(range(users))
+        plays = tier.groupby("developer")["conversation"].unique().map(list).to_dict()
+        assert plays == {k: [team.persona_of(k).name] for k in range(users)}
+        for developer, sent in tier.groupby("developer"):
+            persona = team.persona_of(int(developer))
+            assert len(sent) == persona.requests_per_iteration, (users, developer)
+            assert (sent["kind"] == persona.kind).all()
+        conversations = {persona.conversation.name: persona.conversation for persona in team.personas}
+        counts = tier.groupby("conversation").size().to_dict()
+        assert counts == {
+            name: developers * conversations[name].requests_per_iteration
+            for name, developers in team.persona_counts(users).items()
+            if developers
+        }
