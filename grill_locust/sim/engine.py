@@ -125,10 +125,10 @@ class Engine:
         seq.cancelled = True
         seq.closed_at = now
         seq.output_at_close = seq.output_count
-        noticed = now
+        noticed = NEVER if params.abort_on_write else now  # the write of its next token fails
         if params.abort_poll_ms > 0:
             poll_s = params.abort_poll_ms / 1000.0
-            noticed = seq.arrival + math.ceil((now - seq.arrival) / poll_s) * poll_s
+            noticed = min(noticed, seq.arrival + math.ceil((now - seq.arrival) / poll_s) * poll_s)
         seq.abort_at = noticed + params.abort_delay_ms / 1000.0
         self._drop_or_hold(seq, now)
 
@@ -238,7 +238,7 @@ class Engine:
         """The step's forward pass is over: every emitting sequence gets its next token."""
         finished = []
         counters = self.counters
-        poll_writes = self.params.abort_poll_ms > 0
+        poll_writes = self.params.abort_on_write
         delay_s = self.params.abort_delay_ms / 1000.0
         for seq in step.emitting:
             if seq.state != RUNNING:
@@ -298,7 +298,7 @@ class Engine:
     def _finish(self, seq: Sequence, now: float, reason: str | None) -> None:
         if seq.state == RUNNING:
             self.cache.release(seq)
-        if seq.abort_at != NEVER and seq in self.aborting:
+        if seq.cancelled and seq in self.aborting:
             self.aborting.remove(seq)
         if seq.state != FINISHED:
             counters = self.counters

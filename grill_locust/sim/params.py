@@ -36,10 +36,12 @@ class EngineParams:
     # vLLM's --long-prefill-token-threshold: the most prompt tokens one request prefills in a step
     # (0 = the whole budget, vLLM's default), which leaves room for newcomers beside a long prefill
     long_prefill_token_threshold: int = 0
-    # A closed stream is noticed at once (abort_poll_ms 0), or, as llama-server, at the next token
-    # written or the next poll of the connection (every abort_poll_ms, from the request's arrival);
-    # the engine drops the request at its first step abort_delay_ms after noticing (0 = the next step,
-    # as vLLM). Until then it keeps its KV and keeps generating: wasted tokens
+    # A closed stream is noticed at once (as vLLM), or only when a token written to it fails
+    # (`abort_on_write`, as llama-server: a request still waiting or prefilling is prefilled whole),
+    # or at a poll of the connection every abort_poll_ms (0 = none) from the request's arrival; the
+    # engine drops the request at its first step abort_delay_ms after noticing (0 = the next step).
+    # Until then it keeps its KV and keeps generating: wasted tokens
+    abort_on_write: bool = False
     abort_poll_ms: float = 0.0
     abort_delay_ms: float = 0.0
     cache_kind: str = CACHE_BLOCKS
@@ -155,9 +157,9 @@ PROFILES: dict[str, EngineParams] = {
         step_b_ms=1.0,
         step_c_ms=0.25,
         step_d_ms=0.0001,
-        # llama-server waits for a task's results polling its connection every second
-        # (HTTP_POLLING_SECONDS), and a failed write of a token cancels the task too
-        abort_poll_ms=1000.0,
+        # llama-server (b11434, measured in tests/real/test_llama_autocomplete.py) notices a closed
+        # stream only when a token write fails: waiting and prefilling requests are prefilled whole
+        abort_on_write=True,
         metrics_flavor="llamacpp",
     ),
 }
