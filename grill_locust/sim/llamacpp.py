@@ -53,6 +53,8 @@ class ContextExceeded(BadRequest):
 class LlamaCppServer(SimServer):
     """`SimServer` with llama-server's routes, HTTP errors and answers."""
 
+    serves_suffix = False  # llama-server takes OpenAI's `suffix` and leaves it out of the prompt
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.totals = PredictionTotals()

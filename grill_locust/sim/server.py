@@ -42,6 +42,8 @@ MAX_LAG_S = 0.05  # far behind the step timeline (overruns show as jitter until 
 class SimServer:
     """The simulated engine behind an HTTP/1.1 listener."""
 
+    serves_suffix = True  # OpenAI's `suffix` on /v1/completions fills the middle (llama-server ignores it)
+
     def __init__(
         self,
         params: EngineParams,
@@ -283,7 +285,7 @@ class SimServer:
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]
         if isinstance(prompt, str):
-            suffix = body.get("suffix")
+            suffix = body.get("suffix") if self.serves_suffix else None
             if isinstance(suffix, str) and suffix:  # as an engine serving `suffix` does: its model's template
                 prompt = SIM_FIM_TEMPLATE.render(prompt, suffix)
             ids = token_ids(prompt)

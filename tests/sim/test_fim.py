@@ -56,8 +56,13 @@ def test_template_streams_with_the_prompt_counted_as_tokenize_does(url: str, fam
     assert m.prompt_tokens == counted(url, rendered)
 
 
-def test_suffix_streams_as_the_simulated_models_own_template(url: str) -> None:
-    m = send(url, PREFIX, SUFFIX, fim="suffix")
+def test_suffix_streams_as_the_simulated_models_own_template_where_the_engine_serves_it(url: str) -> None:
+    # llama-server takes OpenAI's `suffix` and leaves it out of the prompt (the real one does the same)
+    ignored = send(url, PREFIX, SUFFIX, fim="suffix")
+    assert (ignored.status, ignored.output_tokens) == ("ok", 4)
+    assert ignored.prompt_tokens == counted(url, PREFIX)
+    with SimProcess.start(profile="vllm", served_model_name=MODEL) as vllm:
+        m = send(vllm.url, PREFIX, SUFFIX, fim="suffix")
     assert (m.status, m.output_tokens) == ("ok", 4)
     assert m.prompt_tokens == counted(url, PREFIX) + counted(url, SUFFIX) + 3
 
