@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 
 import pandas as pd
@@ -169,9 +168,8 @@ AGENT_STEP_TABLE: list[tuple[str, str, Formatter]] = [
 
 
 def _format_column(values: pd.Series, formatter: Formatter) -> pd.Series:
-    return values.map(
-        lambda v: MISSING if v is None or (isinstance(v, float) and math.isnan(v)) else formatter(v)
-    )
+    # pd.isna: a column of whole numbers with gaps (sessions, on agent rows alone) holds pd.NA
+    return values.map(lambda v: MISSING if pd.isna(v) else formatter(v))
 
 
 def _display(frame: pd.DataFrame, spec: list[tuple[str, str, Formatter]], leading: list[str]) -> pd.DataFrame:

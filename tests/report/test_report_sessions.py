@@ -22,6 +22,7 @@ from grill_locust.report.synthetic import (
     synthetic_agent_records,
     write_results_folder,
 )
+from grill_locust.report.tables import MISSING, display_tiers
 
 AGENT_TARGET = "vllm/m/agent"
 SESSION_ID = "agent:u{user}:0"
@@ -196,3 +197,23 @@ def test_compare_puts_session_wait_beside_each_runs_tier_figures(tmp_path):
     for series in ("cache-on/vllm", "cache-off/vllm"):
         block = next(b for b in blocks if b.startswith(f"{series} · {AGENT_CONVERSATION}\n"))
         assert "session wait p50 s  session wait p90 s" in block.splitlines()[1]
+
+
+def test_the_tier_table_shows_sessions_on_agent_rows_and_none_on_the_others(tmp_path: Path) -> None:
+    """Session counts are whole numbers only agent rows have (a column of integers with gaps)."""
+    records = [
+        make_record(
+            record_id=f"r{index}",
+            target=f"vllm/m/{conversation}",
+            conversation=conversation,
+            kind=kind,
+            conversation_id=f"c{index}",
+            wall_start=START_WALL + index * 0.01,
+        )
+        for index, (conversation, kind) in enumerate((("chat", "short-baseline"), ("agent", "agentic")))
+    ]
+    table = display_tiers(summarize(load_run(write_results_folder(tmp_path, records)))).set_index(
+        "conversation"
+    )
+    assert table.loc["agent", "sessions"] == "1"
+    assert table.loc["chat", "sessions"] == table.loc["chat", "failed sessions"] == MISSING
