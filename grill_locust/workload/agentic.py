@@ -311,7 +311,13 @@ class AgenticSession:
         if self.step == plan.steps - 1:
             self.final_answer = reply.text
             return []
-        model_calls = [tool_call(call.id, call.name, call.arguments) for call in reply.tool_calls]
+        # a call cut short by max_tokens has arguments that are no JSON object: an agent cannot run it,
+        # and engines refuse it when it is sent back (llama-server: HTTP 500), so it is not carried
+        model_calls = [
+            tool_call(call.id, call.name, call.arguments)
+            for call in reply.tool_calls
+            if _json_object(call.arguments)
+        ]
         subagents = plan.subagent_step == self.step
         calls = model_calls
         results: list[str] = []
@@ -364,6 +370,13 @@ class AgenticSession:
         if message["role"] == "system":
             tokens += tools_tokens(self.plan.workload)
         return tokens
+
+
+def _json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
 
 
 def tool_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -72,6 +73,25 @@ def test_one_developer_gets_the_same_session_shape_on_every_target_and_text_of_i
     assert on_a.system != on_b.system and on_a.task != on_b.task  # no prefix shared across targets
     others = [workload.script("s-p1a0-w-u0", 1, developer=d) for d in range(4, 12)]
     assert len({shape(plan) for plan in others if isinstance(plan, AgenticPlan)}) > 1  # drawn per developer
+
+
+def test_a_tool_call_cut_short_by_max_tokens_is_not_carried_back() -> None:
+    # its arguments are no JSON object: llama-server answers the next request with HTTP 500 if it is
+    # sent back, and an agent could not run it; the step's scripted call takes its place
+    session = AgenticSession(plan_of(agentic(steps=3)))
+    session.next_request()
+    whole = SimpleNamespace(id="call-whole", name="grep", arguments='{"pattern": "def add"}')
+    cut = SimpleNamespace(id="call-cut", name="read_file", arguments='{"path": "src/ma')
+    session.on_reply(AgentReply("", (cut,)))
+    request = session.next_request()
+    assert request is not None
+    carried = request.messages[-2]["tool_calls"]
+    assert [call["id"] for call in carried] != ["call-cut"] and len(carried) == 1
+    assert json.loads(carried[0]["function"]["arguments"]) is not None
+    session.on_reply(AgentReply("", (whole, cut)))
+    request = session.next_request()
+    assert request is not None
+    assert [call["id"] for call in request.messages[-3]["tool_calls"]] == ["call-whole"]
 
 
 def sim_tokens(backend: Backend, text: str) -> int:
