@@ -87,7 +87,7 @@ AGENT_CONVERSATION: dict[str, Any] = {
     "kind": "agentic",
     "steps": AGENT_STEPS,
     "system_tokens": 1200,  # the tools' JSON (~800 tokens on gemma's tokenizer) and the system message
-    "tool_result_tokens": 200,
+    "tool_result_tokens": 550,  # ten steps fill ~85 % of the agent server's 8k context
     "step_max_tokens": 32,  # room for a whole <tool_call> (llama-server streams none of a cut one)
     "final_max_tokens": 32,
 }

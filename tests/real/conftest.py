@@ -34,6 +34,7 @@ SETUP_LLAMA = ROOT / ".ci" / "setup_llama.sh"
 SETUP_LITELLM = ROOT / ".ci" / "setup_litellm.sh"
 
 SERVED_MODEL = "gemma3-270m"  # llama-server's --alias
+AGENT_CONTEXT_TOKENS = 8192  # the agent server's context (llama_agent_server_argv)
 PROXY_MODEL = "coder"  # the alias LiteLLM routes to llama-server
 AGENT_PROXY_MODEL = "coder-agent"  # the alias LiteLLM routes to the --jinja llama-server (tools)
 AGENT_TEMPLATE = Path(__file__).with_name("agent_chat_template.jinja")
@@ -142,11 +143,12 @@ def llama_server_argv(binary: Path, model: Path, port: int) -> list[str]:
 
 def llama_agent_server_argv(binary: Path, model: Path, port: int) -> list[str]:
     """llama-server for requests carrying tools: --jinja (without it they are refused) with a template
-    that renders tools, calls and results, the context the GGUF gives (-c 0) in one slot, so that each
-    step of a session finds the last one's prefix in the slot's cache."""
+    that renders tools, calls and results, in one slot, so that each step of a session finds the last
+    one's prefix in the slot's cache. Its context is AGENT_CONTEXT_TOKENS: the model allows 32k, but on
+    two CPUs this model prefills ~150-350 tokens/s, so a session fills 8k within CI's time, not 32k."""
     return [
         str(binary), "-m", str(model), "--host", "127.0.0.1", "--port", str(port),
-        "-c", "0", "-np", "1", "-t", "2", "--metrics", "--slots", "--alias", SERVED_MODEL,
+        "-c", str(AGENT_CONTEXT_TOKENS), "-np", "1", "-t", "2", "--metrics", "--slots", "--alias", SERVED_MODEL,
         "--jinja", "--chat-template-file", str(AGENT_TEMPLATE),
     ]  # fmt: skip
 

@@ -17,13 +17,13 @@ from grill_locust.record import STATUS_OK, measure
 from grill_locust.workload.agentic import tool_call, tool_result
 from grill_locust.workload.tools import TOOLS, tools_text
 from tests.real.campaigns import AGENT_CONVERSATION, AGENT_STEPS, agent_scenario
-from tests.real.conftest import SERVED_MODEL, CampaignRun, ServerProcess, run_campaign
+from tests.real.conftest import AGENT_CONTEXT_TOKENS, SERVED_MODEL, CampaignRun, ServerProcess, run_campaign
 from tests.real.test_llama_server import remote_tokens
 
 pytestmark = pytest.mark.real
 
 TIMEOUTS = {"connect_s": 10, "first_token_s": 300, "total_s": 600}
-# the chat template's markup per message (turn tags, <tool_response>): a step adds at least its results
+# the chat template's markup per message (turn tags, <tool_response>): slack for what the cache holds
 STEP_MARKUP_TOKENS = 4
 
 
@@ -54,9 +54,9 @@ def records(campaign: CampaignRun) -> pd.DataFrame:
     return records
 
 
-def test_the_server_gives_the_models_own_context(llama_agent_server: ServerProcess) -> None:
+def test_the_server_gives_the_sessions_its_whole_context(llama_agent_server: ServerProcess) -> None:
     props = requests.get(f"{llama_agent_server.url}/props", timeout=10).json()
-    assert props["default_generation_settings"]["n_ctx"] == 32768  # gemma3's context_length, from the GGUF
+    assert props["default_generation_settings"]["n_ctx"] == AGENT_CONTEXT_TOKENS
     assert (
         props["chat_template_caps"]["supports_tools"] and props["chat_template_caps"]["supports_tool_calls"]
     )
@@ -74,9 +74,12 @@ def test_each_step_is_one_ok_record_on_a_growing_context_served_from_the_cache(
     prompt = session["prompt_tokens"].to_numpy()
     cached = session["cached_tokens"].to_numpy()
     growth = prompt[1:] - prompt[:-1]
-    # each step adds the last reply and its tool results (calibrated through /tokenize) to the context
-    assert (growth >= AGENT_CONVERSATION["tool_result_tokens"] + STEP_MARKUP_TOKENS).all(), list(prompt)
+    # each step adds the last reply and its tool results to the context; calibrated through /tokenize,
+    # listings and logs are scaled by the measured ratio, not cut token by token: within ~15 % here
+    results = AGENT_CONVERSATION["tool_result_tokens"]
+    assert (growth >= 0.8 * results + session["output_tokens"].to_numpy()[:-1]).all(), list(prompt)
     assert prompt[0] > remote_tokens(llama_agent_server, tools_text())  # the template renders the tools
+    assert prompt[-1] >= 0.75 * AGENT_CONTEXT_TOKENS  # the session fills most of the server's context
     # the slot holds the last step's prompt: all of it is read from the cache, only the new part prefilled
     assert (cached[1:] >= prompt[:-1] - STEP_MARKUP_TOKENS).all(), list(zip(prompt, cached, strict=True))
 
