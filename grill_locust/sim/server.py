@@ -159,7 +159,7 @@ class SimServer:
     # -- routing
     def handle(self, conn: HttpConnection, request: HttpRequest) -> None:
         route = self.routes.get((request.method, request.path))
-        error_body = error_body_for(request.path)
+        error_body = self.error_body_for(request.path)
         if route is None:
             if any(path == request.path for _, path in self.routes):
                 conn.respond(405, error_body(405, "Method Not Allowed"))
@@ -331,8 +331,7 @@ class SimServer:
             }
             if status == 429:
                 headers.append(("retry-after", str(self.faults.settings.retry_after_s)))
-            error_body = anthropic.error_body if kind == anthropic.MESSAGES else self.error_body
-            conn.respond(status, error_body(status, messages[status]), headers=headers)
+            conn.respond(status, self.error_body_for(request.path)(status, messages[status]), headers=headers)
             if self.truth is not None:
                 now = self.clock()
                 self.truth.add(
@@ -424,6 +423,10 @@ class SimServer:
 
     def _reply_headers(self, request_id: str) -> list[tuple[str, str]]:
         return [("x-request-id", request_id)]
+
+    def error_body_for(self, path: str) -> Callable[..., bytes]:
+        """The error body of the route at `path`: Anthropic's on /v1/messages, the server's own elsewhere."""
+        return anthropic.error_body if path == anthropic.MESSAGES_PATH else self.error_body
 
     def error_body(self, status: int, message: str, param: str | None = None) -> bytes:
         return wire.error_body(status, message, param)
@@ -770,11 +773,6 @@ class AnthropicWriter(ResponseWriter):
         return anthropic.message_body(
             self.response_id, self.server.model, reasoning, content, call, reason, usage
         )
-
-
-def error_body_for(path: str) -> Callable[..., bytes]:
-    """The error body of the route at `path`: Anthropic's on /v1/messages, OpenAI's elsewhere."""
-    return anthropic.error_body if path == anthropic.MESSAGES_PATH else wire.error_body
 
 
 ERROR_MID_MESSAGE = "Internal server error mid-stream (simulated)"
