@@ -218,6 +218,17 @@ class RequestRecord:
     # autocomplete: the completion was shown within the conversation's budget_ms and before the next
     # keystroke (None for other kinds and for requests that did not complete)
     shown_in_budget: bool | None = None
+    # open-loop tiers: the tier's rate (requests/s, or sessions/s for multi-turn and agentic kinds;
+    # tier_users is then 0), each send's intended wall time and how late it went out
+    tier_rate: float | None = None
+    scheduled_wall: float | None = None
+    schedule_lag_s: float | None = None
+    trace_line: int | None = None  # trace replay: the 0-based line (JSONL) or row (CSV) of the trace
+    # started in the tier's warmup: recorded, left out of the tier's statistics (counted beside them)
+    warmup: bool | None = None
+    cooldown: bool | None = None  # still running when its rate tier's time ended: it finished after
+    slo_met: bool | None = None  # within every per-request SLO limit (False if failed; None: no limit)
+    repeat: int = 0  # which of `--repeat N` campaigns sent it (0-based)
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in RECORD_COLUMNS}

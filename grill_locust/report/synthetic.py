@@ -202,6 +202,14 @@ def synthetic_records(
             "attempt": 0,
             "developer": (position // np.where(multi, turns, 1)) % users.astype(int),
             "shown_in_budget": None,
+            "tier_rate": None,
+            "scheduled_wall": None,
+            "schedule_lag_s": None,
+            "trace_line": None,
+            "warmup": None,
+            "cooldown": None,
+            "slo_met": None,
+            "repeat": 0,
         }
     )
     return frame[list(RECORD_COLUMNS)]

@@ -49,6 +49,7 @@ class Phase:
     think_time_s: float
     session: str = ""  # the campaign's session (`<run_id>.<n>`): resumed runs tell theirs apart
     attempt: int = 0  # 1 when the tier runs again after an engine outage
+    tier_rate: float | None = None  # an open-loop tier's rate (tier_users is then 0)
 
     @property
     def key(self) -> str:
