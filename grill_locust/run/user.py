@@ -79,6 +79,9 @@ class GrillUser(User):
         if isinstance(script, AutocompletePlan):
             self.run_autocomplete(target, script, labels, self.client_for(target))
             return
+        model = (
+            target.model if script.max_tokens is None else _with_max_tokens(target.model, script.max_tokens)
+        )
         messages: list[dict[str, Any]] = []
         if script.system:
             messages.append({"role": "system", "content": script.system})
@@ -86,7 +89,7 @@ class GrillUser(User):
             if turn > 0:
                 gevent.sleep(phase.think_time_s)
             messages.append({"role": "user", "content": user_text})
-            sent = self._send(target, messages, labels, turn, self.client_for(target))
+            sent = self._send(target, messages, labels, turn, self.client_for(target), model=model)
             if sent is None:
                 return  # the conversation cannot go on without the reply
             messages.append({"role": "assistant", "content": sent[0].text})

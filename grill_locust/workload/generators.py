@@ -67,6 +67,9 @@ class ConversationScript:
     conversation_id: str
     system: str | None
     user_turns: list[str] = field(default_factory=list)
+    # every request's max_tokens where the script sets it (a trace row's output length, a dataset
+    # row's own), else the model's
+    max_tokens: int | None = None
 
     def messages(self, turn: int, replies: Sequence[str]) -> list[dict[str, str]]:
         """Chat messages for request `turn` (0-based), with the real `replies` to earlier turns."""
