@@ -29,8 +29,18 @@ KIND_AGENTIC = "agentic"  # the workload kind of agent sessions: each record is 
 KIND_AUTOCOMPLETE = "autocomplete"
 
 # The load generator's own health: above either threshold its latencies are suspect (the tier is flagged).
-SATURATION_LAG_P99_MS = 5.0  # event-loop lag p99 of the worker
+SATURATION_LAG_P99_MS = 5.0  # the worker's timing lag p99 (`timing_lag_ms`)
 SATURATION_CPU_PCT = 70.0  # CPU use of the worker process, percent of one core
+
+
+def timing_lag_ms(event_loop_lag_ms: float | None, read_lag_ms: float | None) -> float:
+    """The lag that can skew a worker's timings (run/selfcheck.py): how late it read replies when
+    the kernel stamped every read (their times are the stamps), else how late its event loop was."""
+    for lag in (read_lag_ms, event_loop_lag_ms):
+        if lag is not None and lag == lag:  # None or NaN (a results table's empty cell): not measured
+            return lag
+    return 0.0
+
 
 TOKENS_FROM_USAGE = "usage"
 TOKENS_FROM_TOKENIZER = "tokenizer"
@@ -205,6 +215,8 @@ class RequestRecord:
     http_status: int | None
     error: str
     worker_lag_p99_ms: float | None = None
+    # how late the worker read replies after the kernel stamped them, p99 (None: some reads unstamped)
+    worker_read_lag_p99_ms: float | None = None
     worker_cpu: float | None = None
     retries: int = 0  # 429 retries, only when a backend opts in to `retries`
     # the run, or the resumption of it, that sent the request (`<run_id>.<n>`): a resumed campaign

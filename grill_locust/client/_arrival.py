@@ -22,6 +22,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 # Python does not name it; 35 on Linux's generic ABI (x86-64, arm64, riscv...), not on every CPU
@@ -43,6 +44,18 @@ def enable(sock: socket.socket) -> bool:
     except OSError:
         return False
     return True
+
+
+# The self-check's, while one runs: called after every read of a reply with how late the read came
+# after the kernel stamped its bytes (seconds), or None for a read with no stamp (its lateness unknown).
+read_lag_sink: Callable[[float | None], None] | None = None
+
+
+def note_read(stamped: bool, arrived: float) -> None:
+    """Tell the self-check how late a read came: `arrived` is its arrival time (`read`'s answer)."""
+    sink = read_lag_sink
+    if sink is not None:
+        sink(time.perf_counter() - arrived if stamped else None)
 
 
 OFFSET_REFRESH_S = 1.0

@@ -423,6 +423,7 @@ class EngineClient:
                         raise _DeadlinePassed(deadline)
                     sock.settimeout(remaining)
                 data, t = _arrival.read(sock, RECV_BYTES, self._stamped, _arrival.wall_offset())
+                _arrival.note_read(self._stamped, t)
             except TimeoutError:
                 raise _DeadlinePassed(deadline) from None
             except OSError as error:

@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Any
 
-from grill_locust.client._arrival import read, read_event, wall_offset
+from grill_locust.client._arrival import note_read, read, read_event, wall_offset
 from grill_locust.client._reader import StreamReader
 
 RECV_BYTES = 65536
@@ -148,6 +148,7 @@ class Poller:
                 data, t = b"", time.perf_counter()
                 watch.reason = error.strerror or type(error).__name__
             self.reads += 1
+            note_read(watch.stamped, t)
             try:
                 if event is not None:
                     reader.feed_event(t, event)

@@ -31,6 +31,7 @@ from grill_locust.record import (
     STATUS_ABANDONED,
     STATUS_OK,
     STATUS_STREAM_CUT,
+    timing_lag_ms,
 )
 from grill_locust.report.load import RunData, load_run
 from grill_locust.report.sessions import (
@@ -121,6 +122,7 @@ SUMMARY_COLUMNS: list[str] = [
     "context_growth",
     *SESSION_TIER_COLUMNS,
     "worker_lag_p99_ms",
+    "worker_read_lag_p99_ms",
     "worker_cpu_mean",
     "saturated",
     "unreadable_lines",
@@ -162,6 +164,7 @@ STAT_COLUMNS: list[str] = [
     "reasoning_tokens",
     "visible_tokens_per_s",
     "worker_lag_p99_ms",
+    "worker_read_lag_p99_ms",
     "worker_cpu",
 ]
 
@@ -303,13 +306,14 @@ def _concat_rows(first: pd.DataFrame, then: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values(keys, kind="stable").reset_index(drop=True)
 
 
-def _tier_lag_p99(frame: pd.DataFrame) -> pd.Series:
-    """A tier's event-loop lag p99: each worker's, over all its probes in the tier, is on its last record
-    of the tier (the self-check's window is the tier); the tier's is the highest of its workers'."""
+def _tier_lag_p99(frame: pd.DataFrame, column: str) -> pd.Series:
+    """A tier's lag p99 (event loop or reads): each worker's, over all its samples in the tier, is on its
+    last record of the tier (the self-check's window is the tier); the tier's is the highest of its
+    workers'."""
     lagged = frame[frame["worker_lag_p99_ms"].notna()]
     ends = lagged["wall_start"] + lagged["e2e_s"].fillna(0.0)
     by_worker = lagged.assign(end=ends).sort_values("end", kind="stable").groupby([*TIER_KEYS, "worker"])
-    return by_worker["worker_lag_p99_ms"].last().groupby(level=TIER_KEYS).max()
+    return by_worker[column].last().groupby(level=TIER_KEYS).max(min_count=1)
 
 
 def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> pd.DataFrame:
@@ -349,7 +353,8 @@ def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> pd.DataFr
     per_tier["records_span_s"] = (
         ends.groupby([frame["target"], frame["tier_index"]]).max() - by_tier["wall_start"].min()
     )
-    per_tier["worker_lag_p99_ms"] = _tier_lag_p99(frame)
+    per_tier["worker_lag_p99_ms"] = _tier_lag_p99(frame, "worker_lag_p99_ms")
+    per_tier["worker_read_lag_p99_ms"] = _tier_lag_p99(frame, "worker_read_lag_p99_ms")
     per_tier["worker_cpu_mean"] = by_tier["worker_cpu"].mean()
     per_tier = per_tier.join(_turn_ratios(frame))
     per_tier = per_tier.join(_autocomplete_figures(frame))
@@ -377,7 +382,7 @@ def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> pd.DataFr
     summary["output_tokens_per_s"] = summary["ok_output_tokens"].fillna(0.0) / span
     summary["visible_output_tokens_per_s"] = summary["ok_visible_tokens"] / span
     summary["requests_per_s"] = summary["ok_requests"] / span
-    summary["saturated"] = (summary["worker_lag_p99_ms"] > SATURATION_LAG_P99_MS) | (
+    summary["saturated"] = (_timing_lag_ms(summary) > SATURATION_LAG_P99_MS) | (
         summary["worker_cpu_mean"] > SATURATION_CPU_PCT
     )
     summary["complete"] = phases["complete"].reindex(summary.index).fillna(True).astype(bool)
@@ -526,13 +531,17 @@ def _unreadable_per_tier(run: RunData, tiers: pd.MultiIndex) -> list[int]:
     return [named[(str(target), int(tier))] + unknown for target, tier in tiers]
 
 
+def _timing_lag_ms(summary: pd.DataFrame) -> pd.Series:
+    """Each tier's timing lag (record.timing_lag_ms): its read lag where every read was stamped."""
+    lags = zip(summary["worker_lag_p99_ms"], summary["worker_read_lag_p99_ms"], strict=True)
+    return pd.Series([timing_lag_ms(*pair) for pair in lags], index=summary.index, dtype=float)
+
+
 def _flags(summary: pd.DataFrame) -> pd.Series:
     """A short, human-readable list of what is wrong with each tier ('' when nothing is)."""
     parts = pd.DataFrame(index=summary.index)
     parts["incomplete"] = np.where(~summary["complete"], FLAG_INCOMPLETE, "")
-    lag = summary["worker_lag_p99_ms"].map(
-        lambda v: f" lag p99 {v:.1f} ms" if v > SATURATION_LAG_P99_MS else ""
-    )
+    lag = _timing_lag_ms(summary).map(lambda v: f" lag p99 {v:.1f} ms" if v > SATURATION_LAG_P99_MS else "")
     cpu = summary["worker_cpu_mean"].map(lambda v: f" cpu {v:.0f}%" if v > SATURATION_CPU_PCT else "")
     parts["saturated"] = np.where(
         summary["saturated"], FLAG_SATURATED + " (load generator:" + lag + cpu + ")", ""

@@ -93,6 +93,7 @@ def make_record(**values: Any) -> dict[str, Any]:
         "http_status": 200,
         "error": "",
         "worker_lag_p99_ms": 0.5,
+        "worker_read_lag_p99_ms": None,  # some reads unstamped: the event-loop lag judges
         "worker_cpu": 10.0,
         "retries": 0,
     }
@@ -196,6 +197,7 @@ def synthetic_records(
             "http_status": np.where(failed, 503, 200),
             "error": np.where(failed, "service unavailable", ""),
             "worker_lag_p99_ms": rng.gamma(2.0, 0.4, n),
+            "worker_read_lag_p99_ms": rng.gamma(2.0, 0.1, n),
             "worker_cpu": 20.0 + users * 0.2,
             "retries": 0,
             "session": f"{run_id}.0",

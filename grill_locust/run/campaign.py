@@ -32,6 +32,7 @@ from grill_locust.record import (
     STATUS_ABANDONED,
     STATUS_CONNECT,
     STATUS_OK,
+    timing_lag_ms,
 )
 from grill_locust.run import exit_codes
 from grill_locust.run.phase import DeveloperSeats, Phase, campaign_phases
@@ -84,7 +85,8 @@ class PhaseProgress:
     note: str = ""
     lost_by_worker: Counter[str] = field(default_factory=Counter)
     tier_records: list[dict[str, Any]] = field(default_factory=list)  # for the live tier row, while it runs
-    # each worker's lag p99 over its probes of this tier so far: on its latest record (wall end, value)
+    # each worker's timing lag p99 (record.timing_lag_ms) over this tier so far: on its latest record
+    # (wall end, value)
     worker_lag_p99_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
     worker_cpu_max: float = 0.0
     developers: DeveloperSeats = field(default_factory=DeveloperSeats)
@@ -93,7 +95,7 @@ class PhaseProgress:
 
     @property
     def lag_p99_ms(self) -> float:
-        """The tier's event-loop lag p99 so far: the highest of its workers'."""
+        """The tier's timing lag p99 so far: the highest of its workers'."""
         return max((lag for _, lag in self.worker_lag_p99_ms.values()), default=0.0)
 
     @property
@@ -114,7 +116,7 @@ class PhaseProgress:
         """Why the load generator was saturated in this tier, or "" (records carry each worker's state)."""
         if self.lag_p99_ms > SATURATION_LAG_P99_MS or self.worker_cpu_max > SATURATION_CPU_PCT:
             return (
-                f"LOAD GENERATOR SATURATED (event-loop lag p99 {self.lag_p99_ms:.1f} ms, "
+                f"LOAD GENERATOR SATURATED (timing lag p99 {self.lag_p99_ms:.1f} ms, "
                 f"CPU up to {self.worker_cpu_max:.0f} %): this tier's latencies are suspect"
             )
         return ""
@@ -204,8 +206,9 @@ class Campaign:
                     progress.errors_by_conversation[record["conversation"]] += 1
                     progress.refused += record["status"] == STATUS_CONNECT
                     progress.cancelled += record["error"] == CANCELLED
-                lag, cpu = record.get("worker_lag_p99_ms"), record.get("worker_cpu")
-                if lag is not None:
+                cpu = record.get("worker_cpu")
+                if record.get("worker_lag_p99_ms") is not None:
+                    lag = timing_lag_ms(record["worker_lag_p99_ms"], record.get("worker_read_lag_p99_ms"))
                     end = record["wall_start"] + (record.get("e2e_s") or 0.0)
                     if end >= progress.worker_lag_p99_ms.get(record["worker_id"], (-math.inf, 0.0))[0]:
                         progress.worker_lag_p99_ms[record["worker_id"]] = (end, lag)

@@ -1,10 +1,20 @@
-"""The load generator's own health: event-loop lag (a probe greenlet) and CPU share of this process.
+"""The load generator's own health: how late it reads replies, its event-loop lag, and its CPU share.
 
-A worker whose gevent hub is late inflates every TTFT it measures long before Locust's 90 % CPU warning
-fires; each record carries the worker's state when it ended, so the report can flag saturated tiers.
-The lag p99 is taken over every probe of the current tier on this worker (`new_window` at each phase):
-a p99 over the last few dozen probes would be their maximum, and one late wake-up in a minute would
-flag a tier whose lag p99 is a fraction of the threshold.
+A worker that reads a reply late can time its events late long before Locust's 90 % CPU warning fires;
+each record carries the worker's state when it ended, so the report can flag saturated tiers.
+
+Two lags, each a p99 over the current tier on this worker (`new_window` at each phase: a p99 over the
+last few dozen samples would be their maximum, and one late wake-up in a minute would flag a tier):
+- the read lag: how long after the kernel stamped a reply's bytes the worker read them. Event times
+  are the kernel's stamps (client/_arrival.py), so a late read costs nothing until the next event of
+  the same stream arrives before it: the stamp is then the later event's. The read lag bounds that
+  error, and it is what judges a tier whose reads are all stamped.
+- the event-loop lag: how late a probe greenlet wakes. It is how late a user's send after its think
+  time goes out (the request's t0 is taken at the send, so no latency includes it), and it judges
+  tiers whose reads have no stamp (TLS), where every read's lateness is in the timings.
+With 200 users finishing in one engine step, their next sends take the hub in turn: the event-loop lag
+then grows with the users (each send builds its request) while the read lag stays small, because each
+user reads every ready stream before it sends (client/_poller.py).
 """
 
 from __future__ import annotations
@@ -17,7 +27,8 @@ from collections.abc import Callable
 import gevent
 import psutil
 
-from grill_locust.record import SATURATION_CPU_PCT, SATURATION_LAG_P99_MS
+from grill_locust.client import _arrival
+from grill_locust.record import SATURATION_CPU_PCT, SATURATION_LAG_P99_MS, timing_lag_ms
 
 PROBE_INTERVAL_S = 0.05  # how often the probe asks the hub to wake it
 CPU_SAMPLE_INTERVAL_S = 1.0
@@ -70,25 +81,43 @@ class SelfCheck:
     def __init__(self, busy: Callable[[], bool] = lambda: True) -> None:
         self._busy = busy
         self._lags = LagHistogram()
+        self._read_lags = LagHistogram()
+        self._unstamped_reads = 0
         self._process = psutil.Process()
         self.cpu_pct: float | None = None
-        self.lag_p99_ms: float | None = None
+        self.lag_p99_ms: float | None = None  # the event-loop lag p99
         self._greenlet: gevent.Greenlet | None = None
 
     def start(self) -> None:
         if self._greenlet is None:
             self._process.cpu_percent(None)  # first call primes the counter
             self._greenlet = gevent.spawn(self._probe)
+            _arrival.read_lag_sink = self._on_read
 
     def new_window(self) -> None:
-        """A new tier begins on this worker: its lag p99 starts from its own probes."""
+        """A new tier begins on this worker: its lags start from its own samples."""
         self._lags = LagHistogram()
+        self._read_lags = LagHistogram()
+        self._unstamped_reads = 0
         self.lag_p99_ms = None
 
     def stop(self) -> None:
         if self._greenlet is not None:
             self._greenlet.kill(block=False)
             self._greenlet = None
+        if _arrival.read_lag_sink == self._on_read:
+            _arrival.read_lag_sink = None
+
+    def _on_read(self, lag_s: float | None) -> None:
+        if lag_s is None:
+            self._unstamped_reads += 1
+        else:
+            self._read_lags.add(max(0.0, lag_s * 1000.0))
+
+    @property
+    def read_lag_p99_ms(self) -> float | None:
+        """The read lag p99 of this tier's reads, or None when some had no stamp (or none came yet)."""
+        return None if self._unstamped_reads else self._read_lags.quantile_ms(LAG_QUANTILE)
 
     def _probe(self) -> None:
         last_cpu = time.monotonic()
@@ -108,4 +137,5 @@ class SelfCheck:
 
     @property
     def saturated(self) -> bool:
-        return (self.lag_p99_ms or 0.0) > SATURATION_LAG_P99_MS or (self.cpu_pct or 0.0) > SATURATION_CPU_PCT
+        lag = timing_lag_ms(self.lag_p99_ms, self.read_lag_p99_ms)
+        return lag > SATURATION_LAG_P99_MS or (self.cpu_pct or 0.0) > SATURATION_CPU_PCT

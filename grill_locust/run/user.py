@@ -240,6 +240,7 @@ class GrillUser(User):
             {**labels, "turn": turn, "record_id": record_id},
             measurement,
             worker_lag_p99_ms=grill.selfcheck.lag_p99_ms,
+            worker_read_lag_p99_ms=grill.selfcheck.read_lag_p99_ms,
             worker_cpu=grill.selfcheck.cpu_pct,
             retries=retries,
             shown_in_budget=shown_in_budget,

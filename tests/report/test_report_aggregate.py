@@ -154,25 +154,44 @@ def test_single_turn_targets_have_no_turn_columns(tmp_path):
 
 
 def test_incomplete_and_saturated_tiers_are_flagged(tmp_path):
-    records = [make_record(record_id="a", tier_index=0, tier_users=1, worker_lag_p99_ms=1.0, worker_cpu=20.0)]
+    # the timing lag judges: the read lag where every read was stamped, else the event-loop lag
+    stamped_calm = {"worker_lag_p99_ms": 30.0, "worker_read_lag_p99_ms": 1.0}  # sends late, reads on time
+    records = [make_record(record_id="a", tier_index=0, tier_users=1, worker_cpu=20.0, **stamped_calm)]
     records += [
-        make_record(record_id=f"b{i}", tier_index=1, tier_users=5, worker_lag_p99_ms=12.0, worker_cpu=20.0)
+        make_record(
+            record_id=f"b{i}",
+            tier_index=1,
+            tier_users=5,
+            worker_lag_p99_ms=40.0,
+            worker_read_lag_p99_ms=12.0,
+            worker_cpu=20.0,
+        )
         for i in range(3)
     ]
     records += [
-        make_record(record_id="c", tier_index=2, tier_users=10, worker_lag_p99_ms=1.0, worker_cpu=95.0)
+        make_record(record_id="c", tier_index=2, tier_users=10, worker_cpu=95.0, **stamped_calm),
+        make_record(  # TLS: no stamps, so the event loop's lag is in the timings
+            record_id="d",
+            tier_index=3,
+            tier_users=20,
+            worker_lag_p99_ms=7.0,
+            worker_read_lag_p99_ms=None,
+            worker_cpu=20.0,
+        ),
     ]
     phases = [
         phase(0, 1, START_WALL, START_WALL + 10),
         phase(1, 5, START_WALL + 20, START_WALL + 30),
         phase(2, 10, START_WALL + 40, START_WALL + 50, complete=False),
+        phase(3, 20, START_WALL + 60, START_WALL + 70),
     ]
     write_results_folder(tmp_path, records, phases=phases)
     summary = summarize(load_run(tmp_path))
-    assert summary["saturated"].tolist() == [False, True, True]
+    assert summary["saturated"].tolist() == [False, True, True, True]
     assert summary["flags"].iloc[0] == ""
     assert "saturated" in summary["flags"].iloc[1] and "lag p99 12.0 ms" in summary["flags"].iloc[1]
     assert "incomplete" in summary["flags"].iloc[2] and "cpu 95%" in summary["flags"].iloc[2]
+    assert "lag p99 7.0 ms" in summary["flags"].iloc[3]
     table = format_table(summary)
     assert "incomplete" in table and "saturated" in table
 
