@@ -35,7 +35,7 @@ from grill_locust.workload.agentic import AgenticPlan, plan_session
 from grill_locust.workload.autocomplete import AutocompletePlan, plan_autocomplete
 from grill_locust.workload.calibrate import MeasuredCorpus, TokenCounter, name_span
 from grill_locust.workload.corpus import Corpus, Excerpt, stdlib_corpus
-from grill_locust.workload.dataset import load_dataset
+from grill_locust.workload.dataset import DatasetRow, load_dataset
 from grill_locust.workload.heads import (
     FIRST_TURN_HEADS,
     FOLLOW_UP_HEADS,
@@ -233,14 +233,10 @@ class Workload:
 
     def _dataset(self, conversation_id: str, rng: random.Random, shape: ShapeKey) -> ConversationScript:
         """A recorded row as it is: drawn by the seed per user and iteration, or the next in file order
-        (one counter per process and conversation, wrapping around). Nothing is made unique: a row sent
+        (one counter per process, target and conversation, wrapping around). Nothing is made unique: a row sent
         twice may be served from the engine's prefix cache, as it would be in production."""
         conversation = self.conversation
-        if "dataset" not in self._shared:
-            assert conversation.path is not None  # a dataset conversation has one (config/_schema.py)
-            self._shared["dataset"] = load_dataset(conversation.path, conversation.format)
-            self._shared["next_row"] = itertools.count()
-        rows = self._shared["dataset"].rows
+        rows = self._dataset_rows()
         if conversation.sample == "order":
             row = rows[next(self._shared["next_row"]) % len(rows)]
         else:
@@ -253,6 +249,15 @@ class Workload:
             history=list(row.history),
             trace_line=row.line,
         )
+
+    def _dataset_rows(self) -> tuple[DatasetRow, ...]:
+        if "dataset" not in self._shared:
+            conversation = self.conversation
+            assert conversation.path is not None  # a dataset conversation has one (config/_schema.py)
+            self._shared["dataset"] = load_dataset(conversation.path, conversation.format)
+            self._shared["next_row"] = itertools.count()
+        rows: tuple[DatasetRow, ...] = self._shared["dataset"].rows
+        return rows
 
     # ---- code, ids and sizing ----------------------------------------------------------------
 
@@ -360,7 +365,10 @@ def build_workload(
 ) -> Workload:
     # read the whole corpus now, not file by file under load (and not as slow memory growth in a soak)
     stdlib_corpus().preload()
-    return Workload(conversation, model, token_counter)
+    workload = Workload(conversation, model, token_counter)
+    if conversation.kind == "dataset":  # a dataset file too (a large one takes seconds to parse)
+        workload._dataset_rows()
+    return workload
 
 
 def id_words_needed(pool_words: int) -> int:
