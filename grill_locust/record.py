@@ -235,7 +235,8 @@ class RequestRecord:
     tier_rate: float | None = None
     scheduled_wall: float | None = None
     schedule_lag_s: float | None = None
-    trace_line: int | None = None  # trace replay: the 0-based line (JSONL) or row (CSV) of the trace
+    # trace replay: the 0-based line (JSONL) or row (CSV) of the trace; dataset replay: the row replayed
+    trace_line: int | None = None
     # started in the tier's warmup: recorded, left out of the tier's statistics (counted beside them)
     warmup: bool | None = None
     cooldown: bool | None = None  # still running when its rate tier's time ended: it finished after

@@ -56,15 +56,16 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{source}: cannot read: {error}") from None
     data, lines, duplicates = parse_yaml(text, source)
-    return _parse(data, source, lines, duplicates)
+    return _parse(data, source, lines, duplicates, Path(path).parent)
 
 
 def parse_scenario(data: Any, source: str) -> Scenario:
-    """Validate already-parsed scenario data (a dict as YAML gives it); `source` names it in errors."""
-    return _parse(data, source, {}, [])
+    """Validate already-parsed scenario data (a dict as YAML gives it); `source` names it in errors.
+    Files it names (a dataset's path) are relative to the current folder."""
+    return _parse(data, source, {}, [], Path.cwd())
 
 
-def _parse(data: Any, source: str, lines: LineMap, duplicates: list[DuplicateKey]) -> Scenario:
+def _parse(data: Any, source: str, lines: LineMap, duplicates: list[DuplicateKey], folder: Path) -> Scenario:
     if not isinstance(data, dict):
         what = "an empty file" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{source}: expected a mapping with backends, models, targets (got {what})")
@@ -85,7 +86,10 @@ def _parse(data: Any, source: str, lines: LineMap, duplicates: list[DuplicateKey
     backends = _unique("backends", file.backends, source, lines, key=backends_key(data))
     models = _unique("models", file.models, source, lines)
     declared = _unique("conversations", file.conversations, source, lines)
-    conversations = dict(declared)
+    conversations = {
+        name: _with_dataset(index, conversation, folder, source, lines)
+        for index, (name, conversation) in enumerate(declared.items())
+    }
     for name in BUILTIN_CONVERSATION_KINDS:
         if name not in conversations:
             conversations[name] = Conversation.model_validate({"name": name})
@@ -163,6 +167,23 @@ def _secret_references(
         elif reference.scenario_path in held:
             references.append(reference.model_copy(update={"text": None}))
     return tuple(references)
+
+
+def _with_dataset(
+    index: int, conversation: Conversation, folder: Path, source: str, lines: LineMap
+) -> Conversation:
+    """A dataset conversation with its file's absolute path (workers need no scenario folder), once the
+    file is read and every row checked: bad input stops the run here, before any request."""
+    if conversation.kind != "dataset" or conversation.path is None:
+        return conversation
+    from grill_locust.workload.dataset import DatasetError, load_dataset
+
+    path = os.path.abspath(folder / Path(conversation.path).expanduser())
+    try:
+        load_dataset(path, conversation.format)
+    except DatasetError as error:
+        raise ConfigError(at(source, ("conversations", index, "path"), lines, str(error))) from None
+    return conversation.model_copy(update={"path": path})
 
 
 def _resolve_target(

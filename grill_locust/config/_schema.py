@@ -305,6 +305,11 @@ class Conversation(_Frozen):
     accept_rate: float | None = Field(default=None, ge=0, le=1)
     budget_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     max_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)  # wins over the model's
+    # the file kind dataset (workload/dataset.py) and kind trace replay; a relative path is from the
+    # scenario file's folder (config/_load.py), or from the current folder for data without a file
+    path: str | None = None
+    format: str | None = None  # dataset: jsonl or sharegpt (from the extension when not given)
+    sample: Literal["seed", "order"] | None = None  # dataset: rows drawn by the seed, or in file order
     seed: int = 0
     salt: bool = True
     turns: list[Turn] = Field(default_factory=list)
@@ -392,6 +397,17 @@ class Conversation(_Frozen):
             )
         return self
 
+    @model_validator(mode="after")
+    def _dataset_file(self) -> Conversation:
+        if self.kind != "dataset":
+            return self
+        from grill_locust.workload.dataset import dataset_format
+
+        if not self.path:
+            raise ValueError("path: kind 'dataset' needs the file to replay (JSONL or ShareGPT JSON)")
+        object.__setattr__(self, "format", dataset_format(self.path, self.format))
+        return self
+
     @property
     def requests_per_iteration(self) -> float:
         """Requests one iteration (one whole conversation) sends; for an agentic session, the expected
@@ -406,6 +422,10 @@ class Conversation(_Frozen):
             return expected_requests_per_session(self)
         if self.kind == "autocomplete":
             return self.requests or 1
+        if self.kind == "dataset":  # a ShareGPT row sends each of its user turns
+            from grill_locust.workload.dataset import load_dataset
+
+            return load_dataset(self.path or "", self.format).mean_user_turns
         return 1
 
 

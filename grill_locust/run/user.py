@@ -85,6 +85,8 @@ class GrillUser(User):
         messages: list[dict[str, Any]] = []
         if script.system:
             messages.append({"role": "system", "content": script.system})
+        messages += script.history
+        labels["trace_line"] = script.trace_line
         for turn, user_text in enumerate(script.user_turns):
             if turn > 0:
                 gevent.sleep(phase.think_time_s)

@@ -21,6 +21,7 @@ one token each wherever an id puts them (`MeasuredCorpus.id_words`), so the id i
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import random
@@ -34,6 +35,7 @@ from grill_locust.workload.agentic import AgenticPlan, plan_session
 from grill_locust.workload.autocomplete import AutocompletePlan, plan_autocomplete
 from grill_locust.workload.calibrate import MeasuredCorpus, TokenCounter, name_span
 from grill_locust.workload.corpus import Corpus, Excerpt, stdlib_corpus
+from grill_locust.workload.dataset import DatasetRow, load_dataset
 from grill_locust.workload.heads import (
     FIRST_TURN_HEADS,
     FOLLOW_UP_HEADS,
@@ -60,7 +62,8 @@ _SYSTEM_CODE_END = "\n```\n"
 
 @dataclass(frozen=True)
 class ConversationScript:
-    """Everything one iteration of one user sends: an optional system message and the user turns.
+    """Everything one iteration of one user sends: an optional system message, recorded messages sent
+    before the first user turn as they are (a dataset row's earlier turns), and the user turns.
 
     The user sends the turns one by one, appending each real reply as an assistant message."""
 
@@ -70,12 +73,15 @@ class ConversationScript:
     # every request's max_tokens where the script sets it (a trace row's output length, a dataset
     # row's own), else the model's
     max_tokens: int | None = None
+    history: list[dict[str, str]] = field(default_factory=list)
+    trace_line: int | None = None  # the dataset row replayed (0-based), for the records
 
     def messages(self, turn: int, replies: Sequence[str]) -> list[dict[str, str]]:
         """Chat messages for request `turn` (0-based), with the real `replies` to earlier turns."""
         if len(replies) < turn:
             raise ValueError(f"turn {turn} needs {turn} earlier replies, got {len(replies)}")
         messages = [{"role": "system", "content": self.system}] if self.system else []
+        messages += self.history
         for index in range(turn):
             messages.append({"role": "user", "content": self.user_turns[index]})
             messages.append({"role": "assistant", "content": replies[index]})
@@ -123,7 +129,7 @@ class Workload:
         self, user_key: str, iteration: int, developer: int | None = None
     ) -> ConversationScript | AgenticPlan | AutocompletePlan:
         """The conversation `user_key` sends in `iteration`. Its text is its own (no two users, phases
-        or runs share it); what shapes its load — an agent session's steps, tools and result sizes — is
+        or runs share it; a dataset's rows excepted, recorded text sent as it is); what shapes its load — an agent session's steps, tools and result sizes — is
         drawn per `developer` and iteration, so every target (engine) of a run gets the same shapes."""
         conversation = self.conversation
         conversation_id = f"{conversation.name}:{user_key}:{iteration}"
@@ -225,6 +231,34 @@ class Workload:
                 user_turns[0] = salt_line + user_turns[0]
         return ConversationScript(conversation_id, system, user_turns)
 
+    def _dataset(self, conversation_id: str, rng: random.Random, shape: ShapeKey) -> ConversationScript:
+        """A recorded row as it is: drawn by the seed per user and iteration, or the next in file order
+        (one counter per process, target and conversation, wrapping around). Nothing is made unique: a row sent
+        twice may be served from the engine's prefix cache, as it would be in production."""
+        conversation = self.conversation
+        rows = self._dataset_rows()
+        if conversation.sample == "order":
+            row = rows[next(self._shared["next_row"]) % len(rows)]
+        else:
+            row = rows[rng.randrange(len(rows))]
+        return ConversationScript(
+            conversation_id,
+            row.system,
+            list(row.user_turns),
+            max_tokens=row.max_tokens or conversation.max_tokens,
+            history=list(row.history),
+            trace_line=row.line,
+        )
+
+    def _dataset_rows(self) -> tuple[DatasetRow, ...]:
+        if "dataset" not in self._shared:
+            conversation = self.conversation
+            assert conversation.path is not None  # a dataset conversation has one (config/_schema.py)
+            self._shared["dataset"] = load_dataset(conversation.path, conversation.format)
+            self._shared["next_row"] = itertools.count()
+        rows: tuple[DatasetRow, ...] = self._shared["dataset"].rows
+        return rows
+
     # ---- code, ids and sizing ----------------------------------------------------------------
 
     def _fits_measured(self, n_tokens: int) -> bool:
@@ -295,6 +329,7 @@ _SCRIPT_BUILDERS: dict[
     "fixed": Workload._fixed,
     "agentic": plan_session,
     "autocomplete": plan_autocomplete,
+    "dataset": Workload._dataset,
 }
 
 
@@ -330,7 +365,10 @@ def build_workload(
 ) -> Workload:
     # read the whole corpus now, not file by file under load (and not as slow memory growth in a soak)
     stdlib_corpus().preload()
-    return Workload(conversation, model, token_counter)
+    workload = Workload(conversation, model, token_counter)
+    if conversation.kind == "dataset":  # a dataset file too (a large one takes seconds to parse)
+        workload._dataset_rows()
+    return workload
 
 
 def id_words_needed(pool_words: int) -> int:

@@ -8,14 +8,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 # A size field's default: a number of tokens or turns, a rate or a time, a switch, an inclusive
-# [min, max] range drawn per session, a log-normal's {median, p95} in tokens, or None for an optional
-# feature left off.
-SizeDefault = int | float | bool | tuple[int, int] | Mapping[str, int] | None
+# [min, max] range drawn per session, a log-normal's {median, p95} in tokens, a choice by name, or None
+# for an optional feature left off (or a value the conversation must give).
+SizeDefault = int | float | bool | tuple[int, int] | Mapping[str, int] | str | None
 
 
 @dataclass(frozen=True)
 class WorkloadKind:
-    """One kind of conversation. `sizes`: the size fields it uses (tokens, turns) with their defaults,
+    """One kind of conversation. `sizes`: the fields it uses (tokens, turns; a dataset's file) with their defaults,
     in the spirit of the seed study; `builtin`: a conversation of this kind usable by name in targets
     without declaring it (None: none)."""
 
@@ -65,6 +65,10 @@ WORKLOAD_KINDS: dict[str, WorkloadKind] = {
                 "max_tokens": 64,
             },
         ),
+        # recorded prompts or conversations replayed from a file (workload/dataset.py): its path, its
+        # format (from the extension when not given), rows drawn by the seed or in order, a max_tokens
+        # for rows without their own
+        WorkloadKind("dataset", {"path": None, "format": None, "sample": "seed", "max_tokens": None}),
     )
 }
 KINDS: tuple[str, ...] = tuple(WORKLOAD_KINDS)
