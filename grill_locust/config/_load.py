@@ -42,6 +42,7 @@ from grill_locust.config._secrets import reveal, secret_paths
 from grill_locust.config._yaml_lines import DuplicateKey, parse_yaml
 from grill_locust.errors import GrillError
 from grill_locust.workload.fim_templates import FimChoiceError, choose_fim
+from grill_locust.workload.trace import TraceError, conversation_trace
 
 log = logging.getLogger(__name__)
 
@@ -56,15 +57,17 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigError(f"{source}: cannot read: {error}") from None
     data, lines, duplicates = parse_yaml(text, source)
-    return _parse(data, source, lines, duplicates)
+    return _parse(data, source, lines, duplicates, Path(path).parent)
 
 
 def parse_scenario(data: Any, source: str) -> Scenario:
-    """Validate already-parsed scenario data (a dict as YAML gives it); `source` names it in errors."""
-    return _parse(data, source, {}, [])
+    """Validate already-parsed scenario data (a dict as YAML gives it); `source` names it in errors.
+    Relative trace paths resolve against the current directory (there is no file to be beside)."""
+    return _parse(data, source, {}, [], Path.cwd())
 
 
-def _parse(data: Any, source: str, lines: LineMap, duplicates: list[DuplicateKey]) -> Scenario:
+def _parse(data: Any, source: str, lines: LineMap, duplicates: list[DuplicateKey], folder: Path) -> Scenario:
+    """`folder`: where relative file paths of the scenario (trace files) are read from."""
     if not isinstance(data, dict):
         what = "an empty file" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{source}: expected a mapping with backends, models, targets (got {what})")
@@ -85,6 +88,10 @@ def _parse(data: Any, source: str, lines: LineMap, duplicates: list[DuplicateKey
     backends = _unique("backends", file.backends, source, lines, key=backends_key(data))
     models = _unique("models", file.models, source, lines)
     declared = _unique("conversations", file.conversations, source, lines)
+    for position, (name, conversation) in enumerate(declared.items()):
+        if conversation.kind == "trace":
+            place = ("conversations", position, "path")
+            declared[name] = _read_trace(conversation, folder, place, source, lines)
     conversations = dict(declared)
     for name in BUILTIN_CONVERSATION_KINDS:
         if name not in conversations:
@@ -252,6 +259,28 @@ def _check_api(
             f"or messages (backend {backend.name!r} has api: completions)"
         )
         raise ConfigError(at(source, place, lines, message))
+    if conversation.kind == "trace" and backend.api == "messages":
+        # vLLM's Messages API drops ignore_eos: a row's output length could not be asked for there
+        message = (
+            f"conversation {conversation.name!r} replays a trace: it needs a backend with api: chat or "
+            f"completions, where output lengths can be asked for (backend {backend.name!r} has api: messages)"
+        )
+        raise ConfigError(at(source, place, lines, message))
+
+
+def _read_trace(
+    conversation: Conversation, folder: Path, place: YamlPath, source: str, lines: LineMap
+) -> Conversation:
+    """The trace conversation with its path made absolute (workers read the same file) and its file
+    read once, so a bad trace stops the run here, before any request: ConfigError naming the file's
+    line."""
+    path = Path(conversation.path or "").expanduser()
+    resolved = conversation.model_copy(update={"path": os.path.abspath(folder / path)})
+    try:
+        conversation_trace(resolved)
+    except TraceError as error:
+        raise ConfigError(at(source, place, lines, str(error))) from None
+    return resolved
 
 
 def _check_fim(

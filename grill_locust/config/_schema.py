@@ -29,11 +29,13 @@ from grill_locust.redact import redact_secret_keys
 from grill_locust.sim.params import PROFILES as SIM_PROFILES
 from grill_locust.workload.fim_templates import FIM_FAMILIES, FIM_TEMPLATES
 from grill_locust.workload.kinds import BUILTIN_CONVERSATION_KINDS, KINDS, SIZE_FIELDS, WORKLOAD_KINDS
+from grill_locust.workload.trace import TRACE_FORMATS, TraceFormat
 
 FimTransport = Literal["template", "suffix", "infill"]  # FIM_TRANSPORTS, as a type
 DEFAULT_TIERS = (1, 5, 10, 20, 50, 100, 150, 200)
 _MAX_TOKENS_PER_MESSAGE = 1_000_000
 _MAX_SUBAGENTS = 16
+_TRACE_KEYS_HELP = f"format: {' | '.join(TRACE_FORMATS)}, path: the trace file"
 
 
 class _Frozen(BaseModel):
@@ -305,6 +307,14 @@ class Conversation(_Frozen):
     accept_rate: float | None = Field(default=None, ge=0, le=1)
     budget_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     max_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)  # wins over the model's
+    # trace (workload/trace.py): the file (relative to the scenario's folder), its format, how much
+    # faster than recorded it is sent, and the window of it replayed (trace seconds, rows)
+    format: TraceFormat | None = None
+    path: str | None = Field(default=None, min_length=1)
+    speedup: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    start_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    max_requests: int | None = Field(default=None, ge=1)
     seed: int = 0
     salt: bool = True
     turns: list[Turn] = Field(default_factory=list)
@@ -371,6 +381,14 @@ class Conversation(_Frozen):
     def _has_user_turn(self) -> Conversation:
         if self.kind == "fixed" and not any(turn.role == "user" for turn in self.turns):
             raise ValueError("turns: needs at least one user turn (each user turn is one request)")
+        return self
+
+    @model_validator(mode="after")
+    def _trace_has_its_file(self) -> Conversation:
+        if self.kind == "trace":
+            for key in ("format", "path"):
+                if getattr(self, key) is None:
+                    raise ValueError(f"{key}: kind 'trace' needs a {key} ({_TRACE_KEYS_HELP})")
         return self
 
     @model_validator(mode="after")

@@ -25,6 +25,7 @@ from grill_locust.run.state import run_state
 from grill_locust.run.worker import WorkerState
 from grill_locust.workload.agentic import AgenticPlan, AgenticSession, AgentReply
 from grill_locust.workload.autocomplete import AutocompletePlan, AutocompleteSession
+from grill_locust.workload.generators import ConversationScript
 from grill_locust.workload.tools import TOOLS
 
 IDLE_POLL_S = 0.1  # how often an idle user looks for new work
@@ -73,6 +74,8 @@ class GrillUser(User):
             "worker_id": self.grill.worker_id,
             "conversation_id": script.conversation_id,
         }
+        if isinstance(script, ConversationScript) and script.trace_line is not None:
+            labels["trace_line"] = script.trace_line
         if isinstance(script, AgenticPlan):
             self.run_agentic_session(target, AgenticSession(script), labels, self.client_for(target))
             return
@@ -89,7 +92,15 @@ class GrillUser(User):
             if turn > 0:
                 gevent.sleep(phase.think_time_s)
             messages.append({"role": "user", "content": user_text})
-            sent = self._send(target, messages, labels, turn, self.client_for(target), model=model)
+            sent = self._send(
+                target,
+                messages,
+                labels,
+                turn,
+                self.client_for(target),
+                model=model,
+                ignore_eos=script.ignore_eos,
+            )
             if sent is None:
                 return  # the conversation cannot go on without the reply
             messages.append({"role": "assistant", "content": sent[0].text})
@@ -174,9 +185,12 @@ class GrillUser(User):
         client: EngineClient,
         model: Model | None = None,
         tools: list[dict[str, Any]] | None = None,
+        ignore_eos: bool = False,
     ) -> tuple[StreamResult, Measurement] | None:
         """Send one chat-shaped request; its result and measurement when it succeeded, else None."""
-        path, payload = request_for(target.backend, model or target.model, messages, tools=tools)
+        path, payload = request_for(
+            target.backend, model or target.model, messages, tools=tools, ignore_eos=ignore_eos
+        )
         result, measurement = self._send_request(target.backend, path, payload, labels, turn, client)
         return (result, measurement) if measurement.status == STATUS_OK else None
 

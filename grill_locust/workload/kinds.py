@@ -65,6 +65,19 @@ WORKLOAD_KINDS: dict[str, WorkloadKind] = {
                 "max_tokens": 64,
             },
         ),
+        # a production trace replayed at its own times (workload/trace.py): its file and format, and
+        # the window of it sent, in trace seconds
+        WorkloadKind(
+            "trace",
+            {
+                "format": None,
+                "path": None,
+                "speedup": 1.0,
+                "start_s": 0.0,
+                "duration_s": None,
+                "max_requests": None,
+            },
+        ),
     )
 }
 KINDS: tuple[str, ...] = tuple(WORKLOAD_KINDS)
