@@ -259,12 +259,15 @@ class Workload:
     def _trace_block(self, replay_key: str, key: str, n_tokens: int) -> str:
         """A block's text, a function of the replay and the block's key only: its own id first (blocks
         part from their first token), then code picked for a whole block, so a cut block is a prefix of
-        the whole one. It ends with a newline (approximate modes), which keeps the next block's id from
-        merging with its last token."""
+        the whole one. It ends with a newline, which keeps the next block's id from merging with its last
+        token (measured mode counts it as one token: a tokenizer that joins it to a newline before it
+        makes the block one token short)."""
         rng = seeded_rng(self.conversation.seed, self.conversation.name, "trace block", replay_key, key)
-        request_id = self._request_id(rng)
+        values = {"id": self._request_id(rng)}
         code = self._pick(rng, BLOCK_TOKENS)
-        return self._render(ID_HEAD, {"id": request_id}, code, n_tokens, "\n")
+        if isinstance(code.place, Excerpt) or n_tokens == 1:
+            return self._render(ID_HEAD, values, code, n_tokens, "\n")
+        return self._render(ID_HEAD, values, code, n_tokens - 1, "") + "\n"
 
     # ---- code, ids and sizing ----------------------------------------------------------------
 
