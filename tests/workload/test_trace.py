@@ -11,7 +11,15 @@ from typing import Any
 import pytest
 
 from grill_locust.client import EngineClient, request_for
-from grill_locust.config import Backend, ConfigError, Conversation, Model, load_scenario, parse_scenario
+from grill_locust.config import (
+    Backend,
+    ConfigError,
+    Conversation,
+    Model,
+    Scenario,
+    load_scenario,
+    parse_scenario,
+)
 from grill_locust.record import measure
 from grill_locust.sim import SimProcess
 from grill_locust.sim.text import render_chat
@@ -110,6 +118,7 @@ def test_relative_path_reads_beside_the_scenario_file_or_the_working_directory(
     monkeypatch.chdir(tmp_path)  # not the scenario's folder
     loaded = load_scenario(folder / "s.yaml")
     assert loaded.targets[0].conversation.path == str(folder / "traces" / "t.csv")
+    assert Scenario.from_wire(loaded.to_wire()) == loaded  # workers get the absolute path
     with pytest.raises(ConfigError, match=r"data: conversations\[0\]\.path: .*no such trace file"):
         parse_scenario(data, "data")  # from data: read from the working directory, where it is not
     monkeypatch.chdir(folder)
