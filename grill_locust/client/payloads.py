@@ -185,19 +185,32 @@ def anthropic_tool(tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def request_for(
-    backend: Any, model: Any, messages: list[dict[str, Any]], *, tools: list[dict[str, Any]] | None = None
+    backend: Any,
+    model: Any,
+    messages: list[dict[str, Any]],
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    ignore_eos: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """The path and streaming body that send `messages` (OpenAI chat form) over `backend.api`: the one
-    place that chooses the wire format of a conversation's request."""
+    place that chooses the wire format of a conversation's request. `ignore_eos`: the script asks for
+    generation to run to max_tokens (a trace row's output length), sent where the engine takes it,
+    as a model's own `ignore_eos` is."""
     extra_body = getattr(backend, "extra_body", None)
     engine = getattr(backend, "engine", "openai")
     if backend.api == "completions":
-        return COMPLETIONS_PATH, completions_payload(
-            model, completion_prompt(messages), extra_body, engine=engine
+        path, body = (
+            COMPLETIONS_PATH,
+            completions_payload(model, completion_prompt(messages), extra_body, engine=engine),
         )
-    if backend.api == "messages":
-        return MESSAGES_PATH, messages_payload(model, messages, extra_body, engine=engine, tools=tools)
-    return CHAT_PATH, chat_payload(model, messages, extra_body, engine=engine, tools=tools)
+    elif backend.api == "messages":
+        path, body = MESSAGES_PATH, messages_payload(model, messages, extra_body, engine=engine, tools=tools)
+    else:
+        path, body = CHAT_PATH, chat_payload(model, messages, extra_body, engine=engine, tools=tools)
+    ignore_eos_param = engine_facts(engine).ignore_eos_param
+    if ignore_eos and ignore_eos_param:
+        body.setdefault(ignore_eos_param, True)  # an `extra_body` that sets it says otherwise on purpose
+    return path, body
 
 
 def fim_request(

@@ -42,6 +42,7 @@ from grill_locust.config._secrets import reveal, secret_paths
 from grill_locust.config._yaml_lines import DuplicateKey, parse_yaml
 from grill_locust.errors import GrillError
 from grill_locust.workload.fim_templates import FimChoiceError, choose_fim
+from grill_locust.workload.trace import TraceError, conversation_trace
 
 log = logging.getLogger(__name__)
 
@@ -61,11 +62,12 @@ def load_scenario(path: str | os.PathLike[str]) -> Scenario:
 
 def parse_scenario(data: Any, source: str) -> Scenario:
     """Validate already-parsed scenario data (a dict as YAML gives it); `source` names it in errors.
-    Files it names (a dataset's path) are relative to the current folder."""
+    Files it names (a dataset's or a trace's path) are relative to the current folder."""
     return _parse(data, source, {}, [], Path.cwd())
 
 
 def _parse(data: Any, source: str, lines: LineMap, duplicates: list[DuplicateKey], folder: Path) -> Scenario:
+    """`folder`: where relative file paths of the scenario (datasets, traces) are read from."""
     if not isinstance(data, dict):
         what = "an empty file" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{source}: expected a mapping with backends, models, targets (got {what})")
@@ -87,7 +89,7 @@ def _parse(data: Any, source: str, lines: LineMap, duplicates: list[DuplicateKey
     models = _unique("models", file.models, source, lines)
     declared = _unique("conversations", file.conversations, source, lines)
     conversations = {
-        name: _with_dataset(index, conversation, folder, source, lines)
+        name: _with_replay_file(index, conversation, folder, source, lines)
         for index, (name, conversation) in enumerate(declared.items())
     }
     for name in BUILTIN_CONVERSATION_KINDS:
@@ -169,21 +171,26 @@ def _secret_references(
     return tuple(references)
 
 
-def _with_dataset(
+def _with_replay_file(
     index: int, conversation: Conversation, folder: Path, source: str, lines: LineMap
 ) -> Conversation:
-    """A dataset conversation with its file's absolute path (workers need no scenario folder), once the
-    file is read and every row checked: bad input stops the run here, before any request."""
-    if conversation.kind != "dataset" or conversation.path is None:
+    """A dataset or trace conversation with its file's absolute path (workers read the same file, with
+    no scenario folder), once the file is read and every row checked: bad input stops the run here,
+    before any request, naming the file's line."""
+    if conversation.kind not in ("dataset", "trace") or conversation.path is None:
         return conversation
     from grill_locust.workload.dataset import DatasetError, load_dataset
 
     path = os.path.abspath(folder / Path(conversation.path).expanduser())
+    resolved = conversation.model_copy(update={"path": path})
     try:
-        load_dataset(path, conversation.format)
-    except DatasetError as error:
+        if conversation.kind == "dataset":
+            load_dataset(path, conversation.format)
+        else:
+            conversation_trace(resolved)
+    except (DatasetError, TraceError) as error:
         raise ConfigError(at(source, ("conversations", index, "path"), lines, str(error))) from None
-    return conversation.model_copy(update={"path": path})
+    return resolved
 
 
 def _resolve_target(
@@ -271,6 +278,13 @@ def _check_api(
         message = (
             f"conversation {conversation.name!r} is agentic: its tool calls need a backend with api: chat "
             f"or messages (backend {backend.name!r} has api: completions)"
+        )
+        raise ConfigError(at(source, place, lines, message))
+    if conversation.kind == "trace" and backend.api == "messages":
+        # vLLM's Messages API drops ignore_eos: a row's output length could not be asked for there
+        message = (
+            f"conversation {conversation.name!r} replays a trace: it needs a backend with api: chat or "
+            f"completions, where output lengths can be asked for (backend {backend.name!r} has api: messages)"
         )
         raise ConfigError(at(source, place, lines, message))
 

@@ -29,11 +29,13 @@ from grill_locust.redact import redact_secret_keys
 from grill_locust.sim.params import PROFILES as SIM_PROFILES
 from grill_locust.workload.fim_templates import FIM_FAMILIES, FIM_TEMPLATES
 from grill_locust.workload.kinds import BUILTIN_CONVERSATION_KINDS, KINDS, SIZE_FIELDS, WORKLOAD_KINDS
+from grill_locust.workload.trace import TRACE_FORMATS
 
 FimTransport = Literal["template", "suffix", "infill"]  # FIM_TRANSPORTS, as a type
 DEFAULT_TIERS = (1, 5, 10, 20, 50, 100, 150, 200)
 _MAX_TOKENS_PER_MESSAGE = 1_000_000
 _MAX_SUBAGENTS = 16
+_TRACE_KEYS_HELP = f"format: {' | '.join(TRACE_FORMATS)}, path: the trace file"
 
 
 class _Frozen(BaseModel):
@@ -305,11 +307,18 @@ class Conversation(_Frozen):
     accept_rate: float | None = Field(default=None, ge=0, le=1)
     budget_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     max_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)  # wins over the model's
-    # the file kind dataset (workload/dataset.py) and kind trace replay; a relative path is from the
-    # scenario file's folder (config/_load.py), or from the current folder for data without a file
-    path: str | None = None
-    format: str | None = None  # dataset: jsonl or sharegpt (from the extension when not given)
+    # the file kind dataset (workload/dataset.py) and kind trace (workload/trace.py) replay; a relative
+    # path is from the scenario file's folder (config/_load.py), or from the current folder for data
+    # without a file
+    path: str | None = Field(default=None, min_length=1)
+    # dataset: jsonl or sharegpt (from the extension when not given); trace: one of TRACE_FORMATS
+    format: str | None = None
     sample: Literal["seed", "order"] | None = None  # dataset: rows drawn by the seed, or in file order
+    # trace: how much faster than recorded it is sent, and the window of it replayed (trace seconds, rows)
+    speedup: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    start_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    max_requests: int | None = Field(default=None, ge=1)
     seed: int = 0
     salt: bool = True
     turns: list[Turn] = Field(default_factory=list)
@@ -376,6 +385,16 @@ class Conversation(_Frozen):
     def _has_user_turn(self) -> Conversation:
         if self.kind == "fixed" and not any(turn.role == "user" for turn in self.turns):
             raise ValueError("turns: needs at least one user turn (each user turn is one request)")
+        return self
+
+    @model_validator(mode="after")
+    def _trace_has_its_file(self) -> Conversation:
+        if self.kind == "trace":
+            for key in ("format", "path"):
+                if getattr(self, key) is None:
+                    raise ValueError(f"{key}: kind 'trace' needs a {key} ({_TRACE_KEYS_HELP})")
+            if self.format not in TRACE_FORMATS:
+                raise ValueError(f"format: expected {' | '.join(TRACE_FORMATS)}, got {self.format!r}")
         return self
 
     @model_validator(mode="after")

@@ -91,7 +91,15 @@ class GrillUser(User):
             if turn > 0:
                 gevent.sleep(phase.think_time_s)
             messages.append({"role": "user", "content": user_text})
-            sent = self._send(target, messages, labels, turn, self.client_for(target), model=model)
+            sent = self._send(
+                target,
+                messages,
+                labels,
+                turn,
+                self.client_for(target),
+                model=model,
+                ignore_eos=script.ignore_eos,
+            )
             if sent is None:
                 return  # the conversation cannot go on without the reply
             messages.append({"role": "assistant", "content": sent[0].text})
@@ -176,9 +184,12 @@ class GrillUser(User):
         client: EngineClient,
         model: Model | None = None,
         tools: list[dict[str, Any]] | None = None,
+        ignore_eos: bool = False,
     ) -> tuple[StreamResult, Measurement] | None:
         """Send one chat-shaped request; its result and measurement when it succeeded, else None."""
-        path, payload = request_for(target.backend, model or target.model, messages, tools=tools)
+        path, payload = request_for(
+            target.backend, model or target.model, messages, tools=tools, ignore_eos=ignore_eos
+        )
         result, measurement = self._send_request(target.backend, path, payload, labels, turn, client)
         return (result, measurement) if measurement.status == STATUS_OK else None
 

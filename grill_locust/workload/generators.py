@@ -48,6 +48,7 @@ from grill_locust.workload.heads import (
 )
 from grill_locust.workload.seeding import ShapeKey, seeded_rng
 from grill_locust.workload.tokens import fit_tokens
+from grill_locust.workload.trace import BLOCK_TOKENS, TraceRow, block_count, conversation_trace
 
 if TYPE_CHECKING:
     from grill_locust.config import Conversation, Model
@@ -74,7 +75,9 @@ class ConversationScript:
     # row's own), else the model's
     max_tokens: int | None = None
     history: list[dict[str, str]] = field(default_factory=list)
-    trace_line: int | None = None  # the dataset row replayed (0-based), for the records
+    # generation asked to run to max_tokens where the engine can be (a trace row's recorded length)
+    ignore_eos: bool = False
+    trace_line: int | None = None  # the trace or dataset row replayed (0-based), for the records
 
     def messages(self, turn: int, replies: Sequence[str]) -> list[dict[str, str]]:
         """Chat messages for request `turn` (0-based), with the real `replies` to earlier turns."""
@@ -129,12 +132,15 @@ class Workload:
         self, user_key: str, iteration: int, developer: int | None = None
     ) -> ConversationScript | AgenticPlan | AutocompletePlan:
         """The conversation `user_key` sends in `iteration`. Its text is its own (no two users, phases
-        or runs share it; a dataset's rows excepted, recorded text sent as it is); what shapes its load — an agent session's steps, tools and result sizes — is
+        or runs share it; a dataset's rows excepted, recorded text sent as it is); what shapes its load
+        — an agent session's steps, tools and result sizes — is
         drawn per `developer` and iteration, so every target (engine) of a run gets the same shapes."""
         conversation = self.conversation
         conversation_id = f"{conversation.name}:{user_key}:{iteration}"
         rng = seeded_rng(conversation.seed, conversation.name, user_key, str(iteration))
         shape_key = f"developer {developer}" if developer is not None else user_key
+        if conversation.kind == "trace":  # a row of the file, not a draw: trace.trace_schedule says how
+            return self._trace_row(conversation_id, user_key, iteration)
         shape = ShapeKey(conversation.seed, f"{conversation.name}|{shape_key}|{iteration}")
         return _SCRIPT_BUILDERS[conversation.kind](self, conversation_id, rng, shape)
 
@@ -258,6 +264,44 @@ class Workload:
             self._shared["next_row"] = itertools.count()
         rows: tuple[DatasetRow, ...] = self._shared["dataset"].rows
         return rows
+
+    def _trace_row(self, conversation_id: str, replay_key: str, iteration: int) -> ConversationScript:
+        """Row `iteration` of the trace: its prompt of `input_tokens`, its output length asked for."""
+        row = conversation_trace(self.conversation)[iteration]
+        return ConversationScript(
+            conversation_id,
+            None,
+            [self._trace_prompt(replay_key, row)],
+            max_tokens=max(1, row.output_tokens),  # an engine takes no max_tokens of 0
+            ignore_eos=True,
+            trace_line=row.line,
+        )
+
+    def _trace_prompt(self, replay_key: str, row: TraceRow) -> str:
+        """BLOCK_TOKENS-token blocks, the last one cut: block k is the block of the row's k-th hash id
+        (the same text wherever that id appears in the replay), or one of the row's own where the trace
+        gives no id for it."""
+        input_tokens = max(1, row.input_tokens)  # an engine takes no empty prompt
+        hash_ids = row.hash_ids or ()
+        blocks = []
+        for block in range(block_count(input_tokens)):
+            size = min(BLOCK_TOKENS, input_tokens - block * BLOCK_TOKENS)
+            key = f"hash {hash_ids[block]}" if block < len(hash_ids) else f"row {row.line} block {block}"
+            blocks.append(self._trace_block(replay_key, key, size))
+        return "".join(blocks)
+
+    def _trace_block(self, replay_key: str, key: str, n_tokens: int) -> str:
+        """A block's text, a function of the replay and the block's key only: its own id first (blocks
+        part from their first token), then code picked for a whole block, so a cut block is a prefix of
+        the whole one. It ends with a newline, which keeps the next block's id from merging with its last
+        token (measured mode counts it as one token: a tokenizer that joins it to a newline before it
+        makes the block one token short)."""
+        rng = seeded_rng(self.conversation.seed, self.conversation.name, "trace block", replay_key, key)
+        values = {"id": self._request_id(rng)}
+        code = self._pick(rng, BLOCK_TOKENS)
+        if isinstance(code.place, Excerpt) or n_tokens == 1:
+            return self._render(ID_HEAD, values, code, n_tokens, "\n")
+        return self._render(ID_HEAD, values, code, n_tokens - 1, "") + "\n"
 
     # ---- code, ids and sizing ----------------------------------------------------------------
 

@@ -69,6 +69,19 @@ WORKLOAD_KINDS: dict[str, WorkloadKind] = {
         # format (from the extension when not given), rows drawn by the seed or in order, a max_tokens
         # for rows without their own
         WorkloadKind("dataset", {"path": None, "format": None, "sample": "seed", "max_tokens": None}),
+        # a production trace replayed at its own times (workload/trace.py): its file and format, and
+        # the window of it sent, in trace seconds
+        WorkloadKind(
+            "trace",
+            {
+                "format": None,
+                "path": None,
+                "speedup": 1.0,
+                "start_s": 0.0,
+                "duration_s": None,
+                "max_requests": None,
+            },
+        ),
     )
 }
 KINDS: tuple[str, ...] = tuple(WORKLOAD_KINDS)

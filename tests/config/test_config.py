@@ -605,5 +605,5 @@ def test_an_unknown_key_or_kind_lists_what_is_known(tmp_path: Path) -> None:
         load_scenario(write(tmp_path, MINIMAL + "conversations: [{name: c, kind: agentic-loop}]\n"))
     assert str(caught.value).endswith(
         "conversations[0].kind: expected 'multi-turn', 'shared-prefix', 'short-baseline', "
-        "'unique-prompts', 'fixed', 'agentic', 'autocomplete' or 'dataset', got 'agentic-loop' (line 5)"
+        "'unique-prompts', 'fixed', 'agentic', 'autocomplete', 'dataset' or 'trace', got 'agentic-loop' (line 5)"
     )

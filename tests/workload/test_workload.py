@@ -72,6 +72,8 @@ def test_every_kind_of_the_table_scripts_to_its_default_sizes(kind: str) -> None
         fields["turns"] = [{"role": "user", "content": "hello"}]
     if kind == "dataset":  # the file it replays has no default
         fields.update(path=str(Path(__file__).parent / "datasets" / "chat.jsonl"), format="jsonl")
+    if kind == "trace":  # a trace's file has no default
+        fields.update(format="mooncake", path=str(Path(__file__).parent / "traces" / "mooncake.jsonl"))
     conv = conversation(**fields)
     for size, default in WORKLOAD_KINDS[kind].sizes.items():
         if size in fields:
