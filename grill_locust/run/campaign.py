@@ -98,7 +98,8 @@ class PhaseProgress:
 
     @property
     def outage(self) -> str:
-        """Why this tier measured an engine outage rather than the engine, or ""."""
+        """Why this tier measured an engine outage rather than the engine, or "". Warmup requests count:
+        the engine failed them as it would any other."""
         if self.refused:
             return f"engine outage: {self.refused} requests could not connect to the backend"
         failed, sent = self.errors - self.cancelled, self.records - self.cancelled - self.abandoned
