@@ -549,6 +549,12 @@ class Load(_Frozen):
     think_time_s: float = Field(default=0.5, ge=0, allow_inf_nan=False)
     # users per second; None: a tier's users start at once
     spawn_rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    # the same per tier length: each tier's users spawned evenly over this time (spawn rate users / ramp_s)
+    ramp_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    # A request is warmup (recorded, left out of the tier's statistics) when it started within warmup_s
+    # of its tier's start or is among the first warmup_requests its developer started in the tier.
+    warmup_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    warmup_requests: int | None = Field(default=None, ge=1)
     tier_timeout_s: float = Field(default=1800.0, gt=0, allow_inf_nan=False)
     # after a tier that measured an engine outage: how long to hold at 0 users for the backend to answer
     # again before the tier runs once more (past it the campaign stops); 0: no hold, no re-run
@@ -562,6 +568,26 @@ class Load(_Frozen):
             if users < 1:
                 raise ValueError(f"tiers[{index}]: expected a positive number of users, got {users}")
         return value
+
+    @model_validator(mode="after")
+    def _one_spawn_setting(self) -> Load:
+        if self.spawn_rate is not None and self.ramp_s is not None:
+            raise ValueError("ramp_s: give spawn_rate or ramp_s, not both")
+        return self
+
+    def spawn_rate_for(self, tier_users: int) -> float | None:
+        """Users started per second in a tier of `tier_users`; None: all at once."""
+        if self.ramp_s is not None:
+            return tier_users / self.ramp_s
+        return self.spawn_rate
+
+    def warmup(self, since_tier_start_s: float, request_ordinal: int) -> bool | None:
+        """Whether a request is warmup: started `since_tier_start_s` after its tier's start, the developer's
+        `request_ordinal`-th (0-based) of the tier; None when no warmup is configured."""
+        if self.warmup_s is None and self.warmup_requests is None:
+            return None
+        in_time = self.warmup_s is not None and since_tier_start_s < self.warmup_s
+        return in_time or (self.warmup_requests is not None and request_ordinal < self.warmup_requests)
 
 
 class InfluxSettings(_Frozen):

@@ -9,10 +9,16 @@ typing cancelled (`abandoned`) is one of the tier's requests but neither a succe
 percentiles are numpy's linear interpolation, as `grill_locust.record.percentile`. Throughput is
 Σ output tokens of successful requests / tier span (phases.csv start..end, or first request start to
 last request end when phases are missing).
+
+Requests started in a tier's warmup (record `warmup` true) are left out of every tier figure and counted
+beside (`warmup_requests`): the records are filtered once, where statistics read them (_Measured), and
+the span of a tier with warmup starts at its first measured request; an agent session that started in
+warmup is left out whole. Cooldown requests (`cooldown` true) stay in and are counted (`cooldown_requests`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections import Counter
 from dataclasses import dataclass
@@ -35,6 +41,7 @@ from grill_locust.record import (
 )
 from grill_locust.report.load import RunData, load_run
 from grill_locust.report.sessions import (
+    SESSION_KEYS,
     SESSION_TIER_COLUMNS,
     STEP_COLUMNS,
     agent_sessions,
@@ -106,6 +113,8 @@ SUMMARY_COLUMNS: list[str] = [
     "ok_requests",
     "cancelled",
     "earlier_attempt_requests",  # requests of an attempt an engine outage cut short (the tier ran again)
+    "warmup_requests",  # started in the tier's warmup: in no other figure of the row
+    "cooldown_requests",  # still running at a rate tier's end (among the row's requests)
     "success_rate",  # ok requests / requests that were neither abandoned nor cut by our own stop
     *AUTOCOMPLETE_COLUMNS,
     *summary_metric_columns(),
@@ -175,7 +184,7 @@ class _Stats:
 
     # "target": codes into `targets`; "ok": status == "ok"; "cancelled": cut by our own stop;
     # "autocomplete": of that kind; "abandoned": cancelled by typing; "shown_in_budget": a completion
-    # shown in time; "row": position in records
+    # shown in time; "cooldown": still running at its rate tier's end; "row": position in records
     frame: pd.DataFrame
     targets: pd.Index
 
@@ -191,6 +200,7 @@ class _Stats:
             "autocomplete": (records["kind"] == KIND_AUTOCOMPLETE).to_numpy(),
             "abandoned": (records["status"] == STATUS_ABANDONED).to_numpy(),
             "shown_in_budget": records["shown_in_budget"].eq(True).fillna(False).to_numpy(dtype=bool),
+            "cooldown": records["cooldown"].eq(True).fillna(False).to_numpy(dtype=bool),
             "row": np.arange(len(records)),
             "worker": pd.factorize(records["worker_id"])[0],
         }
@@ -219,37 +229,70 @@ class RunTables:
     agent_steps: pd.DataFrame  # STEP_COLUMNS, one row per target x tier x agent step
 
 
+@dataclass(frozen=True)
+class _Measured:
+    """What tier statistics read of a run: its records less those started in warmup (counted per tier in
+    `warmup_requests`), the phases of tiers with warmup starting at their first measured request, the
+    agent sessions that did not start in warmup."""
+
+    run: RunData
+    stats: _Stats
+    sessions: pd.DataFrame  # report.sessions.SESSION_COLUMNS
+    warmup_requests: Counter[tuple[str, int]]
+
+    @classmethod
+    def of(cls, run: RunData) -> _Measured:
+        records = run.records
+        warmup = records["warmup"].eq(True).fillna(False).to_numpy(dtype=bool)
+        if not warmup.any():
+            return cls(run, _Stats.of(records), agent_sessions(records), Counter())
+        measured = records[~warmup].reset_index(drop=True)
+        tiers = [records["target"].astype(str), records["tier_index"].astype("int64")]
+        counts = Counter(records[warmup].groupby([t[warmup] for t in tiers]).size().to_dict())
+        first_measured = measured.groupby(
+            [measured["target"].astype(str), measured["tier_index"].astype("int64")]
+        )["wall_start"].min()
+        phases = run.phases.copy()
+        if len(phases):
+            tier_keys = zip(phases["target"].astype(str), phases["tier_index"].astype("int64"), strict=True)
+            starts = [first_measured.get(key, np.nan) if key in counts else np.nan for key in tier_keys]
+            phases["start_wall"] = np.fmax(phases["start_wall"].astype("float64").to_numpy(), starts)
+        session_warmup = pd.Series(warmup).groupby(
+            [records[key].to_numpy() for key in SESSION_KEYS], dropna=False
+        )
+        sessions = agent_sessions(records[~session_warmup.transform("any").to_numpy(dtype=bool)])
+        measured_run = dataclasses.replace(run, records=measured, phases=phases)
+        return cls(measured_run, _Stats.of(measured), sessions, counts)
+
+
 def summarize(run: RunData) -> pd.DataFrame:
     """One row per target x tier (SUMMARY_COLUMNS, then any telemetry columns), sorted by target and users;
     a mix target's persona rows before its whole-tier row."""
-    return _summary_and_turns(run, _Stats.of(run.records), agent_sessions(run.records), turns=False)[0]
+    return _summary_and_turns(run, _Measured.of(run), turns=False)[0]
 
 
 def summarize_all(run: RunData) -> RunTables:
     """Every table of the run, sharing the work of reading the records once."""
-    stats = _Stats.of(run.records)
-    sessions = agent_sessions(run.records)
-    steps = agent_steps(run.records)
+    measured = _Measured.of(run)
+    steps = agent_steps(measured.run.records)
     if len(steps):
         steps["series"] = series_names(steps)
-    summary, turns = _summary_and_turns(run, stats, sessions, turns=True)
-    return RunTables(summary, turns, sessions, steps[STEP_COLUMNS])
+    summary, turns = _summary_and_turns(run, measured, turns=True)
+    return RunTables(summary, turns, measured.sessions, steps[STEP_COLUMNS])
 
 
-def _summary_and_turns(
-    run: RunData, stats: _Stats, sessions: pd.DataFrame, turns: bool
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _summary_and_turns(run: RunData, measured: _Measured, turns: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The tier rows, a mix's persona rows among them, and (`turns`) the per-turn rows, per persona."""
-    summary = _summarize(run, stats, sessions)
-    turn_rows = _summarize_turns(run, stats) if turns else pd.DataFrame(columns=TURN_COLUMNS)
+    summary = _summarize(measured)
+    turn_rows = (
+        _summarize_turns(measured.run, measured.stats) if turns else pd.DataFrame(columns=TURN_COLUMNS)
+    )
     personas = _persona_run(run)
     if personas is None:
         return summary, turn_rows
     persona_run, mixes = personas
-    persona_stats = _Stats.of(persona_run.records)
-    persona_rows = _as_mix_targets(
-        _summarize(persona_run, persona_stats, agent_sessions(persona_run.records))
-    )
+    persona_measured = _Measured.of(persona_run)
+    persona_rows = _as_mix_targets(_summarize(persona_measured))
     whole = summary["target"].isin(mixes)
     # turn ratios across personas of different kinds mean nothing: a persona's row has its own
     summary.loc[whole, ["turns", "ttft_turn_ratio", "e2e_turn_ratio", "context_growth"]] = np.nan
@@ -258,7 +301,7 @@ def _summary_and_turns(
         summary.loc[whole].drop_duplicates("target").set_index("target")["conversation"]
     )
     if turns:
-        persona_turns = _as_mix_targets(_summarize_turns(persona_run, persona_stats))
+        persona_turns = _as_mix_targets(_summarize_turns(persona_measured.run, persona_measured.stats))
         turn_rows = _concat_rows(turn_rows[~turn_rows["target"].isin(mixes)], persona_turns)
     return _concat_rows(persona_rows, summary), turn_rows
 
@@ -316,7 +359,8 @@ def _tier_lag_p99(frame: pd.DataFrame, column: str) -> pd.Series:
     return by_worker[column].last().groupby(level=TIER_KEYS).max(min_count=1)
 
 
-def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> pd.DataFrame:
+def _summarize(measured: _Measured) -> pd.DataFrame:
+    run, stats = measured.run, measured.stats
     records = run.records
     if not len(records) and not len(run.phases):
         return pd.DataFrame(columns=SUMMARY_COLUMNS)
@@ -333,6 +377,7 @@ def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> pd.DataFr
     per_tier["cancelled"] = frame[frame["cancelled"]].groupby(TIER_KEYS).size()
     per_tier["ok_requests"] = ok_by_tier.size()
     per_tier["developers"] = by_tier["developer"].nunique().where(lambda n: n > 0)
+    per_tier["cooldown_requests"] = by_tier["cooldown"].sum()
     per_tier = per_tier.join(_percentiles(ok_by_tier))
     sums = ok_by_tier[["output_tokens"]].sum()
     per_tier["ok_output_tokens"] = sums["output_tokens"]
@@ -390,8 +435,10 @@ def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> pd.DataFr
     summary["unreadable_lines"] = _unreadable_per_tier(run, summary.index)
     earlier = phases.get("earlier_attempt_requests", pd.Series(0, index=phases.index))
     summary["earlier_attempt_requests"] = earlier.reindex(summary.index).fillna(0).astype("int64")
+    summary["warmup_requests"] = [measured.warmup_requests[(str(t), int(i))] for t, i in summary.index]
+    summary["cooldown_requests"] = summary["cooldown_requests"].fillna(0).astype("int64")
     summary["flags"] = _flags(summary)
-    summary = summary.join(_session_columns(summary.index, sessions))
+    summary = summary.join(_session_columns(summary.index, measured.sessions))
 
     summary = summary.reset_index()
     summary["series"] = series_names(summary)
@@ -441,7 +488,8 @@ def summarize_turns(run: RunData) -> pd.DataFrame:
 
     Only targets whose records have a turn > 0 appear; empty when the run has no multi-turn target.
     """
-    return _summarize_turns(run, _Stats.of(run.records))
+    measured = _Measured.of(run)
+    return _summarize_turns(measured.run, measured.stats)
 
 
 def _summarize_turns(run: RunData, stats: _Stats) -> pd.DataFrame:

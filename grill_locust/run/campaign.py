@@ -100,7 +100,8 @@ class PhaseProgress:
 
     @property
     def outage(self) -> str:
-        """Why this tier measured an engine outage rather than the engine, or ""."""
+        """Why this tier measured an engine outage rather than the engine, or "". Warmup requests count:
+        the engine failed them as it would any other."""
         if self.refused:
             return f"engine outage: {self.refused} requests could not connect to the backend"
         failed, sent = self.errors - self.cancelled, self.records - self.cancelled - self.abandoned
@@ -449,7 +450,7 @@ class Campaign:
         return True
 
     def _spawn_rate(self, phase: Phase) -> float:
-        rate = self.scenario.load.spawn_rate
+        rate = self.scenario.load.spawn_rate_for(phase.tier_users)
         return float(rate) if rate else max(1.0, min(MAX_DEFAULT_SPAWN_RATE, float(phase.tier_users)))
 
     def _start_phase(self, phase: Phase) -> None:
@@ -580,6 +581,8 @@ class Campaign:
             "session": self.session,
             "scenario": self.scenario.to_wire() if with_scenario else None,
             "phase": current.phase.to_wire() if current is not None else None,
+            # one tier start for every worker: a request's warmup is judged from it (Load.warmup)
+            "phase_started_wall": current.started_wall if current is not None else None,
         }
 
     def broadcast(self) -> None:

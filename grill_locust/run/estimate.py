@@ -103,7 +103,8 @@ def _conversation_estimate(
     durations = []
     requests = 0
     for users, tier_users in zip(developers, load.tiers, strict=True):
-        spawn_s = tier_users / load.spawn_rate if load.spawn_rate else 0.0
+        spawn_rate = load.spawn_rate_for(tier_users)
+        spawn_s = tier_users / spawn_rate if spawn_rate else 0.0
         user_requests = load.iterations * per_iteration
         think_s = max(0, load.iterations - 1) * load.think_time_s
         if typing_s is not None:
@@ -164,7 +165,10 @@ def format_estimate(estimate: CampaignEstimate, ttft_s: float, tpot_ms: float) -
         ]
         lines.append("  " + "  ".join(cells).rstrip())
     lines += _mix_lines(scenario)
-    spawn = f"{load.spawn_rate:g} users/s" if load.spawn_rate else "all users of a tier at once"
+    if load.ramp_s is not None:
+        spawn = f"each tier's users over {load.ramp_s:g} s"
+    else:
+        spawn = f"{load.spawn_rate:g} users/s" if load.spawn_rate else "all users of a tier at once"
     lines.append(
         f"tiers (users): {', '.join(str(users) for users in load.tiers)}; {iterations} per user and tier; "
         f"pause {load.pause_s:g} s; think time {load.think_time_s:g} s; spawn: {spawn}; "

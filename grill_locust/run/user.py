@@ -11,6 +11,7 @@ as plain Locust users with `--host` and `--model`, with no scenario file (`-u/-r
 from __future__ import annotations
 
 import time
+from collections import Counter
 from typing import Any, ClassVar
 
 import gevent
@@ -45,6 +46,8 @@ class GrillUser(User):
         self.user_index = self.grill.next_user_index()
         self.developer: int | None = None  # the index in its tier a campaign user gets from the master
         self._clients: dict[str, EngineClient] = {}
+        # requests this user started per tier: its first warmup_requests of each are warmup
+        self._started_in_tier: Counter[tuple[Any, ...]] = Counter()
 
     def on_stop(self) -> None:
         for client in self._clients.values():
@@ -211,12 +214,14 @@ class GrillUser(User):
         while True:
             # the record id travels as X-Request-Id: engine logs and the simulator's truth join on it
             record_id = self.grill.next_record_id()
+            ordinal = self._start_in_tier(labels)
             self.grill.in_flight += 1
             try:
                 result = client.stream(path, payload, request_id=record_id, abandon_at=abandon_at)
             except GreenletExit:  # the user is stopped mid-request: record it as cut, then stop
                 if client.last_result is not None:
-                    self._record(labels, turn, record_id, measure(client.last_result.raw), retries)
+                    cut = measure(client.last_result.raw)
+                    self._record(labels, turn, record_id, cut, retries, request_ordinal=ordinal)
                 raise
             finally:
                 self.grill.in_flight -= 1
@@ -227,7 +232,9 @@ class GrillUser(User):
                 shown_in_budget = (
                     _shown(result, measurement, abandon_at) and e2e_s is not None and e2e_s <= budget_s
                 )
-            self._record(labels, turn, record_id, measurement, retries, shown_in_budget)
+            self._record(
+                labels, turn, record_id, measurement, retries, shown_in_budget, request_ordinal=ordinal
+            )
             if (
                 measurement.status != STATUS_RATE_LIMITED
                 or retries >= backend.retries
@@ -239,6 +246,12 @@ class GrillUser(User):
             gevent.sleep(min(MAX_RETRY_AFTER_S, result.retry_after_s or 1.0))
         return result, measurement
 
+    def _start_in_tier(self, labels: dict[str, Any]) -> int:
+        """Count a request this user starts in the tier its labels name: its 0-based place among them."""
+        tier = (labels["session"], labels["target"], labels["tier_index"], labels["attempt"])
+        self._started_in_tier[tier] += 1
+        return self._started_in_tier[tier] - 1
+
     def _record(
         self,
         labels: dict[str, Any],
@@ -247,6 +260,8 @@ class GrillUser(User):
         measurement: Any,
         retries: int,
         shown_in_budget: bool | None = None,
+        *,
+        request_ordinal: int,  # the user's n-th request started in the tier (0-based)
     ) -> None:
         grill = self.grill
         record = build_record(
@@ -257,6 +272,7 @@ class GrillUser(User):
             worker_cpu=grill.selfcheck.cpu_pct,
             retries=retries,
             shown_in_budget=shown_in_budget,
+            warmup=grill.warmup(labels, measurement.wall_start, request_ordinal),
         ).to_dict()
         grill.add_record(record)
         fire = self.environment.events.request.fire

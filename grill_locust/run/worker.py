@@ -38,9 +38,9 @@ log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.5
 MSG_RECORDS = "grill_records"  # worker -> master: {"worker", "records", "iterations": {Phase.key: n}}
-MSG_PHASE = (
-    "grill_phase"  # master -> workers: {"run_id", "scenario": wire dict or None, "phase": wire dict or None}
-)
+# master -> workers: {"run_id", "scenario": wire dict or None, "phase": wire dict or None,
+# "phase_started_wall": the master's time.time() at the phase's start, or None}
+MSG_PHASE = "grill_phase"
 MSG_HELLO = "grill_hello"  # worker -> master: ask for the scenario and current phase
 MSG_REFUSED = "grill_refused"  # worker -> master: {"worker", "reason"}: it cannot run the scenario
 # A user's developer index in its tier is the master's to give (DeveloperSeats), whatever worker runs it:
@@ -70,6 +70,8 @@ class WorkerState:
         self.scenario: Scenario | None = None
         self.refusal = ""  # why this worker cannot run the master's scenario (a secret it lacks)
         self.phase: Phase | None = None
+        # the master's start of each tier this worker ran (a request finishing after its tier is judged too)
+        self._tier_started_wall: dict[tuple[str, str, int, int], float] = {}
         self._targets: dict[str, Target] = {}
         self._workloads: dict[tuple[str, str], Workload] = {}
         self._workload_lock = gevent.lock.Semaphore()
@@ -131,6 +133,15 @@ class WorkerState:
     def iteration_done(self, phase_key: str) -> None:
         self._iterations[phase_key] += 1
 
+    def warmup(self, labels: dict[str, Any], wall_start: float, request_ordinal: int) -> bool | None:
+        """Whether a request of the tier its labels name is warmup (Load.warmup), counted from the master's
+        start of the tier; None where no warmup is configured or the tier has no start (a plain run)."""
+        tier = (labels["session"], labels["target"], labels["tier_index"], labels["attempt"])
+        started_wall = self._tier_started_wall.get(tier)
+        if self.scenario is None or started_wall is None:
+            return None
+        return self.scenario.load.warmup(wall_start - started_wall, request_ordinal)
+
     def target(self, name: str) -> Target:
         return self._targets[name]
 
@@ -163,6 +174,9 @@ class WorkerState:
         phase = Phase.from_wire(data["phase"]) if data.get("phase") is not None else None
         if phase is not None and (self.phase is None or phase.phase_id != self.phase.phase_id):
             self.selfcheck.new_window()  # a tier's lag p99 is its own
+        if phase is not None and data.get("phase_started_wall") is not None:
+            tier = (phase.session, phase.target, phase.tier_index, phase.attempt)
+            self._tier_started_wall[tier] = data["phase_started_wall"]
         self.phase = phase
 
     def refuse(self, reason: str) -> None:
