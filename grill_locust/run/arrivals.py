@@ -1,0 +1,48 @@
+"""Open-loop send schedules: when each send of a rate tier leaves, drawn from a seeded arrival process.
+
+A schedule is an iterable of `Send(at_s, iteration)`: the send's time in seconds after the tier began,
+and the iteration the workload plays for it (`Workload.script(..., iteration, ...)`). The dispatcher
+(run/openloop.py) takes any such iterable: an arrival process's here, or a trace's own timestamps.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from typing import Literal, NamedTuple
+
+Arrival = Literal["poisson", "constant", "gamma"]
+
+
+class Send(NamedTuple):
+    at_s: float  # seconds after the tier's start
+    iteration: int  # passed to Workload.script: which conversation this send plays
+
+
+def arrival_gaps(arrival: Arrival, rate: float, burstiness: float = 1.0, seed: int = 0) -> Iterator[float]:
+    """Inter-arrival gaps in seconds, without end. Poisson: exponential of mean 1/rate; constant: 1/rate;
+    gamma: shape `burstiness`, scale 1/(rate * burstiness) (mean 1/rate, CV 1/sqrt(burstiness): below 1
+    burstier than Poisson, as vllm bench's --burstiness)."""
+    if rate <= 0:
+        raise ValueError(f"rate must be positive, got {rate}")
+    draw = random.Random(seed)
+    while True:
+        if arrival == "constant":
+            yield 1.0 / rate
+        elif arrival == "poisson":
+            yield draw.expovariate(rate)
+        else:
+            yield draw.gammavariate(burstiness, 1.0 / (rate * burstiness))
+
+
+def arrival_schedule(
+    arrival: Arrival, rate: float, duration_s: float, burstiness: float = 1.0, seed: int = 0
+) -> Iterator[Send]:
+    """The sends of one tier of `duration_s` at `rate` per second: the first after one gap (a tier of a
+    constant rate does not open with a send that every worker makes at once), the last before the end."""
+    at_s = 0.0
+    for iteration, gap_s in enumerate(arrival_gaps(arrival, rate, burstiness, seed)):
+        at_s += gap_s
+        if at_s >= duration_s:
+            return
+        yield Send(at_s, iteration)
