@@ -540,12 +540,6 @@ class Load(_Frozen):
                 raise ValueError(f"rates[{index}]: expected a positive rate per second, got {rate}")
         return value
 
-    @model_validator(mode="after")
-    def _tiers_or_rates(self) -> Load:
-        if self.rates is not None and "tiers" in self.model_fields_set:
-            raise ValueError("rates: give tiers (users) or rates (per second), not both")
-        return self
-
     @property
     def open_loop(self) -> bool:
         return self.rates is not None

@@ -8,8 +8,10 @@ and the iteration the workload plays for it (`Workload.script(..., iteration, ..
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator
-from typing import Literal, NamedTuple
+from dataclasses import dataclass
+from typing import Any, Literal, NamedTuple
 
 Arrival = Literal["poisson", "constant", "gamma"]
 
@@ -46,3 +48,35 @@ def arrival_schedule(
         if at_s >= duration_s:
             return
         yield Send(at_s, iteration)
+
+
+@dataclass
+class ScheduledSend:
+    """One send of a rate tier while its conversation plays: the open-loop columns of its records. Every
+    record carries the send's intended wall time; the first (the request the arrival sent) its lateness,
+    the later turns of its session, sent closed-loop, none. A request that ends after the tier's sending
+    time is cooldown."""
+
+    scheduled_wall: float
+    tier_end_wall: float
+    first: bool = True
+
+    def columns(self, wall_start: float) -> dict[str, Any]:
+        lag_s = wall_start - self.scheduled_wall if self.first else None
+        self.first = False
+        return {
+            "scheduled_wall": self.scheduled_wall,
+            "schedule_lag_s": lag_s,
+            "cooldown": time.time() > self.tier_end_wall,
+        }
+
+
+# kinds whose one iteration is a session of several requests: their rate counts sessions
+SESSION_KINDS = frozenset({"multi-turn", "agentic", "autocomplete", "mix"})
+# a rate tier whose sends went out later than this at p99 measured the load generator, not the engine
+SCHEDULE_LAG_P99_LIMIT_S = 0.010
+
+
+def rate_unit(kind: str) -> str:
+    """What a rate tier of this kind (a record's `kind`, a mix's "mix") counts per second."""
+    return "sessions/s" if kind in SESSION_KINDS else "req/s"
