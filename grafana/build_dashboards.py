@@ -304,6 +304,7 @@ def engine_comparison() -> dict[str, Any]:
     agent_y = 1 + 8 * math.ceil((len(COMPARISON_METRICS) + len(TIER_METRICS)) / 3)
     panels += agent_panels(panel_id, agent_y)
     panels += autocomplete_panels(panel_id + 3, agent_y + 8)
+    panels += open_loop_panels(panel_id + 6, agent_y + 16)
     return dashboard(
         "grill-engine-comparison",
         "grill-locust — Engine comparison",
@@ -367,6 +368,23 @@ def agent_panels(first_id: int, y: int) -> list[dict[str, Any]]:
             per_step_lines,
         ),
     ]
+
+
+def open_loop_panels(first_id: int, y: int) -> list[dict[str, Any]]:
+    """The comparison metrics against an open-loop tier's rate (req/s, or sessions/s for session kinds):
+    empty for runs of user tiers, whose points carry no tier_rate."""
+    panels = []
+    for index, (title, select, unit, description) in enumerate(COMPARISON_METRICS):
+        query = (
+            f'SELECT {select} FROM "grill_request" WHERE {OK_REQUEST_FILTER} AND "tier_rate" != \'\' '
+            f'GROUP BY {SERIES_GROUP}, "tier_rate"'
+        )
+        position = grid((index % 3) * 8, y + (index // 3) * 8, 8, 8)
+        title = f"Open loop: {title} vs rate — $conversation"
+        panels.append(
+            xy_chart(first_id + index, title, query, position, unit, description, "tier_rate", SERIES_TAGS)
+        )
+    return panels
 
 
 def autocomplete_panels(first_id: int, y: int) -> list[dict[str, Any]]:

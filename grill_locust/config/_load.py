@@ -84,6 +84,12 @@ def _parse(data: Any, source: str, lines: LineMap, duplicates: list[DuplicateKey
         file = FileScenario.model_validate(data)
     except ValidationError as error:
         raise ConfigError(f"{source}: {describe_validation_error(error, (), lines, FileScenario)}") from None
+    user_keys = [key for key in ("tiers", "ramp_levels", "concurrent_users") if key in file.load]
+    if (
+        "rates" in file.load and user_keys
+    ):  # (a Load always has tiers: whether the file wrote them is said here)
+        message = f"give {user_keys[0]} (users) or rates (per second), not both"
+        raise ConfigError(at(source, ("load", "rates"), lines, message))
     load = parse_load(file.load, source, lines)
     backends = _unique("backends", file.backends, source, lines, key=backends_key(data))
     models = _unique("models", file.models, source, lines)

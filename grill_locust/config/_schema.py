@@ -33,6 +33,7 @@ from grill_locust.workload.trace import TRACE_FORMATS
 
 FimTransport = Literal["template", "suffix", "infill"]  # FIM_TRANSPORTS, as a type
 DEFAULT_TIERS = (1, 5, 10, 20, 50, 100, 150, 200)
+DEFAULT_MAX_IN_FLIGHT = 1024  # an open-loop tier's cap on requests in flight, across its workers
 _MAX_TOKENS_PER_MESSAGE = 1_000_000
 _MAX_SUBAGENTS = 16
 _TRACE_KEYS_HELP = f"format: {' | '.join(TRACE_FORMATS)}, path: the trace file"
@@ -541,7 +542,7 @@ LLM_GRILL_LOAD_KEYS = frozenset(LlmGrillLoad.model_fields) - {"iterations"}
 
 
 class Load(_Frozen):
-    """The campaign shape: tiers of concurrent users, iterations per user and tier, pauses."""
+    """The campaign shape: tiers of concurrent users (or open-loop rates), iterations per user and tier, pauses."""
 
     tiers: list[int] = Field(default_factory=lambda: list(DEFAULT_TIERS), min_length=1)
     iterations: int = Field(default=5, ge=1)
@@ -559,6 +560,13 @@ class Load(_Frozen):
     # after a tier that measured an engine outage: how long to hold at 0 users for the backend to answer
     # again before the tier runs once more (past it the campaign stops); 0: no hold, no re-run
     engine_wait_s: float = Field(default=120.0, ge=0, allow_inf_nan=False)
+    # open loop: each tier a rate (requests/s; sessions/s for session kinds) in place of `tiers`, its sends
+    # drawn from the arrival process for duration_s, at most max_in_flight at once across the workers
+    rates: list[float] | None = Field(default=None, min_length=1)
+    arrival: Literal["poisson", "constant", "gamma"] = "poisson"
+    burstiness: float = Field(default=1.0, gt=0, allow_inf_nan=False)  # gamma's shape: 1 is Poisson
+    duration_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    max_in_flight: int = Field(default=DEFAULT_MAX_IN_FLIGHT, ge=1)
     other_keys: ClassVar[tuple[str, ...]] = tuple(sorted(LLM_GRILL_LOAD_KEYS))  # translated before validation
 
     @field_validator("tiers")
@@ -588,6 +596,18 @@ class Load(_Frozen):
             return None
         in_time = self.warmup_s is not None and since_tier_start_s < self.warmup_s
         return in_time or (self.warmup_requests is not None and request_ordinal < self.warmup_requests)
+
+    @field_validator("rates")
+    @classmethod
+    def _positive_rates(cls, value: list[float] | None) -> list[float] | None:
+        for index, rate in enumerate(value or ()):
+            if not 0 < rate < float("inf"):
+                raise ValueError(f"rates[{index}]: expected a positive rate per second, got {rate}")
+        return value
+
+    @property
+    def open_loop(self) -> bool:
+        return self.rates is not None
 
 
 class InfluxSettings(_Frozen):

@@ -108,6 +108,7 @@ SUMMARY_COLUMNS: list[str] = [
     "mix",  # a mix target's whole-tier label on its persona rows and whole-tier row; "" otherwise
     "tier_index",
     "tier_users",
+    "tier_rate",  # an open-loop tier's rate (tier_users 0); empty for a tier of users
     "developers",  # distinct developers that sent requests (a persona's share of a mix's tier)
     "requests",
     "ok_requests",
@@ -378,6 +379,9 @@ def _summarize(measured: _Measured) -> pd.DataFrame:
     per_tier["ok_requests"] = ok_by_tier.size()
     per_tier["developers"] = by_tier["developer"].nunique().where(lambda n: n > 0)
     per_tier["cooldown_requests"] = by_tier["cooldown"].sum()
+    # a folder written before open-loop tiers has no rates
+    rates = pd.to_numeric(records.get("tier_rate", pd.Series(np.nan, index=records.index)), errors="coerce")
+    per_tier["tier_rate"] = rates.groupby([records["target"], records["tier_index"]]).max()
     per_tier = per_tier.join(_percentiles(ok_by_tier))
     sums = ok_by_tier[["output_tokens"]].sum()
     per_tier["ok_output_tokens"] = sums["output_tokens"]

@@ -35,8 +35,9 @@ from grill_locust.record import (
     timing_lag_ms,
 )
 from grill_locust.run import exit_codes
+from grill_locust.run.arrivals import SCHEDULE_LAG_P99_LIMIT_S, rate_unit
 from grill_locust.run.phase import DeveloperSeats, Phase, campaign_phases
-from grill_locust.run.worker import MSG_DEVELOPER, MSG_PHASE, runner_of
+from grill_locust.run.worker import LOCAL_CLIENT_ID, MSG_DEVELOPER, MSG_PHASE, runner_of
 from grill_locust.sinks import PhaseEvent
 from grill_locust.sinks.results import ResultsWriter
 
@@ -92,6 +93,34 @@ class PhaseProgress:
     developers: DeveloperSeats = field(default_factory=DeveloperSeats)
     records_by_conversation: Counter[str] = field(default_factory=Counter)  # a mix's personas apart
     errors_by_conversation: Counter[str] = field(default_factory=Counter)
+    # an open-loop tier: each dispatcher's {"sends", "waited"} once it sent its share; its sends' lags
+    dispatched: dict[str, dict[str, int]] = field(default_factory=dict)
+    schedule_lags_s: list[float] = field(default_factory=list)
+    max_in_flight: int = 0  # the scenario's load.max_in_flight, which the flag names
+
+    @property
+    def iterations_target(self) -> int:
+        """Iterations to do: N x k in a tier of users; in a rate tier, the sends its dispatchers reported."""
+        if self.phase.tier_rate is None:
+            return self.phase.iterations_target
+        return sum(share["sends"] for share in self.dispatched.values())
+
+    @property
+    def open_loop_flags(self) -> str:
+        """A rate tier's flags: sends held back by max_in_flight, sends late enough to measure the load
+        generator rather than the engine; "" when neither."""
+        flags = []
+        waited = sum(share["waited"] for share in self.dispatched.values())
+        if waited:
+            flags.append(f"max_in_flight {self.max_in_flight} reached: {waited} sends waited")
+        lags = sorted(self.schedule_lags_s)
+        lag_p99_s = lags[min(len(lags) - 1, math.ceil(0.99 * len(lags)) - 1)] if lags else 0.0
+        if lag_p99_s > SCHEDULE_LAG_P99_LIMIT_S:
+            flags.append(
+                f"LOAD-GENERATOR-BOUND (schedule lag p99 {lag_p99_s * 1000:.1f} ms > "
+                f"{SCHEDULE_LAG_P99_LIMIT_S * 1000:g} ms)"
+            )
+        return "; ".join(flags)
 
     @property
     def lag_p99_ms(self) -> float:
@@ -188,7 +217,12 @@ class Campaign:
 
     # -- records from workers -------------------------------------------------------------------
     def on_records(
-        self, worker: str, records: list[dict[str, Any]], iterations: dict[str, int], client_id: str = "local"
+        self,
+        worker: str,
+        records: list[dict[str, Any]],
+        iterations: dict[str, int],
+        client_id: str = LOCAL_CLIENT_ID,
+        dispatched: dict[str, dict[str, int]] | None = None,
     ) -> None:
         records = self._own_session(worker, records)
         fresh = self.results.unseen(records)
@@ -215,6 +249,8 @@ class Campaign:
                         progress.worker_lag_p99_ms[record["worker_id"]] = (end, lag)
                 if cpu is not None and cpu > progress.worker_cpu_max:
                     progress.worker_cpu_max = cpu
+                if record.get("schedule_lag_s") is not None:
+                    progress.schedule_lags_s.append(record["schedule_lag_s"])
         for phase_key, count in iterations.items():
             progress = self.progress.get(phase_key)  # another session's phase is none of ours
             if progress is not None:
@@ -222,8 +258,12 @@ class Campaign:
                 progress.by_worker[client_id] += count
                 if progress.lost_by_worker.get(worker):
                     self._delivered_late(progress, worker, count)
+        for phase_key, share in (dispatched or {}).items():
+            progress = self.progress.get(phase_key)
+            if progress is not None:
+                progress.dispatched[client_id] = share
         self.worker_names[client_id] = worker
-        if iterations:
+        if iterations or dispatched:
             self._changed.set()
         if not self.phases:  # a plain run has no shape ticking: watch the disk here
             self._watch_disk()
@@ -314,18 +354,17 @@ class Campaign:
             phase = current.phase
             self._watch_workers(current)
             held, _ = self.results.unwritten_of(phase.target, phase.tier_index)
-            if current.iterations_done >= phase.iterations_target and held and not self.gave_up_on_disk:
-                return phase.tier_users, self._spawn_rate(
-                    phase
-                )  # its users are idle; its records wait for space
-            if current.iterations_done >= phase.iterations_target:
+            done = self._all_sent(current) and current.iterations_done >= current.iterations_target
+            if done and held and not self.gave_up_on_disk:
+                return phase.users, self._spawn_rate(phase)  # its users are idle; its records wait for space
+            if done:
                 self._end_phase(complete=True, note="")
             elif now - current.started > self.scenario.load.tier_timeout_s:
                 self._end_phase(
                     complete=False, note=f"time cap {self.scenario.load.tier_timeout_s:g} s reached"
                 )
             else:
-                return phase.tier_users, self._spawn_rate(phase)
+                return phase.users, self._spawn_rate(phase)
         if self._pause_until is not None and now < self._pause_until:
             return 0, PAUSE_SPAWN_RATE
         if self._engine_wait is not None and self._next_index < len(self.phases):
@@ -348,7 +387,12 @@ class Campaign:
         self._start_phase(self.phases[self._next_index])
         self._next_index += 1
         assert self.current is not None
-        return self.current.phase.tier_users, self._spawn_rate(self.current.phase)
+        return self.current.phase.users, self._spawn_rate(self.current.phase)
+
+    def _all_sent(self, progress: PhaseProgress) -> bool:
+        """Every dispatcher still present sent its share of a rate tier (always, in a tier of users)."""
+        pending = set(progress.phase.dispatchers) - set(progress.dispatched) - self._gone
+        return not pending
 
     def _watch_disk(self) -> None:
         """Write what the results folder refused before; when it has refused every write for longer than
@@ -413,7 +457,7 @@ class Campaign:
                 lost,
                 quota,
             )
-            if present and runner.state in (STATE_RUNNING, STATE_SPAWNING):
+            if present and runner.state in (STATE_RUNNING, STATE_SPAWNING) and phase.tier_rate is None:
                 # Locust re-spreads users itself when a worker quits, but for a missing one only
                 # with --enable-rebalancing: ask for the tier's users again either way.
                 runner.start(phase.tier_users, self._spawn_rate(phase))
@@ -450,22 +494,50 @@ class Campaign:
         return True
 
     def _spawn_rate(self, phase: Phase) -> float:
+        if phase.tier_rate is not None:  # one dispatcher per worker, at once
+            return PAUSE_SPAWN_RATE
         rate = self.scenario.load.spawn_rate_for(phase.tier_users)
         return float(rate) if rate else max(1.0, min(MAX_DEFAULT_SPAWN_RATE, float(phase.tier_users)))
 
     def _start_phase(self, phase: Phase) -> None:
         progress = self.progress[phase.key]
+        if phase.tier_rate is not None:  # the workers here now split the rate
+            phase = progress.phase = dataclasses.replace(phase, dispatchers=self._dispatchers())
+            progress.max_in_flight = self.scenario.load.max_in_flight
         progress.started, progress.started_wall = time.monotonic(), time.time()
         self.current = progress
         self.broadcast()
         self._write_phase("start", progress)
-        log.info(
-            "tier %s start: %s at %d users, %d iterations to do",
-            self.tier_label(phase),
-            phase.target,
-            phase.tier_users,
-            phase.iterations_target,
-        )
+        if phase.tier_rate is None:
+            log.info(
+                "tier %s start: %s at %d users, %d iterations to do",
+                self.tier_label(phase),
+                phase.target,
+                phase.tier_users,
+                phase.iterations_target,
+            )
+        else:
+            log.info(
+                "tier %s start: %s at %s for %g s, over %d workers",
+                self.tier_label(phase),
+                phase.target,
+                self.load_label(phase),
+                self.scenario.load.duration_s,
+                len(phase.dispatchers),
+            )
+
+    def _dispatchers(self) -> tuple[str, ...]:
+        """The workers that split a rate tier starting now: every one connected and not missing."""
+        runner = self.environment.runner
+        if not isinstance(runner, MasterRunner):
+            return (LOCAL_CLIENT_ID,)
+        return tuple(sorted(c.id for c in runner.clients.all if c.state != STATE_MISSING))
+
+    def load_label(self, phase: Phase) -> str:
+        """`10 users`, or a rate tier's `5 req/s` (`5 sessions/s` for kinds whose iteration is a session)."""
+        if phase.tier_rate is None:
+            return f"{phase.tier_users} users"
+        return f"{phase.tier_rate:g} {rate_unit(self.targets[phase.target].kind_label)}"
 
     def _end_phase(self, complete: bool, note: str) -> None:
         progress = self.current
@@ -488,19 +560,20 @@ class Campaign:
         self._users_seen = {cid: 0 for cid in self._users_seen if cid not in self._gone}
         phase = progress.phase
         log.info(
-            "tier %s %s: %s at %d users, %d/%d iterations, %d requests, %d errors%s",
+            "tier %s %s: %s at %s, %d/%d iterations, %d requests, %d errors%s",
             self.tier_label(phase),
             "done" if progress.complete else "INCOMPLETE",
             phase.target,
-            phase.tier_users,
+            self.load_label(phase),
             progress.iterations_done,
-            phase.iterations_target,
+            progress.iterations_target,
             progress.records,
             progress.errors,
             f" ({note})" if note else "",
         )
-        if progress.saturation:
-            log.warning("tier %s: %s", self.tier_label(phase), progress.saturation)
+        for warning in (progress.saturation, progress.open_loop_flags):
+            if warning:
+                log.warning("tier %s: %s", self.tier_label(phase), warning)
         if self._live:
             self._write_tier_row(progress)
         progress.tier_records = []
@@ -539,7 +612,7 @@ class Campaign:
         lost = "; ".join(
             f"{n} iterations lost on worker {w}" for w, n in progress.lost_by_worker.items() if n
         )
-        return "; ".join(part for part in (progress.end_reason, lost) if part)
+        return "; ".join(part for part in (progress.end_reason, lost, progress.open_loop_flags) if part)
 
     def _write_tier_row(self, progress: PhaseProgress) -> None:
         """The finished tier's summary row, from the records it received, to the sinks read live."""
@@ -562,7 +635,7 @@ class Campaign:
             **phase.labels(target),
             "start_wall": progress.started_wall,
             "end_wall": progress.ended_wall if progress.ended_wall is not None else "",
-            "iterations_target": phase.iterations_target,
+            "iterations_target": progress.iterations_target,
             "iterations_done": progress.iterations_done,
             "complete": progress.complete,
             "note": progress.note,
@@ -606,6 +679,14 @@ class Campaign:
             return f"between tiers: {done}/{self.tier_count} tiers done, {self.results.record_count} records"
         phase = current.phase
         elapsed = time.monotonic() - current.started
+        if phase.tier_rate is not None:
+            line = (
+                f"tier {self.tier_label(phase)} {phase.target} @ {self.load_label(phase)}: "
+                f"{elapsed:.0f}/{self.scenario.load.duration_s:g} s, {current.iterations_done} sends done, "
+                f"{current.records} requests, {current.errors} errors"
+            )
+            flags = "; ".join(f for f in (current.saturation, current.open_loop_flags) if f)
+            return f"{line} | {flags}" if flags else line
         rate = current.iterations_done / elapsed if elapsed > 0 else 0.0
         remaining = phase.iterations_target - current.iterations_done
         eta = f"{remaining / rate:.0f} s" if rate > 0 else "?"

@@ -22,6 +22,7 @@ from locust.runners import STATE_INIT, STATE_STOPPED, LocalRunner, MasterRunner,
 from grill_locust.errors import GrillError
 from grill_locust.run import exit_codes
 from grill_locust.run.campaign import FINAL_RECORDS_WAIT_S, Campaign, progress_printer, run_dir_for
+from grill_locust.run.openloop import OpenLoopUser
 from grill_locust.run.options import check_options, live_sinks, load_scenario_of, redacted_argv
 from grill_locust.run.state import run_state
 from grill_locust.run.user import CampaignUser, standalone_scenario
@@ -121,7 +122,9 @@ def _init(environment: Environment, options: Any) -> None:
         scenario = state.start_simulated_backends(scenario)
     else:
         environment.shape_class = None  # plain Locust run: -u/-r/-t rule
-        environment.user_classes = [c for c in environment.user_classes if c is not CampaignUser]
+        environment.user_classes = [
+            c for c in environment.user_classes if c not in (CampaignUser, OpenLoopUser)
+        ]
         scenario, path = (
             standalone_scenario(options.host, options.model, options.engine, options.think_time),
             "",
@@ -282,7 +285,13 @@ def on_records(environment: Environment, data: dict[str, Any], msg_node: str) ->
     """A worker's batch of records (MSG_RECORDS) reaches the campaign."""
     campaign = run_state(environment).campaign
     assert campaign is not None, "records before the campaign: workers send none before its phase message"
-    campaign.on_records(data["worker"], data["records"], data["iterations"], client_id=msg_node)
+    campaign.on_records(
+        data["worker"],
+        data["records"],
+        data["iterations"],
+        client_id=msg_node,
+        dispatched=data.get("dispatched"),
+    )
 
 
 def _campaign_of(environment: Environment) -> Campaign:

@@ -1,4 +1,5 @@
-"""A Phase: one target at one tier of concurrent users, the unit the load shape walks through."""
+"""A Phase: one target at one tier of concurrent users (or at one open-loop rate), the unit the load shape
+walks through."""
 
 from __future__ import annotations
 
@@ -50,6 +51,9 @@ class Phase:
     session: str = ""  # the campaign's session (`<run_id>.<n>`): resumed runs tell theirs apart
     attempt: int = 0  # 1 when the tier runs again after an engine outage
     tier_rate: float | None = None  # an open-loop tier's rate (tier_users is then 0)
+    # an open-loop tier's dispatchers: the Locust client ids of the workers that split its rate, set by
+    # the master as the tier starts (a local run's one is "local")
+    dispatchers: tuple[str, ...] = ()
 
     @property
     def key(self) -> str:
@@ -59,6 +63,18 @@ class Phase:
     @property
     def iterations_target(self) -> int:
         return self.tier_users * self.iterations_per_user
+
+    @property
+    def users(self) -> int:
+        """The Locust users this phase runs: its developers, or one dispatcher per worker of a rate tier."""
+        return self.tier_users if self.tier_rate is None else len(self.dispatchers)
+
+    def rate_share(self, client_id: str) -> tuple[float, int] | None:
+        """A dispatcher's share of this rate tier: its rate (the tier's split evenly, so that the workers'
+        sum is the tier's) and its 0-based place; None for a worker not in the split."""
+        if self.tier_rate is None or client_id not in self.dispatchers:
+            return None
+        return self.tier_rate / len(self.dispatchers), self.dispatchers.index(client_id)
 
     def labels(self, target: Target) -> dict[str, Any]:
         """The labels every record and tier row of this phase carries: LABEL_COLUMNS, the tier, its
@@ -74,6 +90,7 @@ class Phase:
             "kind": target.kind_label,
             "tier_index": self.tier_index,
             "tier_users": self.tier_users,
+            "tier_rate": self.tier_rate,
             "session": self.session,
             "attempt": self.attempt,
         }
@@ -83,15 +100,20 @@ class Phase:
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Phase:
-        return cls(**data)
+        return cls(**{**data, "dispatchers": tuple(data.get("dispatchers") or ())})
 
 
 def campaign_phases(scenario: Scenario, run_id: str, session: str = "") -> list[Phase]:
-    """Targets in scenario order, each through every tier."""
+    """Targets in scenario order, each through every tier (of users, or of rates in an open-loop load)."""
     load = scenario.load
     phases: list[Phase] = []
+    tiers: list[tuple[int, float | None]] = (
+        [(0, rate) for rate in load.rates]
+        if load.rates is not None
+        else [(users, None) for users in load.tiers]
+    )
     for target in scenario.targets:
-        for tier_index, users in enumerate(load.tiers):
+        for tier_index, (users, rate) in enumerate(tiers):
             phases.append(
                 Phase(
                     phase_id=len(phases),
@@ -99,9 +121,10 @@ def campaign_phases(scenario: Scenario, run_id: str, session: str = "") -> list[
                     target=target.name,
                     tier_index=tier_index,
                     tier_users=users,
-                    iterations_per_user=load.iterations,
+                    iterations_per_user=load.iterations if rate is None else 0,
                     think_time_s=load.think_time_s,
                     session=session,
+                    tier_rate=rate,
                 )
             )
     return phases

@@ -21,6 +21,7 @@ from locust import User, constant, task
 from grill_locust.client import EngineClient, StreamResult, fim_request, request_for
 from grill_locust.config import Model, Scenario, Target
 from grill_locust.record import CANCELLED, STATUS_ABANDONED, STATUS_OK, Measurement, build_record, measure
+from grill_locust.run.arrivals import ScheduledSend
 from grill_locust.run.phase import Phase
 from grill_locust.run.state import run_state
 from grill_locust.run.worker import WorkerState
@@ -30,6 +31,7 @@ from grill_locust.workload.tools import TOOLS
 
 IDLE_POLL_S = 0.1  # how often an idle user looks for new work
 STATUS_RATE_LIMITED = "http_429"
+SCHEDULED_SEND = "_scheduled_send"  # the labels' key of an open-loop send's ScheduledSend (not a column)
 MAX_RETRY_AFTER_S = 30.0
 
 
@@ -60,8 +62,17 @@ class GrillUser(User):
             self._clients[backend.name] = EngineClient(backend)
         return self._clients[backend.name]
 
-    def run_conversation(self, target: Target, phase: Phase, iteration: int) -> None:
-        """Send one conversation turn by turn, carrying the real replies forward."""
+    def run_conversation(
+        self,
+        target: Target,
+        phase: Phase,
+        iteration: int,
+        send: ScheduledSend | None = None,
+        client: EngineClient | None = None,
+    ) -> None:
+        """Send one conversation turn by turn, carrying the real replies forward. An open-loop send gives
+        the arrival it plays (its records carry its columns) and a connection of its own."""
+        client = client or self.client_for(target)
         workload = self.grill.workload_for(target)
         # a tier run again after an outage sends new prompts: the engine may hold the first attempt's
         user_key = (
@@ -76,11 +87,13 @@ class GrillUser(User):
             "worker_id": self.grill.worker_id,
             "conversation_id": script.conversation_id,
         }
+        if send is not None:
+            labels[SCHEDULED_SEND] = send
         if isinstance(script, AgenticPlan):
-            self.run_agentic_session(target, AgenticSession(script), labels, self.client_for(target))
+            self.run_agentic_session(target, AgenticSession(script), labels, client)
             return
         if isinstance(script, AutocompletePlan):
-            self.run_autocomplete(target, script, labels, self.client_for(target))
+            self.run_autocomplete(target, script, labels, client)
             return
         model = (
             target.model if script.max_tokens is None else _with_max_tokens(target.model, script.max_tokens)
@@ -95,13 +108,7 @@ class GrillUser(User):
                 gevent.sleep(phase.think_time_s)
             messages.append({"role": "user", "content": user_text})
             sent = self._send(
-                target,
-                messages,
-                labels,
-                turn,
-                self.client_for(target),
-                model=model,
-                ignore_eos=script.ignore_eos,
+                target, messages, labels, turn, client, model=model, ignore_eos=script.ignore_eos
             )
             if sent is None:
                 return  # the conversation cannot go on without the reply
@@ -264,8 +271,12 @@ class GrillUser(User):
         request_ordinal: int,  # the user's n-th request started in the tier (0-based)
     ) -> None:
         grill = self.grill
+        labels = {**labels, "turn": turn, "record_id": record_id}
+        send = labels.pop(SCHEDULED_SEND, None)
+        if send is not None:
+            labels.update(send.columns(measurement.wall_start))
         record = build_record(
-            {**labels, "turn": turn, "record_id": record_id},
+            labels,
             measurement,
             worker_lag_p99_ms=grill.selfcheck.lag_p99_ms,
             worker_read_lag_p99_ms=grill.selfcheck.read_lag_p99_ms,

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.5
-MSG_RECORDS = "grill_records"  # worker -> master: {"worker", "records", "iterations": {Phase.key: n}}
+# worker -> master: {"worker", "records", "iterations": {Phase.key: n}, "dispatched": {Phase.key: Dispatched}}
+MSG_RECORDS = "grill_records"
 # master -> workers: {"run_id", "scenario": wire dict or None, "phase": wire dict or None,
 # "phase_started_wall": the master's time.time() at the phase's start, or None}
 MSG_PHASE = "grill_phase"
@@ -47,6 +48,7 @@ MSG_REFUSED = "grill_refused"  # worker -> master: {"worker", "reason"}: it cann
 MSG_CLAIM = "grill_claim"  # worker -> master: {"phase": Phase.key, "user"}: its developer index, please
 MSG_DEVELOPER = "grill_developer"  # master -> worker: {"phase", "user", "developer": int, or None}
 MSG_RELEASE = "grill_release"  # worker -> master: {"phase", "user"}: the user stopped
+LOCAL_CLIENT_ID = "local"  # a local runner's name among an open-loop phase's dispatchers
 CLAIM_RETRY_S = 5.0  # a claim unanswered this long is sent again (claims are idempotent)
 # A worker that hears no heartbeat from its master for this long (killed, or cut off) stops its users
 # and quits, as Locust's own check does after its MASTER_HEARTBEAT_TIMEOUT of 60 s: load sent for a
@@ -61,6 +63,8 @@ class WorkerState:
     def __init__(self, environment: Environment) -> None:
         self.environment = environment
         runner = environment.runner
+        # this process's name in an open-loop phase's dispatchers
+        self.client_id = runner.client_id if isinstance(runner, WorkerRunner) else LOCAL_CLIENT_ID
         if isinstance(runner, WorkerRunner):
             self.worker_id = f"{socket.gethostname()}-w{runner.worker_index}-{runner.client_id[-6:]}"
         else:
@@ -80,6 +84,7 @@ class WorkerState:
         self.selfcheck = SelfCheck(busy=lambda: self.in_flight > 0 and not self.stopping)
         self._records: list[dict[str, Any]] = []
         self._iterations: Counter[str] = Counter()
+        self._dispatched: dict[str, dict[str, int]] = {}
         self._record_seq = 0
         # unique across workers, processes and resumed runs of the same results folder
         self._record_prefix = f"{self.worker_id}-{uuid.uuid4().hex[:8]}"
@@ -141,6 +146,11 @@ class WorkerState:
         if self.scenario is None or started_wall is None:
             return None
         return self.scenario.load.warmup(wall_start - started_wall, request_ordinal)
+
+    def dispatch_done(self, phase_key: str, sends: int, waited: int) -> None:
+        """This worker's dispatcher sent its share of an open-loop phase: `sends` in all, `waited` of them
+        held back by max_in_flight. The master counts the tier complete once every share is recorded."""
+        self._dispatched[phase_key] = {"sends": sends, "waited": waited}
 
     def target(self, name: str) -> Target:
         return self._targets[name]
@@ -225,20 +235,22 @@ class WorkerState:
                 log.exception("could not ship records to the master; will retry")
 
     def flush(self) -> None:
-        if not self._records and not self._iterations:
+        if not self._records and not self._iterations and not self._dispatched:
             return
-        records, iterations = self._records, self._iterations
-        self._records, self._iterations = [], Counter()
+        records, iterations, dispatched = self._records, self._iterations, self._dispatched
+        self._records, self._iterations, self._dispatched = [], Counter(), {}
         message = {
             "worker": self.worker_id,
             "records": records,
             "iterations": dict(iterations),
+            "dispatched": dispatched,
         }
         try:
             runner_of(self.environment).send_message(MSG_RECORDS, message)
         except Exception:
             self._records = records + self._records
             self._iterations.update(iterations)
+            self._dispatched = {**dispatched, **self._dispatched}
             raise
         if records:
             for sink in self.sinks:

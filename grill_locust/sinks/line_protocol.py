@@ -27,7 +27,8 @@ MEASUREMENT_GPU = "grill_gpu"
 MEASUREMENT_ENGINE = "grill_engine"
 
 # labels that may become tags (low cardinality only: never record, user or conversation ids)
-RUN_TAGS: tuple[str, ...] = (*LABEL_COLUMNS, "tier_users")
+# tier_rate: an open-loop tier's rate (left out of a tier of users' points, as every empty tag is)
+RUN_TAGS: tuple[str, ...] = (*LABEL_COLUMNS, "tier_users", "tier_rate")
 REQUEST_TAGS: tuple[str, ...] = (*RUN_TAGS, "status")
 TELEMETRY_TAGS: tuple[str, ...] = ("run_id", "backend", "source", "host", "gpu_index", "gpu_uuid", "gpu_name")
 PHASE_TAGS: tuple[str, ...] = (*RUN_TAGS, "event")
@@ -157,11 +158,13 @@ def _labelled_point(
 
 
 def tier_point(row: Mapping[str, Any], worker: str) -> Point | None:
-    """A grill_tier point from a summary row; `users` repeats tier_users as a number for x axes."""
+    """A grill_tier point from a summary row; `users` repeats tier_users as a number for x axes (`rate`,
+    an open-loop tier's tier_rate)."""
     fields_row = dict(row)
-    users = field_value(row.get("tier_users"))
-    if users is not None:
-        fields_row["users"] = users
+    for field, column in (("users", "tier_users"), ("rate", "tier_rate")):
+        number = field_value(row.get(column))
+        if number is not None:
+            fields_row[field] = number
     return _labelled_point(
         MEASUREMENT_TIER, fields_row, RUN_TAGS, {WORKER_TAG: worker}, ("end_wall", "start_wall", "time")
     )
@@ -173,6 +176,9 @@ def phase_point(event: str, phase: Mapping[str, Any], worker: str, at_s: float) 
     row["time"] = at_s  # the moment of the event, whatever start_wall / end_wall the row carries
     users = field_value(phase.get("tier_users")) or 0.0
     row["users"] = 0.0 if event in PHASE_END_EVENTS else users
+    rate = field_value(phase.get("tier_rate"))
+    if rate is not None:  # an open-loop tier: its rate while it runs, 0 after
+        row["rate"] = 0.0 if event in PHASE_END_EVENTS else rate
     return _labelled_point(
         MEASUREMENT_PHASE, row, PHASE_TAGS, {WORKER_TAG: worker, "event": event}, ("time",)
     )

@@ -45,6 +45,7 @@ PHASE_COLUMNS = (
     *LABEL_COLUMNS,
     "tier_index",
     "tier_users",
+    "tier_rate",  # an open-loop tier's rate (tier_users 0); empty in a tier of users
     "attempt",  # 1: the tier run again after an engine outage in attempt 0 (both rows stay)
     "session",
     "start_wall",

@@ -598,8 +598,8 @@ def test_an_unknown_key_or_kind_lists_what_is_known(tmp_path: Path) -> None:
         load_scenario(write(tmp_path, MINIMAL + "load: {tires: [1]}\n"))
     message = str(caught.value)
     assert (
-        "load.tires: unknown key (known: concurrent_users, engine_wait_s, iterations, pause_s, ramp_levels,"
-        in message
+        "load.tires: unknown key (known: arrival, burstiness, concurrent_users, duration_s, engine_wait_s, "
+        "iterations, max_in_flight, pause_s, ramp_levels," in message
     )
     with pytest.raises(ConfigError) as caught:
         load_scenario(write(tmp_path, MINIMAL + "conversations: [{name: c, kind: agentic-loop}]\n"))
