@@ -50,6 +50,8 @@ class Phase:
     session: str = ""  # the campaign's session (`<run_id>.<n>`): resumed runs tell theirs apart
     attempt: int = 0  # 1 when the tier runs again after an engine outage
     tier_rate: float | None = None  # an open-loop tier's rate (tier_users is then 0)
+    # a tier that ends by time, complete (a search probe): its users loop conversations until then
+    duration_s: float | None = None
 
     @property
     def key(self) -> str:
@@ -58,7 +60,12 @@ class Phase:
 
     @property
     def iterations_target(self) -> int:
-        return self.tier_users * self.iterations_per_user
+        """The iterations that end the tier; 0 for a tier that ends by time."""
+        return self.tier_users * self.iterations_per_user if self.duration_s is None else 0
+
+    def user_done(self, iterations_done: int) -> bool:
+        """Whether a user that ran `iterations_done` conversations in this phase has no more to run."""
+        return self.duration_s is None and iterations_done >= self.iterations_per_user
 
     def labels(self, target: Target) -> dict[str, Any]:
         """The labels every record and tier row of this phase carries: LABEL_COLUMNS, the tier, its
@@ -87,8 +94,12 @@ class Phase:
 
 
 def campaign_phases(scenario: Scenario, run_id: str, session: str = "") -> list[Phase]:
-    """Targets in scenario order, each through every tier."""
+    """Targets in scenario order, each through every tier; a search's first probe (the search picks
+    each next one from the verdicts)."""
     load = scenario.load
+    if load.search is not None:
+        first = scenario.targets[0].name
+        return [probe_phase(scenario, run_id, session, 0, first, 0, load.search.bracket[0])]
     phases: list[Phase] = []
     for target in scenario.targets:
         for tier_index, users in enumerate(load.tiers):
@@ -105,3 +116,24 @@ def campaign_phases(scenario: Scenario, run_id: str, session: str = "") -> list[
                 )
             )
     return phases
+
+
+def probe_phase(
+    scenario: Scenario, run_id: str, session: str, phase_id: int, target: str, tier_index: int, load: float
+) -> Phase:
+    """A capacity search's probe of `load` (users, or requests/s): a tier of load.search.probe_s."""
+    search = scenario.load.search
+    assert search is not None
+    by_users = search.by == "users"
+    return Phase(
+        phase_id=phase_id,
+        run_id=run_id,
+        target=target,
+        tier_index=tier_index,
+        tier_users=int(load) if by_users else 0,
+        iterations_per_user=0,
+        think_time_s=scenario.load.think_time_s,
+        session=session,
+        tier_rate=None if by_users else load,
+        duration_s=search.probe_s,
+    )

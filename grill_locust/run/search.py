@@ -90,17 +90,21 @@ class Bisection:
     def _round(self, load: float) -> float:
         return float(math.floor(load)) if self.by == "users" else load
 
+    def _shown(self, load: float | None) -> float | int | None:
+        """Users as whole numbers, rates as they are."""
+        return int(load) if load is not None and self.by == "users" else load
+
     def as_json(self, target: str) -> dict[str, Any]:
         """What run.json keeps of this search: the bracket found and every probe in order."""
         return {
             "target": target,
-            "largest_passing": self.largest_passing,
-            "smallest_failing": self.smallest_failing,
+            "largest_passing": self._shown(self.largest_passing),
+            "smallest_failing": self._shown(self.smallest_failing),
             "done": self.next_load() is None,
             "probes": [
                 {
                     "tier_index": index,
-                    self.by: probe.load,
+                    self.by: self._shown(probe.load),
                     "passed": probe.passed,
                     "binding_metric": probe.binding_metric,
                     "binding_persona": probe.binding_persona,
