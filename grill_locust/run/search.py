@@ -114,6 +114,18 @@ class Bisection:
         }
 
 
+def probes_at_most(search: Search) -> int:
+    """The most probes a search of one target can take: the low end, the doublings to the high end, and
+    the bisection of the last doubling's interval down to the precision."""
+    low, high = search.bracket
+    doublings = math.ceil(math.log2(high / low))
+    if search.by == "users":
+        bisections = math.ceil(math.log2(max(1.0, (high / 2) / search.stop_precision)))
+    else:
+        bisections = math.ceil(math.log2(max(1.0, math.log(2) / math.log1p(search.stop_precision))))
+    return 1 + doublings + bisections
+
+
 def check_search_runnable(search: Search | None, resuming: bool) -> None:
     """A search this version cannot run: GrillError (exit 2) before anything starts."""
     if search is None:

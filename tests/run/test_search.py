@@ -10,7 +10,8 @@ import pytest
 
 from grill_locust.config import ConfigError, Search, load_scenario
 from grill_locust.errors import GrillError
-from grill_locust.run.search import Bisection, Probe, check_search_runnable
+from grill_locust.run.estimate import ASSUMED_TPOT_MS, ASSUMED_TTFT_S, estimate_campaign, format_estimate
+from grill_locust.run.search import Bisection, Probe, check_search_runnable, probes_at_most
 
 
 def search_with(bisection: Bisection, passes: Callable[[float], bool]) -> list[float]:
@@ -29,7 +30,7 @@ def test_a_users_search_finds_the_knee_to_one_user(knee: int) -> None:
     assert (bisection.largest_passing, bisection.smallest_failing) == (knee, knee + 1 if knee < 256 else None)
     assert loads[0] == 1 and all(load == int(load) and 1 <= load <= 256 for load in loads)
     assert len(set(loads)) == len(loads), "no load probed twice"
-    assert len(loads) <= 2 * 8 + 1  # doubling to the knee, then bisecting below it
+    assert len(loads) <= probes_at_most(Search(users=[1, 256])) == 16  # doubling to the knee, then bisecting
     assert [p.passed for p in bisection.probes] == [load <= knee for load in loads]  # every probe recorded
 
 
@@ -71,6 +72,7 @@ def test_a_rate_search_finds_the_knee_within_its_relative_precision(knee: float)
     passing, failing = bisection.largest_passing, bisection.smallest_failing
     assert passing is not None and failing is not None
     assert passing <= knee < failing and failing / passing <= 1.05 + 1e-9
+    assert len(bisection.probes) <= probes_at_most(Search(rate=[0.5, 64], precision=0.05))
 
 
 def test_a_pass_above_a_failure_is_recorded_and_the_bracket_stays_below_the_failure() -> None:
@@ -128,3 +130,14 @@ def test_a_rate_search_and_a_resumed_search_are_refused_before_the_run() -> None
         check_search_runnable(Search(users=[1, 8]), resuming=True)
     check_search_runnable(Search(users=[1, 8]), resuming=False)
     check_search_runnable(None, resuming=True)
+
+
+def test_validate_gives_a_searchs_bounds_not_the_default_tiers(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(
+        textwrap.dedent(SCENARIO).replace("LOAD", "{search: {users: [1, 8], probe_s: 3}, pause_s: 1}")
+    )
+    scenario = load_scenario(path)
+    text = format_estimate(estimate_campaign(scenario), ASSUMED_TTFT_S, ASSUMED_TPOT_MS)
+    assert "capacity search of users 1 to 8 on 1 targets" in text and "probes of 3 s, precision 1" in text
+    assert "at most 6 probes: ~23 s at most" in text and "tiers (users)" not in text
