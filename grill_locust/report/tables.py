@@ -333,7 +333,8 @@ def display_searches(searches: pd.DataFrame) -> pd.DataFrame:
     def load(value: float | None, by: str) -> str:
         if value is None or pd.isna(value):
             return "none"
-        return f"{value:g}" + (" users" if by == "users" else " req/s")
+        unit = ("user" if value == 1 else "users") if by == "users" else "req/s"
+        return f"{value:g} {unit}"
 
     def probe(entry: dict, by: str) -> str:
         if entry["passed"]:

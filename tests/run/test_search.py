@@ -6,10 +6,13 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from grill_locust.config import ConfigError, Search, load_scenario
 from grill_locust.errors import GrillError
+from grill_locust.report.build import SEARCH_COLUMNS
+from grill_locust.report.tables import display_searches
 from grill_locust.run.estimate import ASSUMED_TPOT_MS, ASSUMED_TTFT_S, estimate_campaign, format_estimate
 from grill_locust.run.search import Bisection, Probe, check_search_runnable, probes_at_most
 
@@ -141,3 +144,29 @@ def test_validate_gives_a_searchs_bounds_not_the_default_tiers(tmp_path: Path) -
     text = format_estimate(estimate_campaign(scenario), ASSUMED_TTFT_S, ASSUMED_TPOT_MS)
     assert "capacity search of users 1 to 8 on 1 targets" in text and "probes of 3 s, precision 1" in text
     assert "at most 6 probes: ~23 s at most" in text and "tiers (users)" not in text
+
+
+def test_the_search_table_names_a_bracket_edge_never_reached_and_a_search_cut_short() -> None:
+    bisection = Bisection.of(Search(users=[2, 64]))
+    bisection.record(Probe(2, False, "success_rate"))
+    low_fails = {"run_label": "r", **bisection.as_json("a"), "by": "users", "bracket": [2, 64]}
+    bisection = Bisection.of(Search(users=[1, 64]))
+    bisection.record(Probe(1, True))
+    cut = {"run_label": "r", **bisection.as_json("b"), "by": "users", "bracket": [1, 64]}
+    shown = display_searches(pd.DataFrame([low_fails, cut], columns=SEARCH_COLUMNS))
+    assert shown.to_dict("records") == [
+        {
+            "target": "a",
+            "searched": "users 2 to 64",
+            "largest passing": "none",
+            "smallest failing": "2 users",
+            "probes in order": "2 misses (success rate)",
+        },
+        {
+            "target": "b",
+            "searched": "users 1 to 64",
+            "largest passing": "1 user",
+            "smallest failing": "none",
+            "probes in order": "1 meets (search cut short)",
+        },
+    ]
