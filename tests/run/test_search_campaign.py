@@ -78,3 +78,17 @@ def test_a_users_search_finds_the_simulators_knee_and_records_every_probe_as_a_t
     table = shown.stdout.split("Capacity search\n", 1)[1]
     assert "users 1 to 8" in table and "3 users" in table and "4 users" in table
     assert "1 meets, 2 meets, 4 misses (E2E p50), 3 meets" in table
+
+
+def test_a_rate_search_is_refused_in_one_line_before_the_run_begins(tmp_path: Path) -> None:
+    data = sim_scenario(conversation=SHORT, tiers=[1], max_tokens=OUTPUT_TOKENS)
+    data["load"] = {"search": {"rate": [0.5, 64]}}
+    scenario = write_scenario(tmp_path / "s.yaml", data)
+    done = run_locust(["--scenario", str(scenario), "--results-dir", str(tmp_path / "results")], tmp_path, 60)
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if line.startswith("grill:")]
+    assert (
+        len(errors) == 1
+        and "load.search.rate: a rate search needs open-loop rate tiers, not yet" in errors[0]
+    )
+    assert not list((tmp_path / "results").glob("*/run.json"))  # no run began
