@@ -541,8 +541,65 @@ class LlmGrillLoad(_Frozen):
 LLM_GRILL_LOAD_KEYS = frozenset(LlmGrillLoad.model_fields) - {"iterations"}
 
 
+SEARCH_BY = ("users", "rate")
+DEFAULT_SEARCH_PRECISION = {"users": 1.0, "rate": 0.1}  # users: a step in users; rate: relative
+
+
+class Search(_Frozen):
+    """A capacity search: the largest load meeting the SLO, by bisection on probe tiers of `probe_s`
+    each, inside the bracket `users: [lo, hi]` (concurrent users) or `rate: [lo, hi]` (requests/s).
+    It stops when the bracket found is within `precision`: users apart (a whole number, default 1),
+    or a relative width for rates (default 0.1: the smallest failing rate within 10 % of the largest
+    passing one)."""
+
+    users: list[int] | None = None
+    rate: list[float] | None = None
+    probe_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
+    precision: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _one_bracket(self) -> Search:
+        given = [name for name in SEARCH_BY if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "expected one of users: [lo, hi] or rate: [lo, hi]"
+                + (f", got both {' and '.join(given)}" if given else "")
+            )
+        low, high = self.bracket
+        name = self.by
+        if len(getattr(self, name)) != 2:
+            raise ValueError(f"{name}: expected a bracket [lo, hi] of two numbers")
+        if low <= 0:
+            raise ValueError(f"{name}: the bracket's low end must be above 0, got {low:g}")
+        if high <= low:
+            raise ValueError(f"{name}: bracket upside down or empty: [{low:g}, {high:g}] needs lo < hi")
+        if name == "users" and self.precision is not None and self.precision != int(self.precision):
+            raise ValueError(f"precision: a users search steps by whole users, got {self.precision:g}")
+        return self
+
+    @property
+    def by(self) -> str:
+        """ "users" or "rate": what the search varies."""
+        return "users" if self.users is not None else "rate"
+
+    @property
+    def bracket(self) -> tuple[float, float]:
+        values = self.users if self.users is not None else self.rate
+        assert values is not None
+        return float(values[0]), float(values[-1])
+
+    @property
+    def stop_precision(self) -> float:
+        return self.precision if self.precision is not None else DEFAULT_SEARCH_PRECISION[self.by]
+
+
+# the keys of a load a search takes the place of (`rates`: open-loop tiers)
+TIER_KEYS_BESIDE_SEARCH = ("tiers", "rates", *sorted(LLM_GRILL_LOAD_KEYS))
+
+
 class Load(_Frozen):
-    """The campaign shape: tiers of concurrent users (or open-loop rates), iterations per user and tier, pauses."""
+    """The campaign shape: tiers of concurrent users (or open-loop rates), iterations per user and tier,
+    pauses; or a capacity search (`search`) in place of the tiers."""
 
     tiers: list[int] = Field(default_factory=lambda: list(DEFAULT_TIERS), min_length=1)
     iterations: int = Field(default=5, ge=1)
@@ -567,7 +624,17 @@ class Load(_Frozen):
     burstiness: float = Field(default=1.0, gt=0, allow_inf_nan=False)  # gamma's shape: 1 is Poisson
     duration_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
     max_in_flight: int = Field(default=DEFAULT_MAX_IN_FLIGHT, ge=1)
+    search: Search | None = None
     other_keys: ClassVar[tuple[str, ...]] = tuple(sorted(LLM_GRILL_LOAD_KEYS))  # translated before validation
+
+    @model_validator(mode="before")
+    @classmethod
+    def _search_or_tiers(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("search") is not None:
+            beside = [key for key in TIER_KEYS_BESIDE_SEARCH if key in data]
+            if beside:
+                raise ValueError(f"search: a capacity search picks its own tiers; remove {beside[0]}")
+        return data
 
     @field_validator("tiers")
     @classmethod
@@ -734,7 +801,7 @@ class Scenario(_Frozen):
     ) -> Scenario:
         """A copy with command-line overrides of the load applied (validated like the file)."""
         changes = {"tiers": tiers, "iterations": iterations, "pause_s": pause_s, "think_time_s": think_time_s}
-        load_data = self.load.model_dump()
+        load_data = self.load.model_dump(exclude_unset=True)  # a search's tiers stay unwritten
         load_data.update({key: value for key, value in changes.items() if value is not None})
         try:
             load = Load.model_validate(load_data)

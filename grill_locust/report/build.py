@@ -44,6 +44,7 @@ class Report:
     recommendations: pd.DataFrame
     compare: bool
     notes: list[str] = field(default_factory=list)
+    searches: pd.DataFrame = field(default_factory=pd.DataFrame)  # capacity searches (SEARCH_COLUMNS)
 
 
 def load_runs(
@@ -99,7 +100,45 @@ def assemble(
         recommendations=recommendations(capacity),
         compare=compare,
         notes=_unreadable_notes(runs) + _slo_notes(runs, slo),
+        searches=search_table(runs),
     )
+
+
+SEARCH_COLUMNS = [
+    "run_label",
+    "target",
+    "by",
+    "bracket",
+    "largest_passing",
+    "smallest_failing",
+    "done",
+    "probes",
+]
+
+
+def search_table(runs: list[LabelledRun]) -> pd.DataFrame:
+    """One row per run x target of a capacity search (run.json `search`): the bracket it was given, the
+    one it found, whether it ended, and its probes in order as run.json keeps them, each judged during
+    the run by the run's SLO."""
+    rows = []
+    for labelled in runs:
+        search = labelled.run.meta.get("search")
+        if not isinstance(search, dict):
+            continue
+        for found in search.get("targets", []):
+            rows.append(
+                {
+                    "run_label": labelled.label,
+                    "target": found["target"],
+                    "by": search["by"],
+                    "bracket": search["bracket"],
+                    "largest_passing": found["largest_passing"],
+                    "smallest_failing": found["smallest_failing"],
+                    "done": found["done"],
+                    "probes": found["probes"],
+                }
+            )
+    return pd.DataFrame(rows, columns=SEARCH_COLUMNS)
 
 
 def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
@@ -164,5 +203,6 @@ def report_json(report: Report) -> dict[str, Any]:
         **({"agent_steps": _records(report.agent_steps)} if len(report.agent_steps) else {}),
         "capacity": _records(report.capacity),
         "recommendations": _records(report.recommendations),
+        **({"searches": _records(report.searches)} if len(report.searches) else {}),
         "notes": report.notes,
     }

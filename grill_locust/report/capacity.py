@@ -99,17 +99,14 @@ def capacity_at_slo(
     """One row per conversation (or mix) x series (CAPACITY_COLUMNS), conversations in order, best
     series first. `conversation_slos`: conversations judged by their own SLO rather than `slo`."""
     slos = dict(conversation_slos or {})
-    mix = summary["mix"].astype(str) if "mix" in summary else pd.Series("", index=summary.index)
-    whole = summary["kind"].astype(str) == KIND_MIX if "kind" in summary else mix != ""
+    single, whole, personas = _split_mixes(summary)
     rows = []
-    for (conversation, series), tiers in summary[mix == ""].groupby(["conversation", "series"], sort=True):
+    for (conversation, series), tiers in single.groupby(["conversation", "series"], sort=True):
         judge = _Judge(slos.get(str(conversation), slo), {})
         rows.append({"conversation": conversation, "series": series, **_series_capacity(tiers, judge)})
-    personas = summary[(mix != "") & ~whole]
-    for (conversation, series), tiers in summary[whole].groupby(["conversation", "series"], sort=True):
+    for (conversation, series), tiers in whole.groupby(["conversation", "series"], sort=True):
         of_mix = personas[(personas["mix"] == conversation) & (personas["series"] == series)]
-        judge = _Judge(slo, {str(name): slos.get(str(name), slo) for name in of_mix["conversation"].unique()})
-        judge.persona_rows = of_mix
+        judge = _mix_judge(of_mix, slo, slos)
         rows.append({"conversation": conversation, "series": series, **_series_capacity(tiers, judge)})
     capacity = pd.DataFrame(rows, columns=CAPACITY_COLUMNS)
     if not len(capacity):
@@ -119,6 +116,37 @@ def capacity_at_slo(
         ["conversation", "_rank", "series"], ascending=[True, False, True], kind="stable"
     )
     return capacity.drop(columns="_rank").reset_index(drop=True)
+
+
+def tier_misses(
+    rows: pd.DataFrame, slo: Slo, conversation_slos: Mapping[str, Slo] | None = None
+) -> list[tuple[str, str]]:
+    """The bounds one tier of one target misses, as (persona or "", metric), in the order the capacity
+    table names its binding metric; empty when the tier meets its SLO. `rows`: the tier's summary rows
+    (a mix's whole-tier row with its personas' rows). A tier without a request misses the success rate."""
+    slos = dict(conversation_slos or {})
+    single, whole, personas = _split_mixes(rows)
+    if len(whole):
+        tier, judge = whole.iloc[0], _mix_judge(personas, slo, slos)
+    else:
+        tier = single.iloc[0]
+        judge = _Judge(slos.get(str(tier["conversation"]), slo), {})
+    return [(persona, metric) for persona, _, _, metric in judge.failures(tier)]
+
+
+def _split_mixes(summary: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """The rows of conversations on their own, the whole-tier rows of mixes, and the mixes' persona rows."""
+    mix = summary["mix"].astype(str) if "mix" in summary else pd.Series("", index=summary.index)
+    whole = summary["kind"].astype(str) == KIND_MIX if "kind" in summary else mix != ""
+    return summary[mix == ""], summary[whole], summary[(mix != "") & ~whole]
+
+
+def _mix_judge(persona_rows: pd.DataFrame, slo: Slo, slos: Mapping[str, Slo]) -> _Judge:
+    """The judge of a mix's tiers: each persona's row by its conversation's SLO."""
+    names = persona_rows["conversation"].unique()
+    judge = _Judge(slo, {str(name): slos.get(str(name), slo) for name in names})
+    judge.persona_rows = persona_rows
+    return judge
 
 
 class _Judge:

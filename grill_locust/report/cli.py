@@ -12,7 +12,13 @@ from grill_locust.report.build import Report, assemble, load_runs
 from grill_locust.report.capacity import conversation_slos_of_run, slo_of_run
 from grill_locust.report.figures import figure_count
 from grill_locust.report.progress import Progress
-from grill_locust.report.tables import format_agent_steps, format_capacity, format_table, format_turns
+from grill_locust.report.tables import (
+    format_agent_steps,
+    format_capacity,
+    format_searches,
+    format_table,
+    format_turns,
+)
 from grill_locust.report.write import write_report
 
 DEFAULT_REPORT_SUBDIR = "report"
@@ -104,6 +110,10 @@ def print_tables(report: Report) -> None:
     print("Capacity at SLO")
     print(format_capacity(report.capacity))
     print()
+    if len(report.searches):
+        print("Capacity search")
+        print(format_searches(report.searches))
+        print()
     for text in report.recommendations["recommendation"]:
         print(text)
 

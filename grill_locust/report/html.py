@@ -11,7 +11,13 @@ import pandas as pd
 
 from grill_locust.report.build import Report
 from grill_locust.report.figures import FigureFile
-from grill_locust.report.tables import display_agent_steps, display_capacity, display_tiers, display_turns
+from grill_locust.report.tables import (
+    display_agent_steps,
+    display_capacity,
+    display_searches,
+    display_tiers,
+    display_turns,
+)
 
 STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2rem auto;
@@ -104,6 +110,13 @@ def _capacity_section(report: Report) -> str:
         parts.append(f'<ul class="recommendations">{items}</ul>')
     if len(report.capacity):
         parts.append(html_table(display_capacity(report.capacity)))
+    if len(report.searches):
+        parts.append(
+            "<h3>Capacity search</h3><p>The largest load that met the SLO and the smallest that missed it, "
+            "found by probing one load after another (each probe a tier below), each judged during the run "
+            "by the run's SLO.</p>"
+        )
+        parts.append(html_table(display_searches(report.searches)))
     return "".join(parts)
 
 

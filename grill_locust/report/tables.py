@@ -326,5 +326,46 @@ def _format_blocks(table: pd.DataFrame, what: str) -> str:
     return "\n\n".join(blocks)
 
 
+def display_searches(searches: pd.DataFrame) -> pd.DataFrame:
+    """Capacity searches for reading: the bracket found, and each probe's load and verdict in order
+    (`4 misses (E2E p50)`)."""
+
+    def load(value: float | None, by: str) -> str:
+        if value is None or pd.isna(value):
+            return "none"
+        unit = ("user" if value == 1 else "users") if by == "users" else "req/s"
+        return f"{value:g} {unit}"
+
+    def probe(entry: dict, by: str) -> str:
+        if entry["passed"]:
+            return f"{entry[by]:g} meets"
+        persona = f", {entry['binding_persona']}" if entry.get("binding_persona") else ""
+        metric = BINDING_NAMES.get(entry["binding_metric"], entry["binding_metric"])
+        return f"{entry[by]:g} misses ({metric}{persona})"
+
+    out = pd.DataFrame(index=searches.index)
+    if searches["run_label"].nunique() > 1:
+        out["run"] = searches["run_label"].astype(str)
+    out["target"] = searches["target"].astype(str)
+    out["searched"] = [
+        f"{by} {lo:g} to {hi:g}" for by, (lo, hi) in zip(searches["by"], searches["bracket"], strict=True)
+    ]
+    out["largest passing"] = [
+        load(v, by) for v, by in zip(searches["largest_passing"], searches["by"], strict=True)
+    ]
+    out["smallest failing"] = [
+        load(v, by) for v, by in zip(searches["smallest_failing"], searches["by"], strict=True)
+    ]
+    out["probes in order"] = [
+        ", ".join(probe(entry, by) for entry in probes) + ("" if done else " (search cut short)")
+        for probes, by, done in zip(searches["probes"], searches["by"], searches["done"], strict=True)
+    ]
+    return out
+
+
+def format_searches(searches: pd.DataFrame) -> str:
+    return format_text(display_searches(searches))
+
+
 def format_capacity(capacity: pd.DataFrame) -> str:
     return format_text(display_capacity(capacity)) if len(capacity) else "(no capacity: no tiers)"

@@ -4,6 +4,10 @@ The load shape asks `Campaign.tick()` for the user count. A tier ends when the m
 records for N x k iterations (Locust's own stats reach the master late and overshoot), or when its time
 cap passes (then it is marked incomplete). Between tiers the shape holds 0 users for the pause.
 
+A capacity search (load.search) knows only its first probe up front: each probe is a tier that ends by
+time; once its users are gone and their last records in, the master judges its tier row by the SLO and
+adds the next probe the search picks (run/search.py), or the next target's first.
+
 A tier that measured an engine outage (connections refused, or most requests failed) is incomplete:
 the campaign holds at 0 users, probing the backend, until it answers (then the tier runs once more) or
 `engine_wait_s` passes (then the campaign stops, exit code ENGINE_GONE).
@@ -36,12 +40,14 @@ from grill_locust.record import (
 )
 from grill_locust.run import exit_codes
 from grill_locust.run.arrivals import SCHEDULE_LAG_P99_LIMIT_S, rate_unit
-from grill_locust.run.phase import DeveloperSeats, Phase, campaign_phases
+from grill_locust.run.phase import DeveloperSeats, Phase, campaign_phases, probe_phase
+from grill_locust.run.search import Bisection, Probe
 from grill_locust.run.worker import LOCAL_CLIENT_ID, MSG_DEVELOPER, MSG_PHASE, runner_of
 from grill_locust.sinks import PhaseEvent
 from grill_locust.sinks.results import ResultsWriter
 
 if TYPE_CHECKING:
+    import pandas as pd
     from locust.env import Environment
 
     from grill_locust.config import Backend, Scenario
@@ -74,6 +80,7 @@ class PhaseProgress:
     started_wall: float = 0.0
     started: float = 0.0  # monotonic
     ended_wall: float | None = None
+    ended_monotonic: float = 0.0
     iterations_done: int = 0
     records: int = 0
     errors: int = 0
@@ -193,6 +200,10 @@ class Campaign:
         planned = campaign_phases(scenario, run_id, self.session) if walk_tiers else []
         self.tier_count = len(planned)  # tiers are numbered against the whole campaign, resumed or not
         self.phases = [p for p in planned if (p.target, p.tier_index) not in (skip or set())]
+        search = scenario.load.search if walk_tiers else None
+        # a capacity search's bisection per target, in scenario order; its probe that ended, to judge
+        self.searches = {t.name: Bisection.of(search) for t in scenario.targets} if search else {}
+        self._probe_to_judge: PhaseProgress | None = None
         # by Phase.key: a tier run again after an outage is a phase of its own (attempt 1)
         self.progress: dict[str, PhaseProgress] = {p.key: PhaseProgress(p) for p in self.phases}
         self.targets = {t.name: t for t in scenario.targets}
@@ -232,7 +243,9 @@ class Campaign:
             if progress is not None:
                 progress.records += 1
                 progress.records_by_conversation[record["conversation"]] += 1
-                if progress is self.current and self._live:
+                if (progress is self.current or progress is self._probe_to_judge) and (
+                    self._live or self.searches
+                ):
                     progress.tier_records.append(record)
                 if record["status"] == STATUS_ABANDONED:
                     progress.abandoned += 1
@@ -354,7 +367,12 @@ class Campaign:
             phase = current.phase
             self._watch_workers(current)
             held, _ = self.results.unwritten_of(phase.target, phase.tier_index)
-            done = self._all_sent(current) and current.iterations_done >= current.iterations_target
+            if phase.tier_rate is not None:  # it sends for duration_s: done once every send is recorded
+                done = self._all_sent(current) and current.iterations_done >= current.iterations_target
+            elif phase.duration_s is not None:  # a search's probe of users: done when its time is up
+                done = now - current.started >= phase.duration_s
+            else:
+                done = current.iterations_done >= current.iterations_target
             if done and held and not self.gave_up_on_disk:
                 return phase.users, self._spawn_rate(phase)  # its users are idle; its records wait for space
             if done:
@@ -373,6 +391,12 @@ class Campaign:
                 return None
             if self._engine_wait is not None:
                 return 0, PAUSE_SPAWN_RATE
+        if self._probe_to_judge is not None:
+            runner = self.environment.runner
+            ended = self._probe_to_judge.ended_monotonic
+            if (runner is not None and runner.user_count > 0) or now < ended + FINAL_RECORDS_WAIT_S:
+                return 0, PAUSE_SPAWN_RATE  # its users' last records are on their way
+            self._judge_probe()
         if self._next_index >= len(self.phases):
             if self._draining(now) or (self.results.held_record_count and not self.gave_up_on_disk):
                 return 0, PAUSE_SPAWN_RATE
@@ -542,14 +566,15 @@ class Campaign:
     def _end_phase(self, complete: bool, note: str) -> None:
         progress = self.current
         assert progress is not None
-        progress.ended_wall = time.time()
+        progress.ended_wall, progress.ended_monotonic = time.time(), time.monotonic()
+        stopped = note == STOPPED_NOTE
         held, lost_records = self.results.unwritten_of(progress.phase.target, progress.phase.tier_index)
         unwritten = (
             f"{held + lost_records} records not written ({self.results.unwritable_reason})"
             if held + lost_records
             else ""
         )
-        outage = progress.outage if note != STOPPED_NOTE else ""
+        outage = progress.outage if not stopped else ""
         progress.complete = complete and not outage and not unwritten
         progress.end_reason = "; ".join(part for part in (outage, note, unwritten) if part)
         progress.note = note = self._note(progress)
@@ -576,9 +601,68 @@ class Campaign:
                 log.warning("tier %s: %s", self.tier_label(phase), warning)
         if self._live:
             self._write_tier_row(progress)
-        progress.tier_records = []
         if outage:
             self._wait_for_engine(phase)
+        run_again = (
+            self._next_index < len(self.phases) and self.phases[self._next_index].attempt > phase.attempt
+        )
+        if self.searches and not stopped and not run_again:
+            self._probe_to_judge = progress
+        else:
+            progress.tier_records = []
+
+    def _judge_probe(self) -> None:
+        """Judge the probe that ended by the run's SLO (as `grill report` judges tiers), keep its verdict
+        in run.json, and add the next probe: this target's, else the next target's first."""
+        from grill_locust.report.capacity import conversation_slos_of_run, slo_of_run, tier_misses
+
+        progress, self._probe_to_judge = self._probe_to_judge, None
+        assert progress is not None
+        phase = progress.phase
+        slo = slo_of_run(self.results.meta)
+        misses = tier_misses(
+            self._tier_summary(progress), slo, conversation_slos_of_run(self.results.meta, slo)
+        )
+        progress.tier_records = []
+        load = float(phase.tier_users) if phase.tier_rate is None else phase.tier_rate
+        persona, metric = misses[0] if misses else ("", "")
+        self.searches[phase.target].record(Probe(load, not misses, metric, persona))
+        log.info(
+            "probe %s: %s at %g %s %s",
+            self.tier_label(phase),
+            phase.target,
+            load,
+            "users" if phase.tier_rate is None else "requests/s",
+            f"misses the SLO on {metric}{f' ({persona})' if persona else ''}" if misses else "meets the SLO",
+        )
+        self.results.meta["search"] = self.search_summary()
+        self.results.write_meta()
+        if self.refusals or self.gave_up_on_disk or self.ended:
+            return
+        names = list(self.searches)
+        for target in names[names.index(phase.target) :]:
+            next_load = self.searches[target].next_load()
+            if next_load is not None:
+                tier_index = len(self.searches[target].probes)
+                probe = probe_phase(
+                    self.scenario, self.run_id, self.session, len(self.phases), target, tier_index, next_load
+                )
+                self.phases.append(probe)
+                self.progress[probe.key] = PhaseProgress(probe)
+                self.tier_count += 1
+                return
+
+    def search_summary(self) -> dict[str, Any]:
+        """run.json's `search`: what was searched, and per target the bracket found and every probe."""
+        search = self.scenario.load.search
+        assert search is not None
+        return {
+            "by": search.by,
+            "bracket": search.users if search.users is not None else search.rate,
+            "probe_s": search.probe_s,
+            "precision": search.stop_precision,
+            "targets": [bisection.as_json(target) for target, bisection in self.searches.items()],
+        }
 
     def _wait_for_engine(self, phase: Phase) -> None:
         """After an outage: hold before the next tier until the backend answers, then run this tier once
@@ -603,8 +687,9 @@ class Campaign:
         )
 
     def tier_label(self, phase: Phase) -> str:
-        """`3/8` (the tier's place in the whole campaign), `3/8, attempt 2` for a tier run again."""
-        label = f"{phase.phase_id + 1}/{self.tier_count}"
+        """`3/8` (the tier's place in the whole campaign), `3/8, attempt 2` for a tier run again; a
+        search's probes are not known ahead: `3/?`."""
+        label = f"{phase.phase_id + 1}/{'?' if self.searches else self.tier_count}"
         return f"{label}, attempt {phase.attempt + 1}" if phase.attempt else label
 
     @staticmethod
@@ -616,6 +701,12 @@ class Campaign:
 
     def _write_tier_row(self, progress: PhaseProgress) -> None:
         """The finished tier's summary row, from the records it received, to the sinks read live."""
+        for row in self._tier_summary(progress).to_dict("records"):
+            for sink in self.sinks:
+                sink.write_tier(row)
+
+    def _tier_summary(self, progress: PhaseProgress) -> pd.DataFrame:
+        """The tier's summary rows (a mix's personas beside its whole tier) from the records it received."""
         import pandas as pd
 
         from grill_locust.record import RECORD_COLUMNS
@@ -624,9 +715,7 @@ class Campaign:
 
         records = pd.DataFrame(progress.tier_records, columns=list(RECORD_COLUMNS))
         phases = pd.DataFrame([self._phase_row(progress)])
-        for row in summarize(RunData(records, phases, None, {"run_id": self.run_id})).to_dict("records"):
-            for sink in self.sinks:
-                sink.write_tier(row)
+        return summarize(RunData(records, phases, None, {"run_id": self.run_id}))
 
     def _phase_row(self, progress: PhaseProgress) -> dict[str, Any]:
         phase = progress.phase
@@ -682,11 +771,16 @@ class Campaign:
         if phase.tier_rate is not None:
             line = (
                 f"tier {self.tier_label(phase)} {phase.target} @ {self.load_label(phase)}: "
-                f"{elapsed:.0f}/{self.scenario.load.duration_s:g} s, {current.iterations_done} sends done, "
+                f"{elapsed:.0f}/{phase.duration_s or 0:g} s, {current.iterations_done} sends done, "
                 f"{current.records} requests, {current.errors} errors"
             )
             flags = "; ".join(f for f in (current.saturation, current.open_loop_flags) if f)
             return f"{line} | {flags}" if flags else line
+        if phase.duration_s is not None:
+            return (
+                f"tier {self.tier_label(phase)} {phase.target} @ {phase.tier_users} users: "
+                f"{elapsed:.0f}/{phase.duration_s:g} s, {current.records} requests, {current.errors} errors"
+            )
         rate = current.iterations_done / elapsed if elapsed > 0 else 0.0
         remaining = phase.iterations_target - current.iterations_done
         eta = f"{remaining / rate:.0f} s" if rate > 0 else "?"
@@ -706,6 +800,8 @@ class Campaign:
         """The run is over: a tier cut short is marked, every sink writes what it holds."""
         self.closed = True
         self.end()
+        if self._probe_to_judge is not None:  # the run stopped in the pause after a probe
+            self._judge_probe()
         for sink in self.sinks:
             sink.close()
 

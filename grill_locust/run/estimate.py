@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import TextIO
 
-from grill_locust.config import Scenario, Target, load_scenario, parse_tiers
+from grill_locust.config import Scenario, Search, Target, load_scenario, parse_tiers
 from grill_locust.errors import GrillError
 from grill_locust.workload.agentic import AgenticPlan
 from grill_locust.workload.autocomplete import AutocompletePlan
@@ -122,6 +122,8 @@ def _conversation_estimate(
 def format_estimate(estimate: CampaignEstimate, ttft_s: float, tpot_ms: float) -> str:
     scenario = estimate.scenario
     load = scenario.load
+    if load.search is not None:
+        return _search_estimate(scenario, load.search)
     iterations = f"{load.iterations} iteration{'s' if load.iterations != 1 else ''}"
     lines = [
         f"scenario {scenario.name} ({scenario.source}): {len(scenario.targets)} targets x "
@@ -186,6 +188,22 @@ def format_estimate(estimate: CampaignEstimate, ttft_s: float, tpot_ms: float) -
         f"{tpot_ms:g} ms per output token at max_tokens, and engines that keep up; more when they queue)"
     )
     return "\n".join(lines)
+
+
+def _search_estimate(scenario: Scenario, search: Search) -> str:
+    """A capacity search's probes are picked by their verdicts: its bounds, not its requests."""
+    from grill_locust.run.search import probes_at_most
+
+    low, high = search.bracket
+    probes = probes_at_most(search) * len(scenario.targets)
+    longest_s = probes * search.probe_s + max(0, probes - 1) * scenario.load.pause_s
+    return (
+        f"scenario {scenario.name} ({scenario.source}): capacity search of {search.by} {low:g} to {high:g} "
+        f"on {len(scenario.targets)} targets ({', '.join(scenario.target_names())}), probes of "
+        f"{search.probe_s:g} s, precision {search.stop_precision:g}\n"
+        f"at most {probes} probes: ~{format_duration(longest_s)} at most with pauses; the requests depend on "
+        "the engine's speed"
+    )
 
 
 def _mix_lines(scenario: Scenario) -> list[str]:

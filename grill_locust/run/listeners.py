@@ -24,6 +24,7 @@ from grill_locust.run import exit_codes
 from grill_locust.run.campaign import FINAL_RECORDS_WAIT_S, Campaign, progress_printer, run_dir_for
 from grill_locust.run.openloop import OpenLoopUser
 from grill_locust.run.options import check_options, live_sinks, load_scenario_of, redacted_argv
+from grill_locust.run.search import check_search_runnable
 from grill_locust.run.state import run_state
 from grill_locust.run.user import CampaignUser, standalone_scenario
 from grill_locust.run.web_ui import extend_web_ui
@@ -103,6 +104,7 @@ def _init(environment: Environment, options: Any) -> None:
     scenario_drives = bool(options.scenario or options.resume or not options.host)
     if scenario_drives:
         scenario, path = load_scenario_of(options)
+        check_search_runnable(scenario.load.search, resuming=bool(options.resume))
         if options.resume and not options.force_resume:
             check_resumable(Path(options.resume), scenario)  # before engines start, before any request
         given = [

@@ -51,9 +51,10 @@ class OpenLoopUser(GrillUser):
         load = scenario.load
         # the same arrivals at every run of the scenario, each worker's its own
         seed = zlib.crc32(f"{phase.target}/{phase.tier_index}/{phase.attempt}/{place}".encode())
-        schedule = arrival_schedule(load.arrival, rate, load.duration_s, load.burstiness, seed)
+        duration_s = phase.duration_s or load.duration_s  # a search's probe: probe_s
+        schedule = arrival_schedule(load.arrival, rate, duration_s, load.burstiness, seed)
         max_in_flight = max(1, load.max_in_flight // len(phase.dispatchers))
-        self.dispatch(grill.target(phase.target), phase, schedule, load.duration_s, max_in_flight)
+        self.dispatch(grill.target(phase.target), phase, schedule, duration_s, max_in_flight)
 
     def dispatch(
         self, target: Target, phase: Phase, schedule: Iterable[Send], duration_s: float, max_in_flight: int

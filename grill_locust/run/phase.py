@@ -54,6 +54,9 @@ class Phase:
     # an open-loop tier's dispatchers: the Locust client ids of the workers that split its rate, set by
     # the master as the tier starts (a local run's one is "local")
     dispatchers: tuple[str, ...] = ()
+    # a tier that sends for this long: a rate tier's dispatchers send until then (the sends still playing
+    # finish after), a search probe's users loop conversations until then (it ends complete)
+    duration_s: float | None = None
 
     @property
     def key(self) -> str:
@@ -62,7 +65,12 @@ class Phase:
 
     @property
     def iterations_target(self) -> int:
-        return self.tier_users * self.iterations_per_user
+        """The iterations that end the tier; 0 for a tier that ends by time."""
+        return self.tier_users * self.iterations_per_user if self.duration_s is None else 0
+
+    def user_done(self, iterations_done: int) -> bool:
+        """Whether a user that ran `iterations_done` conversations in this phase has no more to run."""
+        return self.duration_s is None and iterations_done >= self.iterations_per_user
 
     @property
     def users(self) -> int:
@@ -104,8 +112,12 @@ class Phase:
 
 
 def campaign_phases(scenario: Scenario, run_id: str, session: str = "") -> list[Phase]:
-    """Targets in scenario order, each through every tier (of users, or of rates in an open-loop load)."""
+    """Targets in scenario order, each through every tier (of users, or of rates in an open-loop load);
+    a search's first probe (the search picks each next one from the verdicts)."""
     load = scenario.load
+    if load.search is not None:
+        first = scenario.targets[0].name
+        return [probe_phase(scenario, run_id, session, 0, first, 0, load.search.bracket[0])]
     phases: list[Phase] = []
     tiers: list[tuple[int, float | None]] = (
         [(0, rate) for rate in load.rates]
@@ -125,6 +137,28 @@ def campaign_phases(scenario: Scenario, run_id: str, session: str = "") -> list[
                     think_time_s=load.think_time_s,
                     session=session,
                     tier_rate=rate,
+                    duration_s=None if rate is None else load.duration_s,
                 )
             )
     return phases
+
+
+def probe_phase(
+    scenario: Scenario, run_id: str, session: str, phase_id: int, target: str, tier_index: int, load: float
+) -> Phase:
+    """A capacity search's probe of `load` (users, or requests/s): a tier of load.search.probe_s."""
+    search = scenario.load.search
+    assert search is not None
+    by_users = search.by == "users"
+    return Phase(
+        phase_id=phase_id,
+        run_id=run_id,
+        target=target,
+        tier_index=tier_index,
+        tier_users=int(load) if by_users else 0,
+        iterations_per_user=0,
+        think_time_s=scenario.load.think_time_s,
+        session=session,
+        tier_rate=None if by_users else load,
+        duration_s=search.probe_s,
+    )

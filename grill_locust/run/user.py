@@ -364,7 +364,7 @@ class CampaignUser(GrillUser):
             self.developer = grill.developer_for(phase.key, self._user_key)
         # a mix's developer plays its persona; a phase the master does not know gives no developer
         mixed = grill.target(phase.target)
-        if self._iterations_done >= phase.iterations_per_user or (mixed.mix and self.developer is None):
+        if phase.user_done(self._iterations_done) or (mixed.mix and self.developer is None):
             gevent.sleep(IDLE_POLL_S)
             return
         iteration = self._iterations_done
