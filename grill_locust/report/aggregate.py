@@ -8,7 +8,9 @@ tester's doing, not the engine's, and shows as `cancelled`; an autocomplete requ
 typing cancelled (`abandoned`) is one of the tier's requests but neither a success nor a failure;
 percentiles are numpy's linear interpolation, as `grill_locust.record.percentile`. Throughput is
 Σ output tokens of successful requests / tier span (phases.csv start..end, or first request start to
-last request end when phases are missing).
+last request end when phases are missing). A rate tier's span runs from its first scheduled send to its
+last request's end: not the phase, whose start waits for the workers' dispatchers and whose end for the
+drain and its pause, so that its requests_per_s reads the rate the engine served.
 
 Requests started in a tier's warmup (record `warmup` true) are left out of every tier figure and counted
 beside (`warmup_requests`): the records are filtered once, where statistics read them (_Measured), and
@@ -140,7 +142,8 @@ SUMMARY_COLUMNS: list[str] = [
     "flags",
     "note",
 ]
-INTERNAL_COLUMNS = ("ok_output_tokens", "ok_visible_tokens", "records_span_s")  # worked on, never shown
+# worked on, never shown
+INTERNAL_COLUMNS = ("ok_output_tokens", "ok_visible_tokens", "records_span_s", "sends_span_s")
 TURN_COLUMNS: list[str] = [
     "series",
     "target",
@@ -160,8 +163,10 @@ STAT_COLUMNS: list[str] = [
     "developer",
     "tier_index",
     "tier_users",
+    "tier_rate",
     "turn",
     "wall_start",
+    "scheduled_wall",
     "ttft_s",
     "ttfo_s",
     "tpot_s",
@@ -379,9 +384,7 @@ def _summarize(measured: _Measured) -> pd.DataFrame:
     per_tier["ok_requests"] = ok_by_tier.size()
     per_tier["developers"] = by_tier["developer"].nunique().where(lambda n: n > 0)
     per_tier["cooldown_requests"] = by_tier["cooldown"].sum()
-    # a folder written before open-loop tiers has no rates
-    rates = pd.to_numeric(records.get("tier_rate", pd.Series(np.nan, index=records.index)), errors="coerce")
-    per_tier["tier_rate"] = rates.groupby([records["target"], records["tier_index"]]).max()
+    per_tier["tier_rate"] = by_tier["tier_rate"].max()  # empty in a folder written before rate tiers
     per_tier = per_tier.join(_percentiles(ok_by_tier))
     sums = ok_by_tier[["output_tokens"]].sum()
     per_tier["ok_output_tokens"] = sums["output_tokens"]
@@ -401,6 +404,9 @@ def _summarize(measured: _Measured) -> pd.DataFrame:
     ends = frame["wall_start"] + frame["e2e_s"].fillna(0.0)
     per_tier["records_span_s"] = (
         ends.groupby([frame["target"], frame["tier_index"]]).max() - by_tier["wall_start"].min()
+    )
+    per_tier["sends_span_s"] = (
+        per_tier["records_span_s"] + by_tier["wall_start"].min() - by_tier["scheduled_wall"].min()
     )
     per_tier["worker_lag_p99_ms"] = _tier_lag_p99(frame, "worker_lag_p99_ms")
     per_tier["worker_read_lag_p99_ms"] = _tier_lag_p99(frame, "worker_read_lag_p99_ms")
@@ -427,6 +433,7 @@ def _summarize(measured: _Measured) -> pd.DataFrame:
 
     from_phases = (phases["end_wall"] - phases["start_wall"]).reindex(summary.index)
     summary["span_s"] = from_phases.where(from_phases > 0, summary["records_span_s"])
+    summary["span_s"] = summary["sends_span_s"].where(summary["tier_rate"].notna(), summary["span_s"])
     span = summary["span_s"].where(summary["span_s"] > 0)
     summary["output_tokens_per_s"] = summary["ok_output_tokens"].fillna(0.0) / span
     summary["visible_output_tokens_per_s"] = summary["ok_visible_tokens"] / span

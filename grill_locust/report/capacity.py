@@ -7,6 +7,10 @@ mix personas and are judged by nobody's). The capacity of a series (backend, or 
 comparison) on a conversation or mix is the largest tier below the first failing one; the estimate
 interpolates linearly in users between that tier and the first failing one, on the metric (and, in a
 mix, the persona) that crosses its bound first: the binding metric and persona.
+
+An open-loop campaign's tiers are rates: its capacity is the largest rate meeting the SLO, in the same
+columns (`*_users` hold the load in `load_unit`: "users", "req/s" or "sessions/s"); tiers of users and
+tiers of rates of one series are judged apart.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import pandas as pd
 
 from grill_locust.config import KIND_MIX, ConversationSlo, Slo
 from grill_locust.errors import GrillError
+from grill_locust.report.load_axis import USERS, floor_text, load_text, load_units, tier_load
 
 METRIC_TTFT = "ttft_p50_s"
 METRIC_E2E = "e2e_p50_s"
@@ -28,6 +33,7 @@ FLAG_NAMES = {"ttft_p50_s": "--slo-ttft-p50", "e2e_p50_s": "--slo-e2e-p50", "suc
 CAPACITY_COLUMNS: list[str] = [
     "conversation",
     "series",
+    "load_unit",  # what the *_users columns count: "users", or an open-loop tier's rate unit
     "max_users_meeting_slo",
     "estimated_users",
     "binding_metric",
@@ -99,15 +105,32 @@ def capacity_at_slo(
     """One row per conversation (or mix) x series (CAPACITY_COLUMNS), conversations in order, best
     series first. `conversation_slos`: conversations judged by their own SLO rather than `slo`."""
     slos = dict(conversation_slos or {})
-    single, whole, personas = _split_mixes(summary)
+    single, whole, personas = _split_mixes(
+        summary.assign(_unit=load_units(summary), _load=tier_load(summary))
+    )
     rows = []
-    for (conversation, series), tiers in single.groupby(["conversation", "series"], sort=True):
+    keys = ["conversation", "series", "_unit"]
+    for (conversation, series, unit), tiers in single.groupby(keys, sort=True):
         judge = _Judge(slos.get(str(conversation), slo), {})
-        rows.append({"conversation": conversation, "series": series, **_series_capacity(tiers, judge)})
-    for (conversation, series), tiers in whole.groupby(["conversation", "series"], sort=True):
+        rows.append(
+            {
+                "conversation": conversation,
+                "series": series,
+                "load_unit": unit,
+                **_series_capacity(tiers, judge),
+            }
+        )
+    for (conversation, series, unit), tiers in whole.groupby(keys, sort=True):
         of_mix = personas[(personas["mix"] == conversation) & (personas["series"] == series)]
         judge = _mix_judge(of_mix, slo, slos)
-        rows.append({"conversation": conversation, "series": series, **_series_capacity(tiers, judge)})
+        rows.append(
+            {
+                "conversation": conversation,
+                "series": series,
+                "load_unit": unit,
+                **_series_capacity(tiers, judge),
+            }
+        )
     capacity = pd.DataFrame(rows, columns=CAPACITY_COLUMNS)
     if not len(capacity):
         return capacity
@@ -183,7 +206,7 @@ class _Judge:
         if last_pass is None:
             return math.nan, failures[0][3], failures[0][0]
         passed = {persona: row for persona, row, _ in self.judged_rows(last_pass)}
-        users_low, users_high = float(last_pass["tier_users"]), float(first_fail["tier_users"])
+        users_low, users_high = float(last_pass["_load"]), float(first_fail["_load"])
         crossings = []
         for persona, row, slo, metric in failures:
             low_row = passed.get(persona)  # a persona with no developer at the tier that passed: at once
@@ -198,35 +221,37 @@ class _Judge:
 
 def _series_capacity(tiers: pd.DataFrame, judge: _Judge) -> dict[str, Any]:
     # several targets of one series on one conversation (e.g. two models) are not expected; take each tier once
-    ordered = tiers.sort_values(["tier_users", "tier_index"]).drop_duplicates("tier_users")
+    unit = str(tiers["_unit"].iloc[0])
+    as_load = int if unit == USERS else float  # a count of users, or a rate
+    ordered = tiers.sort_values(["_load", "tier_index"]).drop_duplicates("_load")
     ordered = ordered[ordered["requests"] > 0]
-    tested_max = int(ordered["tier_users"].max()) if len(ordered) else 0
+    tested_max = as_load(ordered["_load"].max()) if len(ordered) else 0
     notes: list[str] = []
     last_pass: pd.Series | None = None
     for _, tier in ordered.iterrows():
         failures = judge.failures(tier)
         if bool(tier.get("saturated", False)):
-            notes.append(f"load generator saturated at {int(tier['tier_users'])} users")
+            notes.append(f"load generator saturated at {load_text(tier['_load'], unit)}")
         if not bool(tier.get("complete", True)):
-            notes.append(f"tier {int(tier['tier_users'])} incomplete")
+            notes.append(f"tier {tier['_load']:g}{'' if unit == USERS else ' ' + unit} incomplete")
         if not failures:
             last_pass = tier
             continue
         estimate, binding, persona = judge.crossing(last_pass, tier)
         return {
-            "max_users_meeting_slo": int(last_pass["tier_users"]) if last_pass is not None else 0,
+            "max_users_meeting_slo": as_load(last_pass["_load"]) if last_pass is not None else 0,
             "estimated_users": estimate,
             "binding_metric": binding,
             "binding_persona": persona,
-            "first_failing_users": int(tier["tier_users"]),
+            "first_failing_users": as_load(tier["_load"]),
             "tested_max_users": tested_max,
             "note": "; ".join(notes),
         }
     if last_pass is not None:
         notes.append("meets the SLO at every tested tier")
     return {
-        "max_users_meeting_slo": int(last_pass["tier_users"]) if last_pass is not None else 0,
-        "estimated_users": float(last_pass["tier_users"]) if last_pass is not None else math.nan,
+        "max_users_meeting_slo": as_load(last_pass["_load"]) if last_pass is not None else 0,
+        "estimated_users": float(last_pass["_load"]) if last_pass is not None else math.nan,
         "binding_metric": "",
         "binding_persona": "",
         "first_failing_users": math.nan,
@@ -244,27 +269,34 @@ def _fraction(low: float, high: float, metric: str, slo: Slo) -> float:
 
 
 def users_phrase(row: pd.Series) -> str:
-    """'~37', '>= 200' (met at every tier), 'none (< 5)' (missed at the first tier)."""
+    """'~37', '>= 200' (met at every tier), 'none (< 5)' (missed at the first tier); a rate tier's with its
+    unit: '~7.5 req/s'."""
+    unit = str(row.get("load_unit", USERS))
+    after = "" if unit == USERS else f" {unit}"
     if pd.isna(row["first_failing_users"]):
         if row["max_users_meeting_slo"] > 0:
-            return f">= {int(row['max_users_meeting_slo'])}"
+            return f">= {row['max_users_meeting_slo']:g}{after}"
         return "no data"
     if row["max_users_meeting_slo"] == 0:
-        return f"none (< {int(row['first_failing_users'])})"
-    return f"~{int(math.floor(row['estimated_users']))}"
+        return f"none (< {row['first_failing_users']:g}{after})"
+    return f"~{floor_text(row['estimated_users'], unit)}{after}"
 
 
 def _holds(row: pd.Series) -> str:
+    unit = str(row.get("load_unit", USERS))
     if row["max_users_meeting_slo"] == 0 and pd.isna(row["first_failing_users"]):
         return f"{row['series']}: no successful requests to judge"
     if row["max_users_meeting_slo"] == 0 and not pd.isna(row["first_failing_users"]):
-        users = int(row["first_failing_users"])
         persona = row.get("binding_persona") or ""
         who = f" ({persona} first)" if persona else ""
-        return f"{row['series']} misses it already at {users} user{'s' if users != 1 else ''}{who}"
+        return f"{row['series']} misses it already at {load_text(row['first_failing_users'], unit)}{who}"
     phrase = users_phrase(row)
     plural = "" if phrase == "~1" else "s"
-    held = f"{row['series']} holds {phrase} developer{plural}"
+    held = (
+        f"{row['series']} holds {phrase} developer{plural}"
+        if unit == USERS
+        else f"{row['series']} holds {phrase}"
+    )
     persona = row.get("binding_persona") or ""
     return f"{held} ({persona} breaks it first, on {row['binding_metric']})" if persona else held
 

@@ -1,4 +1,7 @@
-"""The seed study's figures, from a summary: metrics against concurrent users, one line per series.
+"""The seed study's figures, from a summary: metrics against the tiers' load, one line per series.
+The load axis is concurrent users, or an open-loop campaign's rate (report/load_axis.py); tiers of users
+and tiers of rates (a comparison of a users run with a rate run) go in separate figures, the rate
+figures' files ending in "-rate".
 
 Figure 1.3: TTFT, TPOT, tokens/s and E2E p50 against users for one conversation (a 2 x 2 panel).
 Figure 1.4: the same metrics as a grid, one row per conversation. GPU utilisation and VRAM against users
@@ -27,10 +30,12 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullLocator  # noqa: E402
 
+from grill_locust.report.load_axis import USERS, axis_label, load_text, load_units, tier_load  # noqa: E402
+
 FIGURE_DPI = 100
 SATURATED_COLOR = "#d62728"
 GIB_BYTES = 1024**3
-MIN_LABEL_GAP_DECADES = 0.2  # user-axis labels closer than this (log10 units) would overlap
+MIN_LABEL_GAP_DECADES = 0.2  # load-axis labels closer than this (log10 units) would overlap
 
 
 @dataclass(frozen=True)
@@ -92,10 +97,11 @@ def _plot_panel(
     show_title: bool = True,
     linestyle: str = "-",
 ) -> None:
+    tiers = tiers.assign(_load=tier_load(tiers))
     for series, rows in tiers.groupby("series", sort=True):
-        rows = rows.sort_values("tier_users")
+        rows = rows.sort_values("_load")
         color = colors[str(series)]
-        users = rows["tier_users"].astype(float)
+        users = rows["_load"]
         values = rows[metric.p50_column].astype(float) * metric.scale
         axes.plot(users, values, color=color, linewidth=1.8, linestyle=linestyle, label=str(series), zorder=3)
         complete = rows["complete"].astype(bool) if "complete" in rows else pd.Series(True, index=rows.index)
@@ -124,15 +130,15 @@ def _plot_panel(
                 zorder=5,
             )
     axes.set_xscale("log")
-    tested = sorted(tiers["tier_users"].astype(int).unique())
+    tested = sorted(float(load) for load in tiers["_load"].unique() if load > 0)
     axes.set_xticks(tested)
     labelled = _spaced_on_log_axis(tested, MIN_LABEL_GAP_DECADES)
     axes.xaxis.set_major_formatter(
-        FuncFormatter(lambda value, _: f"{value:g}" if round(value) in labelled else "")
+        FuncFormatter(lambda value, _: f"{value:g}" if any(math.isclose(value, v) for v in labelled) else "")
     )
     axes.xaxis.set_minor_locator(NullLocator())  # log-axis minor ticks cost time and say nothing here
     axes.tick_params(axis="x", labelsize=8)
-    axes.set_xlabel("concurrent users")
+    axes.set_xlabel(_axis_label(tiers))
     axes.set_ylabel(metric.unit)
     axes.set_ylim(bottom=0)
     axes.grid(True, which="major", alpha=0.3)
@@ -140,9 +146,15 @@ def _plot_panel(
         axes.set_title(metric.title, fontsize=10)
 
 
-def _spaced_on_log_axis(values: list[int], min_gap_decades: float) -> set[int]:
-    """The tier sizes to label: the first, the last, and those far enough from the last one kept."""
-    kept: list[int] = []
+def _axis_label(tiers: pd.DataFrame) -> str:
+    """The load axis of these tiers (write_figures never puts two units in one figure)."""
+    units = sorted(load_units(tiers).unique()) if len(tiers) else [USERS]
+    return axis_label(units[0])
+
+
+def _spaced_on_log_axis(values: list[float], min_gap_decades: float) -> set[float]:
+    """The tier loads to label: the first, the last, and those far enough from the last one kept."""
+    kept: list[float] = []
     for value in values:
         if not kept or math.log10(value) - math.log10(kept[-1]) >= min_gap_decades:
             kept.append(value)
@@ -194,7 +206,7 @@ def figure_metrics(summary: pd.DataFrame, conversation: str, band: bool = True) 
     figure, axes = plt.subplots(2, 2, figsize=(11, 7.5), dpi=FIGURE_DPI)
     for panel, metric in zip(axes.flat, SEED_METRICS, strict=True):
         _plot_panel(panel, tiers, metric, colors, band)
-    figure.suptitle(f"{conversation}: latency and throughput against concurrent users", fontsize=12)
+    figure.suptitle(f"{conversation}: latency and throughput against {_axis_label(tiers)}", fontsize=12)
     handles = _legend_handles(tiers, {s: colors[s] for s in sorted(tiers["series"].unique())}, band)
     figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
     figure.subplots_adjust(left=0.07, right=0.98, top=0.9, bottom=0.14, hspace=0.38, wspace=0.2)
@@ -221,7 +233,7 @@ def figure_grid(summary: pd.DataFrame, band: bool = True) -> Figure:
             if row == 0:
                 axes[row][column].set_title(metric.title, fontsize=10)
         axes[row][0].set_ylabel(f"{conversation}\n{SEED_METRICS[0].unit}", fontsize=9)
-    figure.suptitle("All conversations: p50 against concurrent users", fontsize=13)
+    figure.suptitle(f"All conversations: p50 against {_axis_label(summary)}", fontsize=13)
     handles = _legend_handles(summary, colors, band)
     figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
     height_in = 3.2 * len(conversations) + 1.0
@@ -244,7 +256,7 @@ def figure_telemetry(summary: pd.DataFrame, conversation: str) -> Figure:
     figure, axes = plt.subplots(1, max(len(metrics), 1), figsize=(11, 4.2), dpi=FIGURE_DPI, squeeze=False)
     for index, metric in enumerate(metrics):
         _plot_panel(axes[0][index], tiers, metric, colors, band=False)
-    figure.suptitle(f"{conversation}: GPU against concurrent users", fontsize=12)
+    figure.suptitle(f"{conversation}: GPU against {_axis_label(tiers)}", fontsize=12)
     handles = _legend_handles(tiers, {s: colors[s] for s in sorted(tiers["series"].unique())}, band=False)
     figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
     figure.subplots_adjust(left=0.07, right=0.98, top=0.86, bottom=0.24, wspace=0.25)
@@ -255,7 +267,8 @@ def figure_agent_steps(steps: pd.DataFrame, colors: dict[str, str], conversation
     """Per tier: TTFT p50 (band to p90) against the median context of each step, and the cached ratio
     per step (mean solid, p10 dashed); one line per series."""
     rows = steps[steps["conversation"] == conversation]
-    tiers = sorted(rows["tier_users"].astype(int).unique())
+    rows = rows.assign(_load=tier_load(rows), _unit=load_units(rows))
+    tiers = sorted(rows["_load"].unique())
     columns = min(len(tiers), AGENT_TIERS_PER_ROW)
     bands = math.ceil(len(tiers) / columns)
     figure, axes = plt.subplots(
@@ -264,7 +277,9 @@ def figure_agent_steps(steps: pd.DataFrame, colors: dict[str, str], conversation
     for index, users in enumerate(tiers):
         ttft_axes = axes[2 * (index // columns)][index % columns]
         cached_axes = axes[2 * (index // columns) + 1][index % columns]
-        for series, lines in rows[rows["tier_users"] == users].groupby("series", sort=True):
+        of_tier = rows[rows["_load"] == users]
+        tier_name = load_text(users, str(of_tier["_unit"].iloc[0]))
+        for series, lines in of_tier.groupby("series", sort=True):
             color = colors.get(str(series), "black")
             by_context = lines.sort_values("context_tokens_p50")
             context = by_context["context_tokens_p50"].astype(float)
@@ -278,11 +293,11 @@ def figure_agent_steps(steps: pd.DataFrame, colors: dict[str, str], conversation
             cached_axes.plot(
                 by_step["step"], by_step["cached_ratio_p10"] * 100, color=color, linewidth=1.0, linestyle="--"
             )
-        ttft_axes.set_title(f"{users} users: TTFT p50 vs context", fontsize=9)
+        ttft_axes.set_title(f"{tier_name}: TTFT p50 vs context", fontsize=9)
         ttft_axes.set_xlabel("context tokens (median of the step)", fontsize=8)
         ttft_axes.set_ylabel("s")
         ttft_axes.set_ylim(bottom=0)
-        cached_axes.set_title(f"{users} users: cached % per step", fontsize=9)
+        cached_axes.set_title(f"{tier_name}: cached % per step", fontsize=9)
         cached_axes.set_xlabel("step", fontsize=8)
         cached_axes.set_ylabel("%")
         cached_axes.set_ylim(0, 105)
@@ -339,7 +354,7 @@ def figure_autocomplete(summary: pd.DataFrame, conversation: str) -> Figure:
     if budgets_ms:
         label = "budget " + ", ".join(f"{b:g} ms" for b in budgets_ms)
         handles.append(Line2D([], [], color=BUDGET_COLOR, linestyle=":", label=label))
-    figure.suptitle(f"{conversation}: autocomplete against concurrent users", fontsize=12)
+    figure.suptitle(f"{conversation}: autocomplete against {_axis_label(tiers)}", fontsize=12)
     figure.legend(handles=handles, loc="lower center", ncol=min(len(handles), 6), frameon=False, fontsize=9)
     figure.subplots_adjust(left=0.07, right=0.98, top=0.86, bottom=0.24, wspace=0.25)
     return figure
@@ -372,33 +387,68 @@ def write_figures(
     steps: pd.DataFrame | None = None,
 ) -> list[FigureFile]:
     """Every figure of a report as PNG in out_dir; `on_step(name)` after each (progress); `steps`:
-    the report's agent steps (agent figures for each agentic conversation)."""
+    the report's agent steps (agent figures for each agentic conversation). Tiers of users and tiers of
+    rates get figures of their own."""
     out_dir.mkdir(parents=True, exist_ok=True)
     files: list[FigureFile] = []
+    for unit, plotted in _by_load_unit(summary):
+        files += _write_unit_figures(plotted, unit, out_dir, band, on_step, _steps_with_rates(steps, plotted))
+    return files
+
+
+def _by_load_unit(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    """The tiers with records, by load unit: users first, then each rate unit."""
     plotted = summary[summary["requests"] > 0]
     if not len(plotted):
-        return files
+        return []
+    units = load_units(plotted)
+    return [(unit, plotted[units == unit]) for unit in sorted(units.unique(), key=lambda u: (u != USERS, u))]
+
+
+def _steps_with_rates(steps: pd.DataFrame | None, summary: pd.DataFrame) -> pd.DataFrame | None:
+    """The agent steps of the summary's tiers, with their tier's rate and kind (the steps table has users)."""
+    if steps is None or not len(steps):
+        return steps
+    keys = ["series", "target", "tier_index"]  # series: a comparison's runs share targets and tiers
+    tier_columns = [c for c in ("tier_rate", "kind", "mix") if c in summary and c not in steps]
+    tiers = summary[keys + tier_columns].drop_duplicates(keys)
+    return steps.merge(tiers.astype({"series": str, "target": str}), on=keys, how="inner")
+
+
+def _write_unit_figures(
+    plotted: pd.DataFrame,
+    unit: str,
+    out_dir: Path,
+    band: bool,
+    on_step,
+    steps: pd.DataFrame | None,
+) -> list[FigureFile]:
+    """The figures of tiers of one load unit; file names end in "-rate" for rate tiers."""
+    files: list[FigureFile] = []
+    suffix = "" if unit == USERS else "-rate"
+    against = "users" if unit == USERS else f"rate ({unit})"
 
     def save(figure: Figure, name: str, title: str, caption: str) -> None:
-        path = out_dir / name
+        path = out_dir / name.replace(".png", f"{suffix}.png")
         figure.savefig(path, dpi=FIGURE_DPI, format="png")
         plt.close(figure)
         files.append(FigureFile(path, title, caption))
         if on_step:
-            on_step(name)
+            on_step(path.name)
 
     band_text = " Shaded: p50 to p90." if band else ""
+    axis_text = "users on a log axis." if unit == USERS else f"the tier's rate ({unit}) on a log axis."
     for conversation in sorted(plotted["conversation"].unique()):
         save(
             figure_metrics(plotted, conversation, band),
             f"metrics-{slug(conversation)}.png",
-            f"{conversation}: TTFT, TPOT, tokens/s and E2E against users",
-            "p50 over successful requests, users on a log axis." + band_text,
+            f"{conversation}: TTFT, TPOT, tokens/s and E2E against {against}",
+            "p50 over successful requests, " + axis_text + band_text,
         )
     save(
         figure_grid(plotted, band),
         "grid.png",
-        "All conversations x metrics",
+        "All conversations x metrics" + ("" if unit == USERS else f", against {against}"),
         "Rows: conversations; columns: TTFT, TPOT, tokens/s per request, E2E (p50)." + band_text,
     )
     if has_telemetry(plotted):
@@ -406,7 +456,7 @@ def write_figures(
             save(
                 figure_telemetry(plotted, conversation),
                 f"gpu-{slug(conversation)}.png",
-                f"{conversation}: GPU utilisation and VRAM against users",
+                f"{conversation}: GPU utilisation and VRAM against {against}",
                 "Per tier: mean GPU utilisation and peak VRAM from telemetry.",
             )
     for conversation in _agent_conversations(plotted, steps):
@@ -422,7 +472,7 @@ def write_figures(
         save(
             figure_sessions(plotted, conversation, band),
             f"sessions-{slug(conversation)}.png",
-            f"{conversation}: session wait and steps per session against users",
+            f"{conversation}: session wait and steps per session against {against}",
             "Σ E2E of each ok session (sub-sessions: the longest), p50"
             + (" to p90" if band else "")
             + "; failed sessions are not in the percentiles (summary.csv counts them).",
@@ -431,7 +481,7 @@ def write_figures(
         save(
             figure_autocomplete(plotted, conversation),
             f"autocomplete-{slug(conversation)}.png",
-            f"{conversation}: abandoned and shown-in-budget %, TTFT p90 of completions against users",
+            f"{conversation}: abandoned and shown-in-budget %, TTFT p90 of completions against {against}",
             "Of all the tier's autocomplete requests: abandoned by the next keystroke (solid) and shown within "
             "the budget before it (dashed). TTFT p90 over completed requests only; dotted: the conversation's "
             "budget_ms.",
@@ -441,10 +491,10 @@ def write_figures(
 
 def figure_count(summary: pd.DataFrame, steps: pd.DataFrame | None = None) -> int:
     """How many figures write_figures will write (for the progress bar)."""
-    plotted = summary[summary["requests"] > 0]
-    if not len(plotted):
-        return 0
-    conversations = plotted["conversation"].nunique()
-    agent = 2 * len(_agent_conversations(plotted, steps))
-    autocomplete = len(autocomplete_conversations(plotted))
-    return conversations + 1 + (conversations if has_telemetry(plotted) else 0) + agent + autocomplete
+    count = 0
+    for _, plotted in _by_load_unit(summary):
+        conversations = plotted["conversation"].nunique()
+        agent = 2 * len(_agent_conversations(plotted, _steps_with_rates(steps, plotted)))
+        autocomplete = len(autocomplete_conversations(plotted))
+        count += conversations + 1 + (conversations if has_telemetry(plotted) else 0) + agent + autocomplete
+    return count

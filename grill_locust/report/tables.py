@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from grill_locust.report.load_axis import USERS, load_text, load_units, tier_load
+
 Formatter = Callable[[float], str]
 MISSING = "-"
 GIB_BYTES = 1024**3
@@ -113,6 +115,7 @@ OPTIONAL_TIER_COLUMNS: list[tuple[str, str, Formatter]] = [
     ("queue_time_mean_s", "engine queue ms", _milliseconds),
 ]
 TERMINAL_TIER_COLUMNS = {
+    "rate",
     "users",
     "developers",
     "requests",
@@ -199,11 +202,30 @@ def display_tiers(summary: pd.DataFrame, terminal: bool = False) -> pd.DataFrame
     ]
     if _has_mix(summary):  # each persona's share of the tier's developers
         spec.insert(1, ("developers", "developers", _integer))
-    table = _display(summary, spec + optional, ["series", "conversation"])
+    table = _with_rates(_display(summary, spec + optional, ["series", "conversation"]), summary)
     table["flags"] = summary["flags"].astype(str) if "flags" in summary else ""
     if terminal:
         keep = ["series", "conversation", *[c for c in table.columns if c in TERMINAL_TIER_COLUMNS], "flags"]
         table = table[keep]
+    return table
+
+
+def _with_rates(table: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """A `rate` column before `users` where some tier is a rate (a rate tier's users then read "-"; a
+    table of rate tiers alone has no users column)."""
+    units = load_units(summary)
+    rated = units != USERS
+    if not rated.any():
+        return table
+    loads = tier_load(summary)
+    rates = [
+        load_text(load, unit) if is_rate else MISSING
+        for load, unit, is_rate in zip(loads, units, rated, strict=True)
+    ]
+    table.insert(list(table.columns).index("users"), "rate", rates)
+    if rated.all():
+        return table.drop(columns="users")
+    table.loc[rated, "users"] = MISSING
     return table
 
 
@@ -239,19 +261,30 @@ def display_agent_steps(steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def display_capacity(capacity: pd.DataFrame) -> pd.DataFrame:
+    """Capacity for reading; a rate tier's loads with their unit (`8 req/s`)."""
     from grill_locust.report.capacity import users_phrase
+
+    units = capacity["load_unit"].astype(str) if "load_unit" in capacity else pd.Series(USERS, capacity.index)
+
+    def tier(value: float, unit: str) -> str:
+        if pd.isna(value):
+            return MISSING
+        return f"{value:g}" if unit == USERS else load_text(value, unit)
 
     out = pd.DataFrame(index=capacity.index)
     out["conversation"] = capacity["conversation"].astype(str)
     out["series"] = capacity["series"].astype(str)
-    out["largest tier meeting SLO"] = capacity["max_users_meeting_slo"].map(
-        lambda v: str(int(v)) if v else "none"
-    )
-    out["estimated users"] = capacity.apply(users_phrase, axis=1) if len(capacity) else []
+    out["largest tier meeting SLO"] = [
+        tier(v, u) if v else "none" for v, u in zip(capacity["max_users_meeting_slo"], units, strict=True)
+    ]
+    estimated = "estimated users" if (units == USERS).all() else "estimated load"
+    out[estimated] = capacity.apply(users_phrase, axis=1) if len(capacity) else []
     out["binding metric"] = capacity["binding_metric"].map(lambda m: BINDING_NAMES.get(m, m))
     if "binding_persona" in capacity and (capacity["binding_persona"].astype(str) != "").any():
         out["binding persona"] = capacity["binding_persona"].astype(str)
-    out["first failing tier"] = _format_column(capacity["first_failing_users"], _integer)
+    out["first failing tier"] = [
+        tier(v, u) for v, u in zip(capacity["first_failing_users"], units, strict=True)
+    ]
     out["note"] = capacity["note"].astype(str)
     return out
 

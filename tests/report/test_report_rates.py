@@ -1,0 +1,171 @@
+"""A campaign of open-loop rate tiers in the report: the load axis, tier labels and capacity are rates, and
+a rate tier's throughput is measured over its sends, not over the phase with its spawn and drain."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from grill_locust.config import Slo
+from grill_locust.report import cli, load_run, summarize
+from grill_locust.report.capacity import capacity_at_slo, recommendations
+from grill_locust.report.figures import figure_count, figure_metrics, write_figures
+from grill_locust.report.load import phases_from_records
+from grill_locust.report.synthetic import START_WALL, make_record, write_results_folder
+from grill_locust.report.tables import display_capacity, display_tiers
+from grill_locust.run.arrivals import arrival_schedule
+
+DURATION_S = 10.0
+E2E_S = 0.2
+SPAWN_S, DRAIN_S = 3.0, 6.0  # what a real rate tier's phase holds beside its sends
+# rate -> TTFT: the engine keeps up at 2 and 4 req/s and queues at 8
+TTFT_BY_RATE_S = {2.0: 0.1, 4.0: 0.5, 8.0: 3.5}
+SLO = Slo(ttft_p50_s=2.0)
+
+
+def rate_records(
+    run_id: str = "rates", kind: str = "short-baseline", conversation: str = "short-baseline"
+) -> list[dict]:
+    """One tier per rate of TTFT_BY_RATE_S, sent at a constant rate for DURATION_S, each request E2E_S long."""
+    records = []
+    tier_start = START_WALL
+    for tier_index, (rate, ttft_s) in enumerate(TTFT_BY_RATE_S.items()):
+        for send in arrival_schedule("constant", rate, DURATION_S):
+            scheduled = tier_start + send.at_s
+            records.append(
+                make_record(
+                    record_id=f"{tier_index}-{send.iteration}",
+                    run_id=run_id,
+                    conversation=conversation,
+                    kind=kind,
+                    tier_index=tier_index,
+                    tier_users=0,
+                    tier_rate=rate,
+                    iteration=send.iteration,
+                    conversation_id=f"c{tier_index}-{send.iteration}",
+                    scheduled_wall=scheduled,
+                    schedule_lag_s=0.001,
+                    wall_start=scheduled + 0.001,
+                    ttft_s=ttft_s,
+                    ttfo_s=ttft_s,
+                    e2e_s=max(E2E_S, ttft_s + 0.05),
+                )
+            )
+        tier_start += DURATION_S + 30.0
+    return records
+
+
+def write_rate_run(folder: Path, **kwargs) -> Path:
+    """A results folder whose phases, as a real run's, open before the first send and close after the drain."""
+    records = rate_records(**kwargs)
+    phases = phases_from_records(pd.DataFrame(records).pipe(_normalized)).assign(note="")
+    phases["start_wall"] -= SPAWN_S
+    phases["end_wall"] += DRAIN_S
+    return write_results_folder(folder, records, phases=phases, meta={"slo": {"ttft_p50_s": SLO.ttft_p50_s}})
+
+
+def _normalized(frame: pd.DataFrame) -> pd.DataFrame:
+    from grill_locust.report.load import normalize_records
+
+    return normalize_records(frame)
+
+
+@pytest.fixture(scope="module")
+def rate_run(tmp_path_factory) -> Path:
+    return write_rate_run(tmp_path_factory.mktemp("rates") / "run")
+
+
+@pytest.fixture(scope="module")
+def rate_summary(rate_run) -> pd.DataFrame:
+    return summarize(load_run(rate_run))
+
+
+def test_a_rate_tiers_requests_per_s_is_its_rate(rate_summary):
+    # the span runs from the first scheduled send to the last end: the phase's spawn and drain are not in it
+    short = rate_summary[rate_summary["tier_rate"] < 8]
+    assert list(short["requests_per_s"]) == pytest.approx(list(short["tier_rate"]), rel=0.05)
+    for _, tier in rate_summary.iterrows():
+        sends = [s.at_s for s in arrival_schedule("constant", tier["tier_rate"], DURATION_S)]
+        e2e_s = max(E2E_S, TTFT_BY_RATE_S[tier["tier_rate"]] + 0.05)
+        assert tier["span_s"] == pytest.approx(sends[-1] + 0.001 + e2e_s - sends[0])
+        assert tier["requests_per_s"] == pytest.approx(len(sends) / tier["span_s"])
+        assert tier["output_tokens_per_s"] == pytest.approx(
+            tier["requests_per_s"] * tier["output_tokens_mean"], rel=1e-9
+        )
+
+
+def test_a_rate_campaigns_figures_have_the_rates_on_their_axis(rate_summary):
+    figure = figure_metrics(rate_summary, "short-baseline", band=False)
+    ttft_panel = figure.axes[0]
+    assert list(ttft_panel.lines[0].get_xdata()) == [2.0, 4.0, 8.0]
+    assert list(ttft_panel.lines[0].get_ydata()) == pytest.approx([0.1, 0.5, 3.5])
+    assert ttft_panel.get_xlabel() == "rate (req/s)"
+    assert "against rate (req/s)" in figure._suptitle.get_text()
+
+
+def test_a_rate_campaigns_capacity_is_the_largest_rate_meeting_the_slo(rate_summary):
+    capacity = capacity_at_slo(rate_summary, SLO)
+    row = capacity.iloc[0]
+    assert row["load_unit"] == "req/s"
+    assert (row["max_users_meeting_slo"], row["first_failing_users"], row["tested_max_users"]) == (4, 8, 8)
+    # TTFT crosses 2 s half way from 0.5 s (4/s) to 3.5 s (8/s)
+    assert row["estimated_users"] == pytest.approx(6.0)
+    shown = display_capacity(capacity).iloc[0]
+    assert shown["largest tier meeting SLO"] == "4 req/s" and shown["estimated load"] == "~6 req/s"
+    assert shown["first failing tier"] == "8 req/s"
+    assert recommendations(capacity).iloc[0]["recommendation"] == "for short-baseline, sim holds ~6 req/s"
+
+
+def test_the_tier_table_labels_rate_tiers_by_their_rate(rate_summary):
+    table = display_tiers(rate_summary)
+    assert list(table["rate"]) == ["2 req/s", "4 req/s", "8 req/s"] and "users" not in table
+
+
+def test_a_session_kinds_rate_counts_sessions(tmp_path):
+    run = write_rate_run(tmp_path / "run", kind="multi-turn", conversation="multi-turn-session")
+    summary = summarize(load_run(run))
+    assert display_tiers(summary)["rate"].iloc[0] == "2 sessions/s"
+    assert (
+        figure_metrics(summary, "multi-turn-session", band=False).axes[0].get_xlabel() == "rate (sessions/s)"
+    )
+
+
+def test_users_and_rates_of_a_comparison_get_figures_and_capacity_rows_apart(rate_summary, tmp_path):
+    users = rate_summary.copy()
+    users["tier_rate"] = float("nan")
+    users["tier_users"] = [1, 2, 4]
+    users["series"] = "users-run/sim"
+    both = pd.concat([users, rate_summary], ignore_index=True)
+    files = write_figures(both, tmp_path / "figures", band=False)
+    assert sorted(f.path.name for f in files) == [
+        "grid-rate.png",
+        "grid.png",
+        "metrics-short-baseline-rate.png",
+        "metrics-short-baseline.png",
+    ]
+    assert figure_count(both) == len(files)
+    capacity = capacity_at_slo(both, SLO).set_index("series")
+    assert (
+        capacity.loc["sim", "load_unit"] == "req/s" and capacity.loc["users-run/sim", "load_unit"] == "users"
+    )
+    assert capacity.loc["users-run/sim", "max_users_meeting_slo"] == 2
+    tiers = display_tiers(both)
+    assert list(tiers["users"]) == ["1", "2", "4", "-", "-", "-"]
+    assert list(tiers["rate"]) == ["-", "-", "-", "2 req/s", "4 req/s", "8 req/s"]
+
+
+def test_the_report_of_a_rate_campaign_renders(rate_run, tmp_path):
+    parser = argparse.ArgumentParser(prog="grill")
+    cli.configure_parser(parser.add_subparsers(dest="command").add_parser("report"), "report")
+    out = tmp_path / "report"
+    assert cli.run(parser.parse_args(["report", str(rate_run), "--out", str(out), "--no-progress"])) == 0
+    assert sorted(p.name for p in out.glob("*.png")) == ["grid-rate.png", "metrics-short-baseline-rate.png"]
+    page = (out / "report.html").read_text()
+    assert "8 req/s" in page and "~6 req/s" in page
+    summary = json.loads((out / "summary.json").read_text())
+    assert [t["tier_rate"] for t in summary["tiers"]] == [2.0, 4.0, 8.0]
+    assert summary["capacity"][0]["load_unit"] == "req/s"
