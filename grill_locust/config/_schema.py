@@ -800,6 +800,10 @@ class Scenario(_Frozen):
         think_time_s: float | None = None,
     ) -> Scenario:
         """A copy with command-line overrides of the load applied (validated like the file)."""
+        if tiers is not None and self.load.open_loop:  # tiers of users would be ignored beside the rates
+            raise ConfigError(
+                "override: tiers: this scenario's load is open-loop (load.rates); change its rates"
+            )
         changes = {"tiers": tiers, "iterations": iterations, "pause_s": pause_s, "think_time_s": think_time_s}
         load_data = self.load.model_dump(exclude_unset=True)  # a search's tiers stay unwritten
         load_data.update({key: value for key, value in changes.items() if value is not None})

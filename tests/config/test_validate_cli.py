@@ -182,3 +182,17 @@ def test_bad_cli_values_are_one_line(
     status = estimate.main([str(REPO / "scenarios" / "demo.yaml"), *argv])
     err = capsys.readouterr().err
     assert status == 2 and err.count("\n") == 1 and message in err
+
+
+def test_a_tiers_override_of_a_rate_scenario_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = (REPO / "scenarios" / "demo.yaml").read_text()
+    path = tmp_path / "rates.yaml"
+    path.write_text(text.replace("  tiers: [1, 4, 8]\n", "  rates: [2, 4]\n  duration_s: 5\n"))
+    assert estimate.main([str(path), "--iterations", "2"]) == 0
+    capsys.readouterr()
+    status = estimate.main([str(path), "--tiers", "1,2"])
+    err = capsys.readouterr().err
+    assert status == 2 and err.count("\n") == 1
+    assert "override: tiers: this scenario's load is open-loop (load.rates)" in err
