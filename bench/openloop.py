@@ -128,16 +128,18 @@ def main(argv: list[str] | None = None) -> int:
     for rate, tier in records.groupby("tier_rate", sort=True):
         sends = tier[tier["schedule_lag_s"].notna()]
         scheduled = sends["scheduled_wall"].to_numpy()
-        window_s = float(scheduled.max() - scheduled.min())
-        cpu_s = sampler.cpu_between(float(scheduled.min()), float(scheduled.max()))
+        # the CPU while the sends actually left (late sends leave after the schedule's window)
+        first_sent, last_sent = float(sends["wall_start"].min()), float(sends["wall_start"].max())
+        sent_s = last_sent - first_sent
+        cpu_s = sampler.cpu_between(first_sent, last_sent)
         lag = lag_ms(sends["schedule_lag_s"].to_numpy())
         load = os.getloadavg()[0]  # the machine while the tier ran (the floor runs after it)
         floor = lag_ms(floor_lateness_s(scheduled))
         print(
-            f"{rate:>7g} {len(sends):>6} {len(sends) / window_s:>7.0f} "
+            f"{rate:>7g} {len(sends):>6} {len(sends) / sent_s:>7.0f} "
             f"{100.0 * (tier['status'] == 'ok').mean():>6.1f} "
             f"{lag[0]:>7.2f} /{lag[1]:>7.2f} /{lag[2]:>6.1f} {floor[0]:>6.2f} /{floor[1]:>5.2f} /{floor[2]:>5.1f} "
-            f"{cpu_s / len(sends) * 1e6:>11.0f} {100.0 * cpu_s / window_s:>6.0f} {load:>5.2f}"
+            f"{cpu_s / len(sends) * 1e6:>11.0f} {100.0 * cpu_s / sent_s:>6.0f} {load:>5.2f}"
         )
     return 0
 

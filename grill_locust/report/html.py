@@ -100,7 +100,8 @@ def _capacity_section(report: Report) -> str:
     parts = [
         f"<h2>Capacity at SLO</h2><p>SLO: {_e(report.slo.describe())}. A tier meets it when every bound "
         "holds (a mix's tier: when each persona meets its conversation's SLO); the estimate interpolates "
-        "linearly in users between the last passing and the first failing tier, on the binding metric.</p>"
+        "linearly in users (in the rate, for open-loop tiers) between the last passing and the first failing tier, "
+        "on the binding metric.</p>"
     ]
     parts += [
         f"<p>SLO of {_e(name)}: {_e(slo.describe())}.</p>" for name, slo in report.conversation_slos.items()
