@@ -236,6 +236,7 @@ class GrillUser(User):
         shown_in_budget: bool | None = None,
     ) -> None:
         grill = self.grill
+        slo = grill.scenario.slo_of(labels["conversation"]) if grill.scenario is not None else None
         record = build_record(
             {**labels, "turn": turn, "record_id": record_id},
             measurement,
@@ -243,6 +244,9 @@ class GrillUser(User):
             worker_cpu=grill.selfcheck.cpu_pct,
             retries=retries,
             shown_in_budget=shown_in_budget,
+            slo_met=slo.judge(measurement.status, measurement.ttft_s, measurement.tpot_s, measurement.e2e_s)
+            if slo is not None
+            else None,
         ).to_dict()
         grill.add_record(record)
         fire = self.environment.events.request.fire
