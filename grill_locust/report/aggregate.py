@@ -13,15 +13,17 @@ last request end when phases are missing).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from grill_locust.config import KIND_MIX
+from grill_locust.config import KIND_MIX, Slo
 from grill_locust.record import (
     CANCELLED,
     KIND_AUTOCOMPLETE,
@@ -32,6 +34,8 @@ from grill_locust.record import (
     STATUS_OK,
     STATUS_STREAM_CUT,
 )
+from grill_locust.report.capacity import conversation_slos_of_run, slo_of_run
+from grill_locust.report.goodput import GOODPUT_COLUMNS, goodput_columns, judged_slo_met, tier_goodput_counts
 from grill_locust.report.load import RunData, load_run
 from grill_locust.report.sessions import (
     SESSION_TIER_COLUMNS,
@@ -42,7 +46,7 @@ from grill_locust.report.sessions import (
 )
 
 TIER_KEYS: list[str] = ["target", "tier_index"]
-QUANTILES: tuple[int, ...] = (50, 90, 99)
+QUANTILES: tuple[int, ...] = (50, 90, 95, 99)  # 95: an SLO's `percentile` may be
 # summary name -> record column; ITL is the distribution of each request's mean inter-token gap
 LATENCY_METRICS: dict[str, str] = {
     "ttft": "ttft_s",
@@ -111,6 +115,7 @@ SUMMARY_COLUMNS: list[str] = [
     "output_tokens_per_s",
     "visible_output_tokens_per_s",  # output tokens less reasoning tokens, over the same span
     "requests_per_s",
+    *GOODPUT_COLUMNS,  # per-request SLO (report/goodput.py): share of requests meeting it, their rates
     "cached_token_ratio",
     "prompt_tokens_mean",
     "output_tokens_mean",
@@ -128,7 +133,14 @@ SUMMARY_COLUMNS: list[str] = [
     "flags",
     "note",
 ]
-INTERNAL_COLUMNS = ("ok_output_tokens", "ok_visible_tokens", "records_span_s")  # worked on, never shown
+INTERNAL_COLUMNS = (
+    "ok_output_tokens",
+    "ok_visible_tokens",
+    "records_span_s",
+    "slo_judged",
+    "slo_met_requests",
+    "slo_met_output_tokens",
+)  # worked on, never shown
 TURN_COLUMNS: list[str] = [
     "series",
     "target",
@@ -190,6 +202,10 @@ class _Stats:
             "shown_in_budget": records["shown_in_budget"].eq(True).fillna(False).to_numpy(dtype=bool),
             "row": np.arange(len(records)),
             "worker": pd.factorize(records["worker_id"])[0],
+            "slo_met": records["slo_met"]
+            .astype("boolean")
+            .astype("Float64")
+            .to_numpy("float64", na_value=np.nan),
         }
         columns.update({name: records[name].to_numpy(dtype="float64") for name in STAT_COLUMNS})
         return cls(pd.DataFrame(columns), pd.Index(targets))
@@ -216,14 +232,21 @@ class RunTables:
     agent_steps: pd.DataFrame  # STEP_COLUMNS, one row per target x tier x agent step
 
 
-def summarize(run: RunData) -> pd.DataFrame:
+def summarize(
+    run: RunData, slo: Slo | None = None, conversation_slos: Mapping[str, Slo] | None = None
+) -> pd.DataFrame:
     """One row per target x tier (SUMMARY_COLUMNS, then any telemetry columns), sorted by target and users;
-    a mix target's persona rows before its whole-tier row."""
+    a mix target's persona rows before its whole-tier row. Requests are judged by `slo` and
+    `conversation_slos` (default: the run's own)."""
+    run = _judged(run, slo, conversation_slos)
     return _summary_and_turns(run, _Stats.of(run.records), agent_sessions(run.records), turns=False)[0]
 
 
-def summarize_all(run: RunData) -> RunTables:
-    """Every table of the run, sharing the work of reading the records once."""
+def summarize_all(
+    run: RunData, slo: Slo | None = None, conversation_slos: Mapping[str, Slo] | None = None
+) -> RunTables:
+    """Every table of the run, sharing the work of reading the records once; SLOs as `summarize`."""
+    run = _judged(run, slo, conversation_slos)
     stats = _Stats.of(run.records)
     sessions = agent_sessions(run.records)
     steps = agent_steps(run.records)
@@ -231,6 +254,15 @@ def summarize_all(run: RunData) -> RunTables:
         steps["series"] = series_names(steps)
     summary, turns = _summary_and_turns(run, stats, sessions, turns=True)
     return RunTables(summary, turns, sessions, steps[STEP_COLUMNS])
+
+
+def _judged(run: RunData, slo: Slo | None, conversation_slos: Mapping[str, Slo] | None) -> RunData:
+    """The run with each record's slo_met judged by the SLO the summary reports."""
+    if slo is None:
+        slo = slo_of_run(run.meta)
+        conversation_slos = conversation_slos_of_run(run.meta, slo)
+    met = judged_slo_met(run.records, slo, conversation_slos or {})
+    return dataclasses.replace(run, records=run.records.assign(slo_met=met))
 
 
 def _summary_and_turns(
@@ -353,6 +385,7 @@ def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> pd.DataFr
     per_tier["worker_cpu_mean"] = by_tier["worker_cpu"].mean()
     per_tier = per_tier.join(_turn_ratios(frame))
     per_tier = per_tier.join(_autocomplete_figures(frame))
+    per_tier = per_tier.join(tier_goodput_counts(frame, TIER_KEYS))
     per_tier = stats.by_name(per_tier)
 
     labels = records[TIER_LABEL_COLUMNS].iloc[per_tier["first_row"].to_numpy()].astype(object)
@@ -377,6 +410,7 @@ def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> pd.DataFr
     summary["output_tokens_per_s"] = summary["ok_output_tokens"].fillna(0.0) / span
     summary["visible_output_tokens_per_s"] = summary["ok_visible_tokens"] / span
     summary["requests_per_s"] = summary["ok_requests"] / span
+    summary[GOODPUT_COLUMNS] = goodput_columns(summary, span)
     summary["saturated"] = (summary["worker_lag_p99_ms"] > SATURATION_LAG_P99_MS) | (
         summary["worker_cpu_mean"] > SATURATION_CPU_PCT
     )
@@ -411,7 +445,7 @@ def _session_columns(tiers: pd.MultiIndex, sessions: pd.DataFrame) -> pd.DataFra
 
 
 def _percentiles(ok_by_tier: pd.core.groupby.DataFrameGroupBy) -> pd.DataFrame:
-    """p50/p90/p99 of each latency metric and of the per-request rates, one column each."""
+    """p50/p90/p95/p99 of each latency metric and of the per-request rates, one column each."""
     source_columns = [*LATENCY_METRICS.values(), *REQUEST_RATE_METRICS.values()]
     expected = summary_metric_columns()
     if ok_by_tier.ngroups == 0:  # no successful request anywhere: every percentile is missing

@@ -547,7 +547,9 @@ class Campaign:
 
         records = pd.DataFrame(progress.tier_records, columns=list(RECORD_COLUMNS))
         phases = pd.DataFrame([self._phase_row(progress)])
-        for row in summarize(RunData(records, phases, None, {"run_id": self.run_id})).to_dict("records"):
+        judged_by = {c.name: self.scenario.slo_of(c.name) for c in self.scenario.conversations}
+        run = RunData(records, phases, None, {"run_id": self.run_id})
+        for row in summarize(run, self.scenario.slo, judged_by).to_dict("records"):
             for sink in self.sinks:
                 sink.write_tier(row)
 
