@@ -46,7 +46,7 @@ from grill_locust.report.sessions import (
 )
 
 TIER_KEYS: list[str] = ["target", "tier_index"]
-QUANTILES: tuple[int, ...] = (50, 90, 95, 99)  # 95: an SLO's `percentile` may be
+QUANTILES: tuple[int, ...] = (50, 90, 95, 99)  # p95: an SLO's `percentile` may name it
 # summary name -> record column; ITL is the distribution of each request's mean inter-token gap
 LATENCY_METRICS: dict[str, str] = {
     "ttft": "ttft_s",
