@@ -94,6 +94,15 @@ def _parse(data: Any, source: str, lines: LineMap, duplicates: list[DuplicateKey
     backends = _unique("backends", file.backends, source, lines, key=backends_key(data))
     models = _unique("models", file.models, source, lines)
     declared = _unique("conversations", file.conversations, source, lines)
+    for index, conversation in enumerate(file.conversations):
+        if conversation.slo is not None:
+            try:
+                conversation.slo.over(file.slo)
+            except ValidationError as error:
+                where = ("conversations", index, "slo")
+                raise ConfigError(
+                    f"{source}: {describe_validation_error(error, where, lines, None)}"
+                ) from None
     conversations = {
         name: _with_replay_file(index, conversation, folder, source, lines)
         for index, (name, conversation) in enumerate(declared.items())

@@ -21,13 +21,14 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from grill_locust.config import KIND_MIX
+from grill_locust.config import KIND_MIX, Slo
 from grill_locust.record import (
     CANCELLED,
     KIND_AUTOCOMPLETE,
@@ -39,6 +40,8 @@ from grill_locust.record import (
     STATUS_STREAM_CUT,
     timing_lag_ms,
 )
+from grill_locust.report.capacity import conversation_slos_of_run, slo_of_run
+from grill_locust.report.goodput import GOODPUT_COLUMNS, goodput_columns, judged_slo_met, tier_goodput_counts
 from grill_locust.report.load import RunData, load_run
 from grill_locust.report.sessions import (
     SESSION_KEYS,
@@ -50,7 +53,7 @@ from grill_locust.report.sessions import (
 )
 
 TIER_KEYS: list[str] = ["target", "tier_index"]
-QUANTILES: tuple[int, ...] = (50, 90, 99)
+QUANTILES: tuple[int, ...] = (50, 90, 95, 99)  # p95: an SLO's `percentile` may name it
 # summary name -> record column; ITL is the distribution of each request's mean inter-token gap
 LATENCY_METRICS: dict[str, str] = {
     "ttft": "ttft_s",
@@ -122,6 +125,7 @@ SUMMARY_COLUMNS: list[str] = [
     "output_tokens_per_s",
     "visible_output_tokens_per_s",  # output tokens less reasoning tokens, over the same span
     "requests_per_s",
+    *GOODPUT_COLUMNS,  # per-request SLO (report/goodput.py): share of requests meeting it, their rates
     "cached_token_ratio",
     "prompt_tokens_mean",
     "output_tokens_mean",
@@ -140,7 +144,14 @@ SUMMARY_COLUMNS: list[str] = [
     "flags",
     "note",
 ]
-INTERNAL_COLUMNS = ("ok_output_tokens", "ok_visible_tokens", "records_span_s")  # worked on, never shown
+INTERNAL_COLUMNS = (
+    "ok_output_tokens",
+    "ok_visible_tokens",
+    "records_span_s",
+    "slo_judged",
+    "slo_met_requests",
+    "slo_met_output_tokens",
+)  # worked on, never shown
 TURN_COLUMNS: list[str] = [
     "series",
     "target",
@@ -204,6 +215,10 @@ class _Stats:
             "cooldown": records["cooldown"].eq(True).fillna(False).to_numpy(dtype=bool),
             "row": np.arange(len(records)),
             "worker": pd.factorize(records["worker_id"])[0],
+            "slo_met": records["slo_met"]
+            .astype("boolean")
+            .astype("Float64")
+            .to_numpy("float64", na_value=np.nan),
         }
         columns.update({name: records[name].to_numpy(dtype="float64") for name in STAT_COLUMNS})
         return cls(pd.DataFrame(columns), pd.Index(targets))
@@ -266,20 +281,36 @@ class _Measured:
         return cls(measured_run, _Stats.of(measured), sessions, counts)
 
 
-def summarize(run: RunData) -> pd.DataFrame:
+def summarize(
+    run: RunData, slo: Slo | None = None, conversation_slos: Mapping[str, Slo] | None = None
+) -> pd.DataFrame:
     """One row per target x tier (SUMMARY_COLUMNS, then any telemetry columns), sorted by target and users;
-    a mix target's persona rows before its whole-tier row."""
+    a mix target's persona rows before its whole-tier row. Requests are judged by `slo` and
+    `conversation_slos` (default: the run's own)."""
+    run = _judged(run, slo, conversation_slos)
     return _summary_and_turns(run, _Measured.of(run), turns=False)[0]
 
 
-def summarize_all(run: RunData) -> RunTables:
-    """Every table of the run, sharing the work of reading the records once."""
+def summarize_all(
+    run: RunData, slo: Slo | None = None, conversation_slos: Mapping[str, Slo] | None = None
+) -> RunTables:
+    """Every table of the run, sharing the work of reading the records once; SLOs as `summarize`."""
+    run = _judged(run, slo, conversation_slos)
     measured = _Measured.of(run)
     steps = agent_steps(measured.run.records)
     if len(steps):
         steps["series"] = series_names(steps)
     summary, turns = _summary_and_turns(run, measured, turns=True)
     return RunTables(summary, turns, measured.sessions, steps[STEP_COLUMNS])
+
+
+def _judged(run: RunData, slo: Slo | None, conversation_slos: Mapping[str, Slo] | None) -> RunData:
+    """The run with each record's slo_met judged by the SLO the summary reports."""
+    if slo is None:
+        slo = slo_of_run(run.meta)
+        conversation_slos = conversation_slos_of_run(run.meta, slo)
+    met = judged_slo_met(run.records, slo, conversation_slos or {})
+    return dataclasses.replace(run, records=run.records.assign(slo_met=met))
 
 
 def _summary_and_turns(run: RunData, measured: _Measured, turns: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -407,6 +438,7 @@ def _summarize(measured: _Measured) -> pd.DataFrame:
     per_tier["worker_cpu_mean"] = by_tier["worker_cpu"].mean()
     per_tier = per_tier.join(_turn_ratios(frame))
     per_tier = per_tier.join(_autocomplete_figures(frame))
+    per_tier = per_tier.join(tier_goodput_counts(frame, TIER_KEYS))
     per_tier = stats.by_name(per_tier)
 
     labels = records[TIER_LABEL_COLUMNS].iloc[per_tier["first_row"].to_numpy()].astype(object)
@@ -431,6 +463,7 @@ def _summarize(measured: _Measured) -> pd.DataFrame:
     summary["output_tokens_per_s"] = summary["ok_output_tokens"].fillna(0.0) / span
     summary["visible_output_tokens_per_s"] = summary["ok_visible_tokens"] / span
     summary["requests_per_s"] = summary["ok_requests"] / span
+    summary[GOODPUT_COLUMNS] = goodput_columns(summary, span)
     summary["saturated"] = (_timing_lag_ms(summary) > SATURATION_LAG_P99_MS) | (
         summary["worker_cpu_mean"] > SATURATION_CPU_PCT
     )
@@ -467,7 +500,7 @@ def _session_columns(tiers: pd.MultiIndex, sessions: pd.DataFrame) -> pd.DataFra
 
 
 def _percentiles(ok_by_tier: pd.core.groupby.DataFrameGroupBy) -> pd.DataFrame:
-    """p50/p90/p99 of each latency metric and of the per-request rates, one column each."""
+    """p50/p90/p95/p99 of each latency metric and of the per-request rates, one column each."""
     source_columns = [*LATENCY_METRICS.values(), *REQUEST_RATE_METRICS.values()]
     expected = summary_metric_columns()
     if ok_by_tier.ngroups == 0:  # no successful request anywhere: every percentile is missing

@@ -75,7 +75,7 @@ def assemble(
 ) -> Report:
     per_run: dict[str, list[pd.DataFrame]] = {"summary": [], "turns": [], "sessions": [], "agent_steps": []}
     for labelled in runs:
-        tables = summarize_all(labelled.run)
+        tables = summarize_all(labelled.run, slo, conversation_slos or {})
         for name, frames in per_run.items():
             table = getattr(tables, name)
             if compare and "series" in table:

@@ -62,6 +62,23 @@ def configure_parser(parser: argparse.ArgumentParser, name: str) -> None:
         metavar="FRACTION",
         help="SLO: success rate at least FRACTION (default 0.99)",
     )
+    parser.add_argument("--slo-ttft", type=float, metavar="S", help="SLO per request: TTFT at most S seconds")
+    parser.add_argument(
+        "--slo-tpot-ms", type=float, metavar="MS", help="SLO per request: TPOT at most MS milliseconds"
+    )
+    parser.add_argument("--slo-e2e", type=float, metavar="S", help="SLO per request: E2E at most S seconds")
+    parser.add_argument(
+        "--slo-percentile",
+        type=float,
+        metavar="P",
+        help="a tier meets the per-request limits when their P-th percentile does (50, 90, 95 or 99)",
+    )
+    parser.add_argument(
+        "--slo-attainment",
+        type=float,
+        metavar="FRACTION",
+        help="a tier meets the per-request limits when at least FRACTION of its requests meet all of them",
+    )
     parser.add_argument(
         "--band", action=argparse.BooleanOptionalAction, default=True, help="shade p50 to p90 in figures"
     )
@@ -90,7 +107,15 @@ def _run_dirs(args: argparse.Namespace) -> list[tuple[str | None, str]]:
 
 def _slo(args: argparse.Namespace, report_meta: dict) -> Slo:
     return slo_of_run(
-        report_meta, ttft_p50_s=args.slo_ttft_p50, e2e_p50_s=args.slo_e2e_p50, success_rate=args.slo_success
+        report_meta,
+        ttft_p50_s=args.slo_ttft_p50,
+        e2e_p50_s=args.slo_e2e_p50,
+        success_rate=args.slo_success,
+        ttft_s=args.slo_ttft,
+        tpot_ms=args.slo_tpot_ms,
+        e2e_s=args.slo_e2e,
+        percentile=args.slo_percentile,
+        attainment=args.slo_attainment,
     )
 
 

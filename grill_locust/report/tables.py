@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 import pandas as pd
 
+from grill_locust.report.aggregate import QUANTILES
+
 Formatter = Callable[[float], str]
 MISSING = "-"
 GIB_BYTES = 1024**3
@@ -92,6 +94,12 @@ AUTOCOMPLETE_TIER_COLUMNS: list[tuple[str, str, Formatter]] = [
     ("engine_aborted_requests", "engine aborted", _integer),
     ("engine_aborted_tokens", "engine aborted tokens", _integer),
 ]
+# after "ok %" where a per-request SLO applies to some tier: the share of requests meeting it, their rates
+GOODPUT_TIER_COLUMNS: list[tuple[str, str, Formatter]] = [
+    ("slo_attainment", "SLO met %", _percent),
+    ("goodput_rps", "goodput req/s", _ratio),
+    ("goodput_tokens_per_s", "goodput tok/s", _rate),
+]
 OPTIONAL_TIER_COLUMNS: list[tuple[str, str, Formatter]] = [
     ("turns", "turns", _integer),
     ("ttft_turn_ratio", "TTFT last/first", _ratio),
@@ -118,6 +126,8 @@ TERMINAL_TIER_COLUMNS = {
     "requests",
     "cancelled",
     "ok %",
+    "SLO met %",
+    "goodput req/s",
     "abandoned %",
     "shown in budget %",
     "TTFT p50 s",
@@ -144,8 +154,9 @@ TERMINAL_TIER_COLUMNS = {
     "VRAM peak GiB",
 }
 BINDING_NAMES = {
-    **{f"{metric}_p{q}_s": f"{metric.upper()} p{q}" for metric in ("ttft", "e2e") for q in (50, 90, 99)},
+    **{f"{metric}_p{q}_s": f"{metric.upper()} p{q}" for metric in ("ttft", "tpot", "e2e") for q in QUANTILES},
     "success_rate": "success rate",
+    "slo_attainment": "SLO attainment",
 }
 TURN_TABLE: list[tuple[str, str, Formatter]] = [
     ("tier_users", "users", _integer),
@@ -195,7 +206,9 @@ def display_tiers(summary: pd.DataFrame, terminal: bool = False) -> pd.DataFrame
         spec.insert(2, ("cancelled", "cancelled", _integer))
     after_ok = spec.index(("success_rate", "ok %", _percent)) + 1
     spec[after_ok:after_ok] = [
-        (c, h, f) for c, h, f in AUTOCOMPLETE_TIER_COLUMNS if c in summary and summary[c].notna().any()
+        (c, h, f)
+        for c, h, f in (*GOODPUT_TIER_COLUMNS, *AUTOCOMPLETE_TIER_COLUMNS)
+        if c in summary and summary[c].notna().any()
     ]
     if _has_mix(summary):  # each persona's share of the tier's developers
         spec.insert(1, ("developers", "developers", _integer))

@@ -275,6 +275,7 @@ class GrillUser(User):
         send = labels.pop(SCHEDULED_SEND, None)
         if send is not None:
             labels.update(send.columns(measurement.wall_start))
+        slo = grill.scenario.slo_of(labels["conversation"]) if grill.scenario is not None else None
         record = build_record(
             labels,
             measurement,
@@ -284,6 +285,9 @@ class GrillUser(User):
             retries=retries,
             shown_in_budget=shown_in_budget,
             warmup=grill.warmup(labels, measurement.wall_start, request_ordinal),
+            slo_met=slo.judge(measurement.status, measurement.ttft_s, measurement.tpot_s, measurement.e2e_s)
+            if slo is not None
+            else None,
         ).to_dict()
         grill.add_record(record)
         fire = self.environment.events.request.fire
