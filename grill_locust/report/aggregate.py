@@ -32,6 +32,13 @@ from grill_locust.record import (
     STATUS_OK,
     STATUS_STREAM_CUT,
 )
+from grill_locust.report.confidence import (
+    TierResamples,
+    interval_row,
+    resample_tier,
+    tier_seed,
+    with_interval_columns,
+)
 from grill_locust.report.load import RunData, load_run
 from grill_locust.report.sessions import (
     SESSION_TIER_COLUMNS,
@@ -93,41 +100,44 @@ AUTOCOMPLETE_COLUMNS: list[str] = [
     "budget_ms",
 ]
 
-SUMMARY_COLUMNS: list[str] = [
-    "run_id",
-    "series",
-    *(c for c in LABEL_COLUMNS if c != "run_id"),  # the record's labels, in their order
-    "mix",  # a mix target's whole-tier label on its persona rows and whole-tier row; "" otherwise
-    "tier_index",
-    "tier_users",
-    "developers",  # distinct developers that sent requests (a persona's share of a mix's tier)
-    "requests",
-    "ok_requests",
-    "cancelled",
-    "earlier_attempt_requests",  # requests of an attempt an engine outage cut short (the tier ran again)
-    "success_rate",  # ok requests / requests that were neither abandoned nor cut by our own stop
-    *AUTOCOMPLETE_COLUMNS,
-    *summary_metric_columns(),
-    "output_tokens_per_s",
-    "visible_output_tokens_per_s",  # output tokens less reasoning tokens, over the same span
-    "requests_per_s",
-    "cached_token_ratio",
-    "prompt_tokens_mean",
-    "output_tokens_mean",
-    "span_s",
-    "turns",
-    "ttft_turn_ratio",
-    "e2e_turn_ratio",
-    "context_growth",
-    *SESSION_TIER_COLUMNS,
-    "worker_lag_p99_ms",
-    "worker_cpu_mean",
-    "saturated",
-    "unreadable_lines",
-    "complete",
-    "flags",
-    "note",
-]
+# each figure with a bootstrap interval has its `<figure>_lo`, `<figure>_hi` beside it (report.confidence)
+SUMMARY_COLUMNS: list[str] = with_interval_columns(
+    [
+        "run_id",
+        "series",
+        *(c for c in LABEL_COLUMNS if c != "run_id"),  # the record's labels, in their order
+        "mix",  # a mix target's whole-tier label on its persona rows and whole-tier row; "" otherwise
+        "tier_index",
+        "tier_users",
+        "developers",  # distinct developers that sent requests (a persona's share of a mix's tier)
+        "requests",
+        "ok_requests",
+        "cancelled",
+        "earlier_attempt_requests",  # requests of an attempt an engine outage cut short (the tier ran again)
+        "success_rate",  # ok requests / requests that were neither abandoned nor cut by our own stop
+        *AUTOCOMPLETE_COLUMNS,
+        *summary_metric_columns(),
+        "output_tokens_per_s",
+        "visible_output_tokens_per_s",  # output tokens less reasoning tokens, over the same span
+        "requests_per_s",
+        "cached_token_ratio",
+        "prompt_tokens_mean",
+        "output_tokens_mean",
+        "span_s",
+        "turns",
+        "ttft_turn_ratio",
+        "e2e_turn_ratio",
+        "context_growth",
+        *SESSION_TIER_COLUMNS,
+        "worker_lag_p99_ms",
+        "worker_cpu_mean",
+        "saturated",
+        "unreadable_lines",
+        "complete",
+        "flags",
+        "note",
+    ]
+)
 INTERNAL_COLUMNS = ("ok_output_tokens", "ok_visible_tokens", "records_span_s")  # worked on, never shown
 TURN_COLUMNS: list[str] = [
     "series",
@@ -190,6 +200,8 @@ class _Stats:
             "shown_in_budget": records["shown_in_budget"].eq(True).fillna(False).to_numpy(dtype=bool),
             "row": np.arange(len(records)),
             "worker": pd.factorize(records["worker_id"])[0],
+            # the unit the bootstrap resamples (report.confidence)
+            "conversation": pd.factorize(records["conversation_id"], use_na_sentinel=False)[0],
         }
         columns.update({name: records[name].to_numpy(dtype="float64") for name in STAT_COLUMNS})
         return cls(pd.DataFrame(columns), pd.Index(targets))
@@ -206,14 +218,19 @@ class _Stats:
         return frame
 
 
+Resamples = dict[tuple[str, int], TierResamples]  # (target, tier_index) -> its figures' bootstrap
+
+
 @dataclass(frozen=True)
 class RunTables:
-    """Every table of one run's report: tiers, multi-turn turns, agent sessions and agent steps."""
+    """Every table of one run's report: tiers, multi-turn turns, agent sessions and agent steps; and
+    each tier's bootstrap resamples (a mix's whole tier, not its personas), which `grill compare` judges."""
 
     summary: pd.DataFrame
     turns: pd.DataFrame
     sessions: pd.DataFrame  # report.sessions.SESSION_COLUMNS, one row per agent session
     agent_steps: pd.DataFrame  # STEP_COLUMNS, one row per target x tier x agent step
+    resamples: Resamples
 
 
 def summarize(run: RunData) -> pd.DataFrame:
@@ -229,23 +246,24 @@ def summarize_all(run: RunData) -> RunTables:
     steps = agent_steps(run.records)
     if len(steps):
         steps["series"] = series_names(steps)
-    summary, turns = _summary_and_turns(run, stats, sessions, turns=True)
-    return RunTables(summary, turns, sessions, steps[STEP_COLUMNS])
+    summary, turns, resamples = _summary_and_turns(run, stats, sessions, turns=True)
+    return RunTables(summary, turns, sessions, steps[STEP_COLUMNS], resamples)
 
 
 def _summary_and_turns(
     run: RunData, stats: _Stats, sessions: pd.DataFrame, turns: bool
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The tier rows, a mix's persona rows among them, and (`turns`) the per-turn rows, per persona."""
-    summary = _summarize(run, stats, sessions)
+) -> tuple[pd.DataFrame, pd.DataFrame, Resamples]:
+    """The tier rows, a mix's persona rows among them, (`turns`) the per-turn rows, per persona, and
+    the tiers' resamples."""
+    summary, resamples = _summarize(run, stats, sessions)
     turn_rows = _summarize_turns(run, stats) if turns else pd.DataFrame(columns=TURN_COLUMNS)
     personas = _persona_run(run)
     if personas is None:
-        return summary, turn_rows
+        return summary, turn_rows, resamples
     persona_run, mixes = personas
     persona_stats = _Stats.of(persona_run.records)
     persona_rows = _as_mix_targets(
-        _summarize(persona_run, persona_stats, agent_sessions(persona_run.records))
+        _summarize(persona_run, persona_stats, agent_sessions(persona_run.records))[0]
     )
     whole = summary["target"].isin(mixes)
     # turn ratios across personas of different kinds mean nothing: a persona's row has its own
@@ -257,7 +275,7 @@ def _summary_and_turns(
     if turns:
         persona_turns = _as_mix_targets(_summarize_turns(persona_run, persona_stats))
         turn_rows = _concat_rows(turn_rows[~turn_rows["target"].isin(mixes)], persona_turns)
-    return _concat_rows(persona_rows, summary), turn_rows
+    return _concat_rows(persona_rows, summary), turn_rows, resamples
 
 
 MIX_PERSONA_SEPARATOR = "\x1f"  # between a mix target's name and a persona's, in _persona_run's targets
@@ -312,10 +330,10 @@ def _tier_lag_p99(frame: pd.DataFrame) -> pd.Series:
     return by_worker["worker_lag_p99_ms"].last().groupby(level=TIER_KEYS).max()
 
 
-def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> pd.DataFrame:
+def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> tuple[pd.DataFrame, Resamples]:
     records = run.records
     if not len(records) and not len(run.phases):
-        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+        return pd.DataFrame(columns=SUMMARY_COLUMNS), {}
     frame = stats.frame
     phases = run.phases.set_index(TIER_KEYS)
     phases.index = phases.index.set_levels(phases.index.levels[0].astype(object), level=0)
@@ -387,6 +405,9 @@ def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> pd.DataFr
     summary["earlier_attempt_requests"] = earlier.reindex(summary.index).fillna(0).astype("int64")
     summary["flags"] = _flags(summary)
     summary = summary.join(_session_columns(summary.index, sessions))
+    resamples = _resamples(run, stats, summary["span_s"])
+    intervals = [interval_row(resamples.get((str(target), int(tier)))) for target, tier in summary.index]
+    summary = summary.join(pd.DataFrame(intervals, index=summary.index))
 
     summary = summary.reset_index()
     summary["series"] = series_names(summary)
@@ -398,7 +419,20 @@ def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> pd.DataFr
     summary = summary[SUMMARY_COLUMNS + extra]
     for name in (*LABEL_COLUMNS, "series", "flags", "note"):
         summary[name] = summary[name].astype(str)
-    return summary.sort_values(["target", "tier_users", "tier_index"], kind="stable").reset_index(drop=True)
+    summary = summary.sort_values(["target", "tier_users", "tier_index"], kind="stable")
+    return summary.reset_index(drop=True), resamples
+
+
+def _resamples(run: RunData, stats: _Stats, span_s: pd.Series) -> Resamples:
+    """Each tier's bootstrap over its conversations, seeded by the run, target and tier (report.confidence)."""
+    resamples: Resamples = {}
+    for (code, tier), tier_frame in stats.frame.groupby(TIER_KEYS, sort=False):
+        target = str(stats.targets[code])
+        span = span_s.get((target, tier), np.nan)
+        tier_resamples = resample_tier(tier_frame, float(span), tier_seed(run.run_id, target, int(tier)))
+        if tier_resamples is not None:
+            resamples[(target, int(tier))] = tier_resamples
+    return resamples
 
 
 def _session_columns(tiers: pd.MultiIndex, sessions: pd.DataFrame) -> pd.DataFrame:
