@@ -335,7 +335,7 @@ def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> tuple[pd.
     if not len(records) and not len(run.phases):
         return pd.DataFrame(columns=SUMMARY_COLUMNS), {}
     frame = stats.frame
-    phases = run.phases.set_index(TIER_KEYS)
+    phases = _one_row_per_tier(run.phases).set_index(TIER_KEYS)
     phases.index = phases.index.set_levels(phases.index.levels[0].astype(object), level=0)
     ok_frame = frame[frame["ok"]]
     by_tier = frame.groupby(TIER_KEYS, sort=False)
@@ -389,7 +389,7 @@ def _summarize(run: RunData, stats: _Stats, sessions: pd.DataFrame) -> tuple[pd.
     summary["abandoned"] = summary["abandoned"].astype("Int64")
     summary["budget_ms"] = _budgets_ms(summary, run.meta)
 
-    from_phases = (phases["end_wall"] - phases["start_wall"]).reindex(summary.index)
+    from_phases = phases["span_s"].reindex(summary.index)
     summary["span_s"] = from_phases.where(from_phases > 0, summary["records_span_s"])
     span = summary["span_s"].where(summary["span_s"] > 0)
     summary["output_tokens_per_s"] = summary["ok_output_tokens"].fillna(0.0) / span
@@ -433,6 +433,22 @@ def _resamples(run: RunData, stats: _Stats, span_s: pd.Series) -> Resamples:
         if tier_resamples is not None:
             resamples[(target, int(tier))] = tier_resamples
     return resamples
+
+
+def _one_row_per_tier(phases: pd.DataFrame) -> pd.DataFrame:
+    """The phase rows of each tier as one: its repeats (`--repeat`) together, their spans added (the
+    time the tier ran, pauses between repeats left out), complete when every repeat is."""
+    phases = phases.assign(span_s=phases["end_wall"] - phases["start_wall"])
+    if not phases.duplicated(TIER_KEYS).any():
+        return phases
+    by_tier = phases.groupby(TIER_KEYS, sort=False)
+    rows = by_tier.first()
+    rows["span_s"] = by_tier["span_s"].sum(min_count=1)
+    rows["complete"] = by_tier["complete"].all()
+    rows["note"] = by_tier["note"].agg(lambda notes: "; ".join(dict.fromkeys(n for n in notes if n)))
+    if "earlier_attempt_requests" in phases:
+        rows["earlier_attempt_requests"] = by_tier["earlier_attempt_requests"].sum()
+    return rows.reset_index()
 
 
 def _session_columns(tiers: pd.MultiIndex, sessions: pd.DataFrame) -> pd.DataFrame:
@@ -608,6 +624,8 @@ def _join_telemetry(summary: pd.DataFrame, run: RunData) -> pd.DataFrame:
         if column != "target":
             per_tier[column] = pd.to_numeric(per_tier[column], errors="coerce").astype("float64")
     per_tier["target"] = per_tier["target"].astype(str)
+    if per_tier.duplicated(TIER_KEYS).any():  # a row per repeat (`--repeat`): their mean per tier
+        per_tier = per_tier.groupby(TIER_KEYS, sort=False).mean().reset_index()
     summary = summary.assign(
         tier_index=summary["tier_index"].astype("float64"), target=summary["target"].astype(str)
     )

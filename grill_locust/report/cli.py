@@ -12,7 +12,13 @@ from grill_locust.report.build import Report, assemble, load_runs
 from grill_locust.report.capacity import conversation_slos_of_run, slo_of_run
 from grill_locust.report.figures import figure_count
 from grill_locust.report.progress import Progress
-from grill_locust.report.tables import format_agent_steps, format_capacity, format_table, format_turns
+from grill_locust.report.tables import (
+    format_agent_steps,
+    format_capacity,
+    format_table,
+    format_turns,
+    format_verdicts,
+)
 from grill_locust.report.write import write_report
 
 DEFAULT_REPORT_SUBDIR = "report"
@@ -106,6 +112,15 @@ def print_tables(report: Report) -> None:
     print()
     for text in report.recommendations["recommendation"]:
         print(text)
+    print_verdicts(report)
+
+
+def print_verdicts(report: Report) -> None:
+    """`grill compare`: whether each run differs from the first beyond the bootstrap intervals."""
+    if len(report.verdicts):
+        print()
+        print("Differences from the first run (95 % bootstrap of the difference; change and interval in %)")
+        print(format_verdicts(report.verdicts))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,5 +145,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     for text in report.recommendations["recommendation"]:
         print(text)
+    print_verdicts(report)
     print(f"wrote {len(written)} files to {out_dir}; open {out_dir / 'report.html'}", file=sys.stdout)
     return 0

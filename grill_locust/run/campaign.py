@@ -145,9 +145,10 @@ class Campaign:
         results: ResultsWriter,
         run_id: str,
         sinks: Sequence[Sink] = (),
-        skip: set[tuple[str, int]] | None = None,
+        skip: set[tuple[str, int, int]] | None = None,
         walk_tiers: bool = True,
         disk_full_give_up_s: float = DISK_FULL_GIVE_UP_S,
+        repeats: int = 1,
     ) -> None:
         self.environment = environment
         self.scenario = scenario
@@ -158,9 +159,10 @@ class Campaign:
         # this run, or this resumption of it: in every user's prompt keys, so that no run sends the
         # prompts of an earlier one, which the engine's prefix cache may still hold
         self.session = f"{run_id}.{len(results.meta.get('resumed_wall') or [])}"
-        planned = campaign_phases(scenario, run_id, self.session) if walk_tiers else []
+        planned = campaign_phases(scenario, run_id, self.session, repeats) if walk_tiers else []
         self.tier_count = len(planned)  # tiers are numbered against the whole campaign, resumed or not
-        self.phases = [p for p in planned if (p.target, p.tier_index) not in (skip or set())]
+        self.repeats = repeats
+        self.phases = [p for p in planned if (p.target, p.tier_index, p.repeat) not in (skip or set())]
         # by Phase.key: a tier run again after an outage is a phase of its own (attempt 1)
         self.progress: dict[str, PhaseProgress] = {p.key: PhaseProgress(p) for p in self.phases}
         self.targets = {t.name: t for t in scenario.targets}
@@ -265,10 +267,11 @@ class Campaign:
 
     def _progress_of(self, record: dict[str, Any]) -> PhaseProgress | None:
         def same(phase: Phase) -> bool:
-            return (phase.target, phase.tier_index, phase.attempt) == (
+            return (phase.target, phase.tier_index, phase.attempt, phase.repeat) == (
                 record["target"],
                 record["tier_index"],
                 record.get("attempt") or 0,
+                record.get("repeat") or 0,
             )
 
         current = self.current
@@ -528,6 +531,8 @@ class Campaign:
     def tier_label(self, phase: Phase) -> str:
         """`3/8` (the tier's place in the whole campaign), `3/8, attempt 2` for a tier run again."""
         label = f"{phase.phase_id + 1}/{self.tier_count}"
+        if self.repeats > 1:
+            label += f", repeat {phase.repeat + 1}/{self.repeats}"
         return f"{label}, attempt {phase.attempt + 1}" if phase.attempt else label
 
     @staticmethod

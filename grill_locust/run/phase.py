@@ -50,6 +50,7 @@ class Phase:
     session: str = ""  # the campaign's session (`<run_id>.<n>`): resumed runs tell theirs apart
     attempt: int = 0  # 1 when the tier runs again after an engine outage
     tier_rate: float | None = None  # an open-loop tier's rate (tier_users is then 0)
+    repeat: int = 0  # which of `--repeat N` walks of the campaign's tiers (0-based)
 
     @property
     def key(self) -> str:
@@ -76,6 +77,7 @@ class Phase:
             "tier_users": self.tier_users,
             "session": self.session,
             "attempt": self.attempt,
+            "repeat": self.repeat,
         }
 
     def to_wire(self) -> dict[str, Any]:
@@ -86,22 +88,25 @@ class Phase:
         return cls(**data)
 
 
-def campaign_phases(scenario: Scenario, run_id: str, session: str = "") -> list[Phase]:
-    """Targets in scenario order, each through every tier."""
+def campaign_phases(scenario: Scenario, run_id: str, session: str = "", repeats: int = 1) -> list[Phase]:
+    """Targets in scenario order, each through every tier; all of it `repeats` times (`--repeat`).
+    Each phase has its own phase_id, which users' prompt keys carry: a repeat sends new prompts."""
     load = scenario.load
     phases: list[Phase] = []
-    for target in scenario.targets:
-        for tier_index, users in enumerate(load.tiers):
-            phases.append(
-                Phase(
-                    phase_id=len(phases),
-                    run_id=run_id,
-                    target=target.name,
-                    tier_index=tier_index,
-                    tier_users=users,
-                    iterations_per_user=load.iterations,
-                    think_time_s=load.think_time_s,
-                    session=session,
+    for repeat in range(repeats):
+        for target in scenario.targets:
+            for tier_index, users in enumerate(load.tiers):
+                phases.append(
+                    Phase(
+                        phase_id=len(phases),
+                        run_id=run_id,
+                        target=target.name,
+                        tier_index=tier_index,
+                        tier_users=users,
+                        iterations_per_user=load.iterations,
+                        think_time_s=load.think_time_s,
+                        session=session,
+                        repeat=repeat,
+                    )
                 )
-            )
     return phases
