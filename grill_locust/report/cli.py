@@ -10,6 +10,7 @@ from grill_locust.config import Slo
 from grill_locust.errors import GrillError
 from grill_locust.report.build import Report, assemble, load_runs
 from grill_locust.report.capacity import conversation_slos_of_run, slo_of_run
+from grill_locust.report.confidence import COMPARE_CONFIDENCE, CONFIDENCE
 from grill_locust.report.figures import figure_count
 from grill_locust.report.progress import Progress
 from grill_locust.report.tables import (
@@ -119,7 +120,10 @@ def print_verdicts(report: Report) -> None:
     """`grill compare`: whether each run differs from the first beyond the bootstrap intervals."""
     if len(report.verdicts):
         print()
-        print("Differences from the first run (95 % bootstrap of the difference; change and interval in %)")
+        print(
+            f"Differences from the first run (bootstrap of the difference, {COMPARE_CONFIDENCE * 100:g} % "
+            f"per figure, {CONFIDENCE * 100:g} % per tier; change and interval in %)"
+        )
         print(format_verdicts(report.verdicts))
 
 

@@ -63,6 +63,9 @@ RATIO_FIGURES: dict[str, tuple[str, str, float]] = {
 FIGURES: tuple[str, ...] = (*PERCENTILE_FIGURES, *RATIO_FIGURES)
 # what `grill compare` judges at each tier
 HEADLINE_FIGURES: tuple[str, ...] = ("ttft_p50_s", "ttft_p90_s", "e2e_p50_s", "output_tokens_per_s")
+# each headline figure's difference is judged at this confidence (Bonferroni), so that a tier of two runs
+# of one engine is called different, on any of the figures, at most 5 % of the time
+COMPARE_CONFIDENCE = 1.0 - (1.0 - CONFIDENCE) / len(HEADLINE_FIGURES)
 NO_SIGNIFICANT_DIFFERENCE = "no significant difference"
 
 # the per-request columns the figures need (a frame from report.aggregate's _Stats)
@@ -278,12 +281,12 @@ def _search(
     return out
 
 
-def interval(values: np.ndarray) -> tuple[float, float]:
+def interval(values: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:
     """The percentile interval of one figure's resamples (NaN, NaN when no resample has it)."""
     finite = values[~np.isnan(values)]
     if not len(finite):
         return np.nan, np.nan
-    tail = (1.0 - CONFIDENCE) / 2.0 * 100.0
+    tail = (1.0 - confidence) / 2.0 * 100.0
     low, high = np.percentile(finite, [tail, 100.0 - tail])
     return float(low), float(high)
 
@@ -313,7 +316,7 @@ COMPARISON_COLUMNS: list[str] = [
     "baseline_value",
     "value",
     "change_pct",  # (value - baseline) / baseline
-    "change_lo_pct",  # 95 % bootstrap interval of the change
+    "change_lo_pct",  # COMPARE_CONFIDENCE bootstrap interval of the change
     "change_hi_pct",
     "significant",
 ]
@@ -331,7 +334,7 @@ class RunFigures:
 def compare_runs(baseline: RunFigures, other: RunFigures) -> pd.DataFrame:
     """COMPARISON_COLUMNS for each tier both runs ran (same users, or same rate) of each pair of targets
     and each HEADLINE_FIGURES: the difference other - baseline, bootstrapped from both runs' independent
-    resamples; significant when its 95 % interval leaves out 0."""
+    resamples; significant when its COMPARE_CONFIDENCE interval leaves out 0."""
     rows = []
     for base_target, other_target in _target_pairs(baseline.summary, other.summary):
         base_tiers = _tiers_of(baseline.summary, base_target)
@@ -374,7 +377,7 @@ def _change_interval(figure: str, baseline: TierResamples, other: TierResamples)
     a, b = baseline.figures.get(figure), other.figures.get(figure)
     if a is None or b is None:
         return np.nan, np.nan
-    return interval(b - a)
+    return interval(b - a, COMPARE_CONFIDENCE)
 
 
 def _whole_tiers(summary: pd.DataFrame) -> pd.DataFrame:

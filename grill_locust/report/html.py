@@ -10,6 +10,7 @@ from collections.abc import Iterable
 import pandas as pd
 
 from grill_locust.report.build import Report
+from grill_locust.report.confidence import COMPARE_CONFIDENCE, CONFIDENCE
 from grill_locust.report.figures import FigureFile
 from grill_locust.report.tables import (
     display_agent_steps,
@@ -207,10 +208,11 @@ def _verdicts_section(report: Report) -> str:
     return (
         "<h2>Differences between runs</h2>"
         '<p class="legend">Each run against the first, at each tier both ran (the same users, or the same '
-        "rate): TTFT p50 and p90, E2E p50 and system tok/s. A figure differs when the 95 % interval of its "
-        "difference, bootstrapped from both runs' conversations, leaves out 0; shown as the change and that "
-        "interval in percent of the first run's value. Otherwise: no significant difference.</p>"
-        + html_table(display_verdicts(report.verdicts))
+        f"rate): TTFT p50 and p90, E2E p50 and system tok/s. A figure differs when the {COMPARE_CONFIDENCE * 100:g} % interval of its "
+        f"difference, bootstrapped from both runs' conversations, leaves out 0 ({CONFIDENCE * 100:g} % shared by the four "
+        "figures: two runs of one engine are called different at a tier at most 5 % of the time); shown as "
+        "the change and that interval in percent of the first run's value. Otherwise: no significant "
+        "difference.</p>" + html_table(display_verdicts(report.verdicts))
     )
 
 
