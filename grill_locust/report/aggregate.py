@@ -41,6 +41,13 @@ from grill_locust.record import (
     timing_lag_ms,
 )
 from grill_locust.report.capacity import conversation_slos_of_run, slo_of_run
+from grill_locust.report.confidence import (
+    TierResamples,
+    interval_row,
+    resample_tier,
+    tier_seed,
+    with_interval_columns,
+)
 from grill_locust.report.goodput import GOODPUT_COLUMNS, goodput_columns, judged_slo_met, tier_goodput_counts
 from grill_locust.report.load import RunData, load_run
 from grill_locust.report.sessions import (
@@ -104,46 +111,49 @@ AUTOCOMPLETE_COLUMNS: list[str] = [
     "budget_ms",
 ]
 
-SUMMARY_COLUMNS: list[str] = [
-    "run_id",
-    "series",
-    *(c for c in LABEL_COLUMNS if c != "run_id"),  # the record's labels, in their order
-    "mix",  # a mix target's whole-tier label on its persona rows and whole-tier row; "" otherwise
-    "tier_index",
-    "tier_users",
-    "tier_rate",  # an open-loop tier's rate (tier_users 0); empty for a tier of users
-    "developers",  # distinct developers that sent requests (a persona's share of a mix's tier)
-    "requests",
-    "ok_requests",
-    "cancelled",
-    "earlier_attempt_requests",  # requests of an attempt an engine outage cut short (the tier ran again)
-    "warmup_requests",  # started in the tier's warmup: in no other figure of the row
-    "cooldown_requests",  # still running at a rate tier's end (among the row's requests)
-    "success_rate",  # ok requests / requests that were neither abandoned nor cut by our own stop
-    *AUTOCOMPLETE_COLUMNS,
-    *summary_metric_columns(),
-    "output_tokens_per_s",
-    "visible_output_tokens_per_s",  # output tokens less reasoning tokens, over the same span
-    "requests_per_s",
-    *GOODPUT_COLUMNS,  # per-request SLO (report/goodput.py): share of requests meeting it, their rates
-    "cached_token_ratio",
-    "prompt_tokens_mean",
-    "output_tokens_mean",
-    "span_s",
-    "turns",
-    "ttft_turn_ratio",
-    "e2e_turn_ratio",
-    "context_growth",
-    *SESSION_TIER_COLUMNS,
-    "worker_lag_p99_ms",
-    "worker_read_lag_p99_ms",
-    "worker_cpu_mean",
-    "saturated",
-    "unreadable_lines",
-    "complete",
-    "flags",
-    "note",
-]
+# each figure with a bootstrap interval has its `<figure>_lo`, `<figure>_hi` beside it (report.confidence)
+SUMMARY_COLUMNS: list[str] = with_interval_columns(
+    [
+        "run_id",
+        "series",
+        *(c for c in LABEL_COLUMNS if c != "run_id"),  # the record's labels, in their order
+        "mix",  # a mix target's whole-tier label on its persona rows and whole-tier row; "" otherwise
+        "tier_index",
+        "tier_users",
+        "tier_rate",  # an open-loop tier's rate (tier_users 0); empty for a tier of users
+        "developers",  # distinct developers that sent requests (a persona's share of a mix's tier)
+        "requests",
+        "ok_requests",
+        "cancelled",
+        "earlier_attempt_requests",  # requests of an attempt an engine outage cut short (the tier ran again)
+        "warmup_requests",  # started in the tier's warmup: in no other figure of the row
+        "cooldown_requests",  # still running at a rate tier's end (among the row's requests)
+        "success_rate",  # ok requests / requests that were neither abandoned nor cut by our own stop
+        *AUTOCOMPLETE_COLUMNS,
+        *summary_metric_columns(),
+        "output_tokens_per_s",
+        "visible_output_tokens_per_s",  # output tokens less reasoning tokens, over the same span
+        "requests_per_s",
+        *GOODPUT_COLUMNS,  # per-request SLO (report/goodput.py): share of requests meeting it, their rates
+        "cached_token_ratio",
+        "prompt_tokens_mean",
+        "output_tokens_mean",
+        "span_s",
+        "turns",
+        "ttft_turn_ratio",
+        "e2e_turn_ratio",
+        "context_growth",
+        *SESSION_TIER_COLUMNS,
+        "worker_lag_p99_ms",
+        "worker_read_lag_p99_ms",
+        "worker_cpu_mean",
+        "saturated",
+        "unreadable_lines",
+        "complete",
+        "flags",
+        "note",
+    ]
+)
 INTERNAL_COLUMNS = (
     "ok_output_tokens",
     "ok_visible_tokens",
@@ -219,6 +229,8 @@ class _Stats:
             .astype("boolean")
             .astype("Float64")
             .to_numpy("float64", na_value=np.nan),
+            # the unit the bootstrap resamples (report.confidence)
+            "conversation": pd.factorize(records["conversation_id"], use_na_sentinel=False)[0],
         }
         columns.update({name: records[name].to_numpy(dtype="float64") for name in STAT_COLUMNS})
         return cls(pd.DataFrame(columns), pd.Index(targets))
@@ -235,14 +247,19 @@ class _Stats:
         return frame
 
 
+Resamples = dict[tuple[str, int], TierResamples]  # (target, tier_index) -> its figures' bootstrap
+
+
 @dataclass(frozen=True)
 class RunTables:
-    """Every table of one run's report: tiers, multi-turn turns, agent sessions and agent steps."""
+    """Every table of one run's report: tiers, multi-turn turns, agent sessions and agent steps; and
+    each tier's bootstrap resamples (a mix's whole tier, not its personas), which `grill compare` judges."""
 
     summary: pd.DataFrame
     turns: pd.DataFrame
     sessions: pd.DataFrame  # report.sessions.SESSION_COLUMNS, one row per agent session
     agent_steps: pd.DataFrame  # STEP_COLUMNS, one row per target x tier x agent step
+    resamples: Resamples
 
 
 @dataclass(frozen=True)
@@ -300,8 +317,8 @@ def summarize_all(
     steps = agent_steps(measured.run.records)
     if len(steps):
         steps["series"] = series_names(steps)
-    summary, turns = _summary_and_turns(run, measured, turns=True)
-    return RunTables(summary, turns, measured.sessions, steps[STEP_COLUMNS])
+    summary, turns, resamples = _summary_and_turns(run, measured, turns=True)
+    return RunTables(summary, turns, measured.sessions, steps[STEP_COLUMNS], resamples)
 
 
 def _judged(run: RunData, slo: Slo | None, conversation_slos: Mapping[str, Slo] | None) -> RunData:
@@ -313,18 +330,21 @@ def _judged(run: RunData, slo: Slo | None, conversation_slos: Mapping[str, Slo] 
     return dataclasses.replace(run, records=run.records.assign(slo_met=met))
 
 
-def _summary_and_turns(run: RunData, measured: _Measured, turns: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The tier rows, a mix's persona rows among them, and (`turns`) the per-turn rows, per persona."""
-    summary = _summarize(measured)
+def _summary_and_turns(
+    run: RunData, measured: _Measured, turns: bool
+) -> tuple[pd.DataFrame, pd.DataFrame, Resamples]:
+    """The tier rows, a mix's persona rows among them, (`turns`) the per-turn rows, per persona, and
+    the tiers' resamples."""
+    summary, resamples = _summarize(measured)
     turn_rows = (
         _summarize_turns(measured.run, measured.stats) if turns else pd.DataFrame(columns=TURN_COLUMNS)
     )
     personas = _persona_run(run)
     if personas is None:
-        return summary, turn_rows
+        return summary, turn_rows, resamples
     persona_run, mixes = personas
     persona_measured = _Measured.of(persona_run)
-    persona_rows = _as_mix_targets(_summarize(persona_measured))
+    persona_rows = _as_mix_targets(_summarize(persona_measured)[0])
     whole = summary["target"].isin(mixes)
     # turn ratios across personas of different kinds mean nothing: a persona's row has its own
     summary.loc[whole, ["turns", "ttft_turn_ratio", "e2e_turn_ratio", "context_growth"]] = np.nan
@@ -335,7 +355,7 @@ def _summary_and_turns(run: RunData, measured: _Measured, turns: bool) -> tuple[
     if turns:
         persona_turns = _as_mix_targets(_summarize_turns(persona_measured.run, persona_measured.stats))
         turn_rows = _concat_rows(turn_rows[~turn_rows["target"].isin(mixes)], persona_turns)
-    return _concat_rows(persona_rows, summary), turn_rows
+    return _concat_rows(persona_rows, summary), turn_rows, resamples
 
 
 MIX_PERSONA_SEPARATOR = "\x1f"  # between a mix target's name and a persona's, in _persona_run's targets
@@ -391,13 +411,13 @@ def _tier_lag_p99(frame: pd.DataFrame, column: str) -> pd.Series:
     return by_worker[column].last().groupby(level=TIER_KEYS).max(min_count=1)
 
 
-def _summarize(measured: _Measured) -> pd.DataFrame:
+def _summarize(measured: _Measured) -> tuple[pd.DataFrame, Resamples]:
     run, stats = measured.run, measured.stats
     records = run.records
     if not len(records) and not len(run.phases):
-        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+        return pd.DataFrame(columns=SUMMARY_COLUMNS), {}
     frame = stats.frame
-    phases = run.phases.set_index(TIER_KEYS)
+    phases = _one_row_per_tier(run.phases).set_index(TIER_KEYS)
     phases.index = phases.index.set_levels(phases.index.levels[0].astype(object), level=0)
     ok_frame = frame[frame["ok"]]
     by_tier = frame.groupby(TIER_KEYS, sort=False)
@@ -457,7 +477,7 @@ def _summarize(measured: _Measured) -> pd.DataFrame:
     summary["abandoned"] = summary["abandoned"].astype("Int64")
     summary["budget_ms"] = _budgets_ms(summary, run.meta)
 
-    from_phases = (phases["end_wall"] - phases["start_wall"]).reindex(summary.index)
+    from_phases = phases["span_s"].reindex(summary.index)
     summary["span_s"] = from_phases.where(from_phases > 0, summary["records_span_s"])
     span = summary["span_s"].where(summary["span_s"] > 0)
     summary["output_tokens_per_s"] = summary["ok_output_tokens"].fillna(0.0) / span
@@ -476,6 +496,9 @@ def _summarize(measured: _Measured) -> pd.DataFrame:
     summary["cooldown_requests"] = summary["cooldown_requests"].fillna(0).astype("int64")
     summary["flags"] = _flags(summary)
     summary = summary.join(_session_columns(summary.index, measured.sessions))
+    resamples = _resamples(run, stats, summary["span_s"])
+    intervals = [interval_row(resamples.get((str(target), int(tier)))) for target, tier in summary.index]
+    summary = summary.join(pd.DataFrame(intervals, index=summary.index))
 
     summary = summary.reset_index()
     summary["series"] = series_names(summary)
@@ -487,7 +510,36 @@ def _summarize(measured: _Measured) -> pd.DataFrame:
     summary = summary[SUMMARY_COLUMNS + extra]
     for name in (*LABEL_COLUMNS, "series", "flags", "note"):
         summary[name] = summary[name].astype(str)
-    return summary.sort_values(["target", "tier_users", "tier_index"], kind="stable").reset_index(drop=True)
+    summary = summary.sort_values(["target", "tier_users", "tier_index"], kind="stable")
+    return summary.reset_index(drop=True), resamples
+
+
+def _resamples(run: RunData, stats: _Stats, span_s: pd.Series) -> Resamples:
+    """Each tier's bootstrap over its conversations, seeded by the run, target and tier (report.confidence)."""
+    resamples: Resamples = {}
+    for (code, tier), tier_frame in stats.frame.groupby(TIER_KEYS, sort=False):
+        target = str(stats.targets[code])
+        span = span_s.get((target, tier), np.nan)
+        tier_resamples = resample_tier(tier_frame, float(span), tier_seed(run.run_id, target, int(tier)))
+        if tier_resamples is not None:
+            resamples[(target, int(tier))] = tier_resamples
+    return resamples
+
+
+def _one_row_per_tier(phases: pd.DataFrame) -> pd.DataFrame:
+    """The phase rows of each tier as one: its repeats (`--repeat`) together, their spans added (the
+    time the tier ran, pauses between repeats left out), complete when every repeat is."""
+    phases = phases.assign(span_s=phases["end_wall"] - phases["start_wall"])
+    if not phases.duplicated(TIER_KEYS).any():
+        return phases
+    by_tier = phases.groupby(TIER_KEYS, sort=False)
+    rows = by_tier.first()
+    rows["span_s"] = by_tier["span_s"].sum(min_count=1)
+    rows["complete"] = by_tier["complete"].all()
+    rows["note"] = by_tier["note"].agg(lambda notes: "; ".join(dict.fromkeys(n for n in notes if n)))
+    if "earlier_attempt_requests" in phases:
+        rows["earlier_attempt_requests"] = by_tier["earlier_attempt_requests"].sum()
+    return rows.reset_index()
 
 
 def _session_columns(tiers: pd.MultiIndex, sessions: pd.DataFrame) -> pd.DataFrame:
@@ -668,6 +720,8 @@ def _join_telemetry(summary: pd.DataFrame, run: RunData) -> pd.DataFrame:
         if column != "target":
             per_tier[column] = pd.to_numeric(per_tier[column], errors="coerce").astype("float64")
     per_tier["target"] = per_tier["target"].astype(str)
+    if per_tier.duplicated(TIER_KEYS).any():  # a row per repeat (`--repeat`): their mean per tier
+        per_tier = per_tier.groupby(TIER_KEYS, sort=False).mean().reset_index()
     summary = summary.assign(
         tier_index=summary["tier_index"].astype("float64"), target=summary["target"].astype(str)
     )

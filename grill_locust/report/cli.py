@@ -10,6 +10,7 @@ from grill_locust.config import Slo
 from grill_locust.errors import GrillError
 from grill_locust.report.build import Report, assemble, load_runs
 from grill_locust.report.capacity import conversation_slos_of_run, slo_of_run
+from grill_locust.report.confidence import COMPARE_CONFIDENCE, CONFIDENCE
 from grill_locust.report.figures import figure_count
 from grill_locust.report.progress import Progress
 from grill_locust.report.tables import (
@@ -18,6 +19,7 @@ from grill_locust.report.tables import (
     format_searches,
     format_table,
     format_turns,
+    format_verdicts,
 )
 from grill_locust.report.write import write_report
 
@@ -141,6 +143,18 @@ def print_tables(report: Report) -> None:
         print()
     for text in report.recommendations["recommendation"]:
         print(text)
+    print_verdicts(report)
+
+
+def print_verdicts(report: Report) -> None:
+    """`grill compare`: whether each run differs from the first beyond the bootstrap intervals."""
+    if len(report.verdicts):
+        print()
+        print(
+            f"Differences from the first run (bootstrap of the difference, {COMPARE_CONFIDENCE * 100:g} % "
+            f"per figure, {CONFIDENCE * 100:g} % per tier; change and interval in %)"
+        )
+        print(format_verdicts(report.verdicts))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -165,5 +179,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     for text in report.recommendations["recommendation"]:
         print(text)
+    print_verdicts(report)
     print(f"wrote {len(written)} files to {out_dir}; open {out_dir / 'report.html'}", file=sys.stdout)
     return 0

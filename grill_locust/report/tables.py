@@ -183,13 +183,21 @@ def _format_column(values: pd.Series, formatter: Formatter) -> pd.Series:
     return values.map(lambda v: MISSING if pd.isna(v) else formatter(v))
 
 
-def _display(frame: pd.DataFrame, spec: list[tuple[str, str, Formatter]], leading: list[str]) -> pd.DataFrame:
+def _display(
+    frame: pd.DataFrame, spec: list[tuple[str, str, Formatter]], leading: list[str], intervals: bool = False
+) -> pd.DataFrame:
+    """`intervals`: a figure with a bootstrap interval reads `value ± half its width` (summary.csv has
+    both ends: an interval need not be symmetric)."""
     out = pd.DataFrame(index=frame.index)
     for column in leading:
         out[column] = frame[column].astype(str)
     for column, header, formatter in spec:
         if column in frame.columns:
             out[header] = _format_column(pd.to_numeric(frame[column], errors="coerce"), formatter)
+            if intervals and f"{column}_lo" in frame.columns:
+                half = (frame[f"{column}_hi"] - frame[f"{column}_lo"]) / 2.0
+                plus_minus = _format_column(pd.to_numeric(half, errors="coerce"), formatter)
+                out[header] = out[header].where(plus_minus == MISSING, out[header] + " ± " + plus_minus)
     return out
 
 
@@ -212,7 +220,7 @@ def display_tiers(summary: pd.DataFrame, terminal: bool = False) -> pd.DataFrame
     ]
     if _has_mix(summary):  # each persona's share of the tier's developers
         spec.insert(1, ("developers", "developers", _integer))
-    table = _display(summary, spec + optional, ["series", "conversation"])
+    table = _display(summary, spec + optional, ["series", "conversation"], intervals=not terminal)
     table["flags"] = summary["flags"].astype(str) if "flags" in summary else ""
     if terminal:
         keep = ["series", "conversation", *[c for c in table.columns if c in TERMINAL_TIER_COLUMNS], "flags"]
@@ -378,6 +386,16 @@ def display_searches(searches: pd.DataFrame) -> pd.DataFrame:
 
 def format_searches(searches: pd.DataFrame) -> str:
     return format_text(display_searches(searches))
+
+
+def display_verdicts(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """`grill compare`'s verdict per run x target x tier against the first run."""
+    out = verdicts[["run", "baseline", "target", "tier", "verdict"]].astype(str)
+    return out.rename(columns={"run": "run", "baseline": "against"})
+
+
+def format_verdicts(verdicts: pd.DataFrame) -> str:
+    return format_text(display_verdicts(verdicts)) if len(verdicts) else ""
 
 
 def format_capacity(capacity: pd.DataFrame) -> str:

@@ -184,9 +184,10 @@ class Campaign:
         results: ResultsWriter,
         run_id: str,
         sinks: Sequence[Sink] = (),
-        skip: set[tuple[str, int]] | None = None,
+        skip: set[tuple[str, int, int]] | None = None,
         walk_tiers: bool = True,
         disk_full_give_up_s: float = DISK_FULL_GIVE_UP_S,
+        repeats: int = 1,
     ) -> None:
         self.environment = environment
         self.scenario = scenario
@@ -197,9 +198,10 @@ class Campaign:
         # this run, or this resumption of it: in every user's prompt keys, so that no run sends the
         # prompts of an earlier one, which the engine's prefix cache may still hold
         self.session = f"{run_id}.{len(results.meta.get('resumed_wall') or [])}"
-        planned = campaign_phases(scenario, run_id, self.session) if walk_tiers else []
+        planned = campaign_phases(scenario, run_id, self.session, repeats) if walk_tiers else []
         self.tier_count = len(planned)  # tiers are numbered against the whole campaign, resumed or not
-        self.phases = [p for p in planned if (p.target, p.tier_index) not in (skip or set())]
+        self.repeats = repeats
+        self.phases = [p for p in planned if (p.target, p.tier_index, p.repeat) not in (skip or set())]
         search = scenario.load.search if walk_tiers else None
         # a capacity search's bisection per target, in scenario order; its probe that ended, to judge
         self.searches = {t.name: Bisection.of(search) for t in scenario.targets} if search else {}
@@ -322,10 +324,11 @@ class Campaign:
 
     def _progress_of(self, record: dict[str, Any]) -> PhaseProgress | None:
         def same(phase: Phase) -> bool:
-            return (phase.target, phase.tier_index, phase.attempt) == (
+            return (phase.target, phase.tier_index, phase.attempt, phase.repeat) == (
                 record["target"],
                 record["tier_index"],
                 record.get("attempt") or 0,
+                record.get("repeat") or 0,
             )
 
         current = self.current
@@ -690,6 +693,8 @@ class Campaign:
         """`3/8` (the tier's place in the whole campaign), `3/8, attempt 2` for a tier run again; a
         search's probes are not known ahead: `3/?`."""
         label = f"{phase.phase_id + 1}/{'?' if self.searches else self.tier_count}"
+        if self.repeats > 1:
+            label += f", repeat {phase.repeat + 1}/{self.repeats}"
         return f"{label}, attempt {phase.attempt + 1}" if phase.attempt else label
 
     @staticmethod

@@ -57,6 +57,7 @@ class Phase:
     # a tier that sends for this long: a rate tier's dispatchers send until then (the sends still playing
     # finish after), a search probe's users loop conversations until then (it ends complete)
     duration_s: float | None = None
+    repeat: int = 0  # which of `--repeat N` walks of the campaign's tiers (0-based)
 
     @property
     def key(self) -> str:
@@ -101,6 +102,7 @@ class Phase:
             "tier_rate": self.tier_rate,
             "session": self.session,
             "attempt": self.attempt,
+            "repeat": self.repeat,
         }
 
     def to_wire(self) -> dict[str, Any]:
@@ -111,9 +113,11 @@ class Phase:
         return cls(**{**data, "dispatchers": tuple(data.get("dispatchers") or ())})
 
 
-def campaign_phases(scenario: Scenario, run_id: str, session: str = "") -> list[Phase]:
-    """Targets in scenario order, each through every tier (of users, or of rates in an open-loop load);
-    a search's first probe (the search picks each next one from the verdicts)."""
+def campaign_phases(scenario: Scenario, run_id: str, session: str = "", repeats: int = 1) -> list[Phase]:
+    """Targets in scenario order, each through every tier (of users, or of rates in an open-loop load),
+    all of it `repeats` times (`--repeat`); a search's first probe (the search picks each next one from
+    the verdicts). Each phase has its own phase_id, which users' prompt keys carry: a repeat sends new
+    prompts."""
     load = scenario.load
     if load.search is not None:
         first = scenario.targets[0].name
@@ -124,22 +128,24 @@ def campaign_phases(scenario: Scenario, run_id: str, session: str = "") -> list[
         if load.rates is not None
         else [(users, None) for users in load.tiers]
     )
-    for target in scenario.targets:
-        for tier_index, (users, rate) in enumerate(tiers):
-            phases.append(
-                Phase(
-                    phase_id=len(phases),
-                    run_id=run_id,
-                    target=target.name,
-                    tier_index=tier_index,
-                    tier_users=users,
-                    iterations_per_user=load.iterations if rate is None else 0,
-                    think_time_s=load.think_time_s,
-                    session=session,
-                    tier_rate=rate,
-                    duration_s=None if rate is None else load.duration_s,
+    for repeat in range(repeats):
+        for target in scenario.targets:
+            for tier_index, (users, rate) in enumerate(tiers):
+                phases.append(
+                    Phase(
+                        phase_id=len(phases),
+                        run_id=run_id,
+                        target=target.name,
+                        tier_index=tier_index,
+                        tier_users=users,
+                        iterations_per_user=load.iterations if rate is None else 0,
+                        think_time_s=load.think_time_s,
+                        session=session,
+                        tier_rate=rate,
+                        duration_s=None if rate is None else load.duration_s,
+                        repeat=repeat,
+                    )
                 )
-            )
     return phases
 
 

@@ -126,10 +126,15 @@ def probes_at_most(search: Search) -> int:
     return 1 + doublings + bisections
 
 
-def check_search_runnable(search: Search | None, resuming: bool) -> None:
+def check_search_runnable(search: Search | None, resuming: bool, repeats: int | None = None) -> None:
     """A search this version cannot run: GrillError (exit 2) before anything starts."""
     if search is None:
         return
+    if repeats is not None and repeats > 1:
+        raise GrillError(
+            "--repeat: a capacity search (load.search) runs once: its probes follow its own verdicts; "
+            "repeat a campaign of tiers instead"
+        )
     if resuming:
         raise GrillError(
             "--resume: a capacity search (load.search) cannot be resumed: each probe depends on the verdicts "
