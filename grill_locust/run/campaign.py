@@ -549,7 +549,7 @@ class Campaign:
                 self.tier_label(phase),
                 phase.target,
                 self.load_label(phase),
-                self.scenario.load.duration_s,
+                phase.duration_s,
                 len(phase.dispatchers),
             )
 
