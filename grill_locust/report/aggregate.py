@@ -50,6 +50,12 @@ from grill_locust.report.confidence import (
 )
 from grill_locust.report.goodput import GOODPUT_COLUMNS, goodput_columns, judged_slo_met, tier_goodput_counts
 from grill_locust.report.load import RunData, load_run
+from grill_locust.report.percentiles import (
+    LATENCY_METRICS,
+    QUANTILES,
+    REQUEST_RATE_METRICS,
+    percentile_figures,
+)
 from grill_locust.report.sessions import (
     SESSION_KEYS,
     SESSION_TIER_COLUMNS,
@@ -60,20 +66,6 @@ from grill_locust.report.sessions import (
 )
 
 TIER_KEYS: list[str] = ["target", "tier_index"]
-QUANTILES: tuple[int, ...] = (50, 90, 95, 99)  # p95: an SLO's `percentile` may name it
-# summary name -> record column; ITL is the distribution of each request's mean inter-token gap
-LATENCY_METRICS: dict[str, str] = {
-    "ttft": "ttft_s",
-    "ttfo": "ttfo_s",
-    "tpot": "tpot_s",
-    "itl": "itl_mean_s",
-    "e2e": "e2e_s",
-}
-# summary name -> record column: per-request output tokens / E2E, and the answer's own streaming rate
-REQUEST_RATE_METRICS: dict[str, str] = {
-    "request_tokens_per_s": "tokens_per_s",
-    "request_visible_tokens_per_s": "visible_tokens_per_s",
-}
 
 # The load generator's own health: above these, a tier measured the load generator, not the engine.
 # thresholds shared with the run's live flag: grill_locust/record.py
@@ -89,12 +81,7 @@ TIER_LABEL_COLUMNS: list[str] = [c for c in LABEL_COLUMNS if c not in TIER_KEYS]
 
 def summary_metric_columns() -> list[str]:
     """The percentile columns of a summary, in table order."""
-    columns = []
-    for name in LATENCY_METRICS:
-        columns += [f"{name}_p{q}_s" for q in QUANTILES]
-    for name in REQUEST_RATE_METRICS:
-        columns += [f"{name}_p{q}" for q in QUANTILES]
-    return columns
+    return list(percentile_figures())
 
 
 # Autocomplete tiers (empty for tiers without autocomplete requests), over the tier's autocomplete
@@ -299,13 +286,17 @@ class _Measured:
 
 
 def summarize(
-    run: RunData, slo: Slo | None = None, conversation_slos: Mapping[str, Slo] | None = None
+    run: RunData,
+    slo: Slo | None = None,
+    conversation_slos: Mapping[str, Slo] | None = None,
+    intervals: bool = True,
 ) -> pd.DataFrame:
     """One row per target x tier (SUMMARY_COLUMNS, then any telemetry columns), sorted by target and users;
     a mix target's persona rows before its whole-tier row. Requests are judged by `slo` and
-    `conversation_slos` (default: the run's own)."""
+    `conversation_slos` (default: the run's own). Without `intervals` the bootstrap is left out (the
+    master's live tier row: its event loop takes records meanwhile)."""
     run = _judged(run, slo, conversation_slos)
-    return _summary_and_turns(run, _Measured.of(run), turns=False)[0]
+    return _summary_and_turns(run, _Measured.of(run), turns=False, intervals=intervals)[0]
 
 
 def summarize_all(
@@ -331,11 +322,11 @@ def _judged(run: RunData, slo: Slo | None, conversation_slos: Mapping[str, Slo] 
 
 
 def _summary_and_turns(
-    run: RunData, measured: _Measured, turns: bool
+    run: RunData, measured: _Measured, turns: bool, intervals: bool = True
 ) -> tuple[pd.DataFrame, pd.DataFrame, Resamples]:
     """The tier rows, a mix's persona rows among them, (`turns`) the per-turn rows, per persona, and
     the tiers' resamples."""
-    summary, resamples = _summarize(measured)
+    summary, resamples = _summarize(measured, intervals)
     turn_rows = (
         _summarize_turns(measured.run, measured.stats) if turns else pd.DataFrame(columns=TURN_COLUMNS)
     )
@@ -344,7 +335,7 @@ def _summary_and_turns(
         return summary, turn_rows, resamples
     persona_run, mixes = personas
     persona_measured = _Measured.of(persona_run)
-    persona_rows = _as_mix_targets(_summarize(persona_measured)[0])
+    persona_rows = _as_mix_targets(_summarize(persona_measured, intervals)[0])
     whole = summary["target"].isin(mixes)
     # turn ratios across personas of different kinds mean nothing: a persona's row has its own
     summary.loc[whole, ["turns", "ttft_turn_ratio", "e2e_turn_ratio", "context_growth"]] = np.nan
@@ -411,7 +402,7 @@ def _tier_lag_p99(frame: pd.DataFrame, column: str) -> pd.Series:
     return by_worker[column].last().groupby(level=TIER_KEYS).max(min_count=1)
 
 
-def _summarize(measured: _Measured) -> tuple[pd.DataFrame, Resamples]:
+def _summarize(measured: _Measured, intervals: bool = True) -> tuple[pd.DataFrame, Resamples]:
     run, stats = measured.run, measured.stats
     records = run.records
     if not len(records) and not len(run.phases):
@@ -496,9 +487,9 @@ def _summarize(measured: _Measured) -> tuple[pd.DataFrame, Resamples]:
     summary["cooldown_requests"] = summary["cooldown_requests"].fillna(0).astype("int64")
     summary["flags"] = _flags(summary)
     summary = summary.join(_session_columns(summary.index, measured.sessions))
-    resamples = _resamples(run, stats, summary["span_s"])
-    intervals = [interval_row(resamples.get((str(target), int(tier)))) for target, tier in summary.index]
-    summary = summary.join(pd.DataFrame(intervals, index=summary.index))
+    resamples = _resamples(run, stats, summary["span_s"]) if intervals else {}
+    rows = [interval_row(resamples.get((str(target), int(tier)))) for target, tier in summary.index]
+    summary = summary.join(pd.DataFrame(rows, index=summary.index))
 
     summary = summary.reset_index()
     summary["series"] = series_names(summary)

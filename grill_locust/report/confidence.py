@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from grill_locust.report.percentiles import percentile_figures
+
 CONFIDENCE = 0.95
 RESAMPLES = 1000
 MAX_UNITS = 2000  # resampled units per tier (conversations, or groups of them above this)
@@ -30,22 +32,9 @@ WINDOW_SIGMAS = 3.0
 WINDOW_MARGIN = 8
 
 # summary column -> (record column, quantile): percentiles of successful requests
-PERCENTILE_FIGURES: dict[str, tuple[str, float]] = {}
-for _name, _column in {
-    "ttft": "ttft_s",
-    "ttfo": "ttfo_s",
-    "tpot": "tpot_s",
-    "itl": "itl_mean_s",
-    "e2e": "e2e_s",
-}.items():
-    for _q in (50, 90, 99):
-        PERCENTILE_FIGURES[f"{_name}_p{_q}_s"] = (_column, _q / 100.0)
-for _name, _column in {
-    "request_tokens_per_s": "tokens_per_s",
-    "request_visible_tokens_per_s": "visible_tokens_per_s",
-}.items():
-    for _q in (50, 90, 99):
-        PERCENTILE_FIGURES[f"{_name}_p{_q}"] = (_column, _q / 100.0)
+PERCENTILE_FIGURES: dict[str, tuple[str, float]] = {
+    figure: (column, q / 100.0) for figure, (column, q) in percentile_figures().items()
+}
 
 # summary column -> (numerator sum, denominator sum, scale): a ratio of per-conversation sums ("span":
 # the tier's span in seconds, the same for every resample); the sums are SUM_COLUMNS
@@ -59,6 +48,10 @@ RATIO_FIGURES: dict[str, tuple[str, str, float]] = {
     "output_tokens_mean": ("ok_output_tokens", "ok", 1.0),
     "abandoned_pct": ("abandoned", "autocomplete", 100.0),
     "shown_in_budget_pct": ("shown_in_budget", "autocomplete", 100.0),
+    # goodput (report/goodput.py): requests meeting their per-request SLO, where a limit applies
+    "slo_attainment": ("slo_met", "slo_judged", 1.0),
+    "goodput_rps": ("slo_met", "span", 1.0),
+    "goodput_tokens_per_s": ("slo_met_output_tokens", "span", 1.0),
 }
 FIGURES: tuple[str, ...] = (*PERCENTILE_FIGURES, *RATIO_FIGURES)
 # what `grill compare` judges at each tier
@@ -80,6 +73,7 @@ NEEDED_COLUMNS: tuple[str, ...] = (
     "reasoning_tokens",
     "prompt_tokens",
     "cached_tokens",
+    "slo_met",
 )
 
 
@@ -203,6 +197,13 @@ def _unit_sums(
     }
     if not np.isnan(visible[ok]).all():
         sums["ok_visible_tokens"] = total(np.nan_to_num(visible))
+    slo_met = column("slo_met")  # 1, 0, or NaN where no limit applies (and for abandoned requests)
+    judged = kept & ~np.isnan(slo_met)
+    if judged.any():
+        met = judged & (slo_met == 1.0)
+        sums["slo_judged"] = total(judged)
+        sums["slo_met"] = total(met)
+        sums["slo_met_output_tokens"] = total(np.where(met, np.nan_to_num(column("output_tokens")), 0.0))
     return sums
 
 

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from grill_locust.report.aggregate import QUANTILES
+from grill_locust.report.percentiles import QUANTILES
 
 Formatter = Callable[[float], str]
 MISSING = "-"

@@ -721,9 +721,8 @@ class Campaign:
         records = pd.DataFrame(progress.tier_records, columns=list(RECORD_COLUMNS))
         phases = pd.DataFrame([self._phase_row(progress)])
         judged_by = {c.name: self.scenario.slo_of(c.name) for c in self.scenario.conversations}
-        return summarize(
-            RunData(records, phases, None, {"run_id": self.run_id}), self.scenario.slo, judged_by
-        )
+        run = RunData(records, phases, None, {"run_id": self.run_id})
+        return summarize(run, self.scenario.slo, judged_by, intervals=False)
 
     def _phase_row(self, progress: PhaseProgress) -> dict[str, Any]:
         phase = progress.phase
