@@ -91,6 +91,21 @@ def test_summary_has_an_interval_beside_each_figure_holding_the_figure(tmp_path:
     pd.testing.assert_frame_equal(summary, again)  # a fixed seed: the same intervals every time
 
 
+def test_p95_and_goodput_have_intervals_holding_them(tmp_path: Path) -> None:
+    from grill_locust.config import Slo
+
+    run = load_run(write_results_folder(tmp_path / "run", synthetic_records(4000, tiers=(1, 5))))
+    limit_s = float(run.records["ttft_s"].median())  # about half the requests meet it
+    summary = summarize_all(run, Slo(ttft_s=limit_s)).summary
+    for figure in ("ttft_p95_s", "slo_attainment", "goodput_rps", "goodput_tokens_per_s"):
+        assert summary[figure].notna().all(), figure
+        assert (summary[f"{figure}_lo"] <= summary[figure] + 1e-12).all(), figure
+        assert (summary[figure] <= summary[f"{figure}_hi"] + 1e-12).all(), figure
+        assert (summary[f"{figure}_hi"] > summary[f"{figure}_lo"]).any(), (
+            figure
+        )  # all met, or none: no spread
+
+
 def test_a_tier_of_one_conversation_has_no_interval(tmp_path: Path) -> None:
     records = [
         make_record(conversation_id="c0", turn=turn, ttft_s=0.1 * (turn + 1), wall_start=1000.0 + turn)
