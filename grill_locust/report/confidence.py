@@ -133,9 +133,9 @@ def resample_tier(
     total = dict(zip(sums, totals.astype("float64"), strict=True))
     with np.errstate(divide="ignore", invalid="ignore"):
         for figure, (numerator, denominator, scale) in RATIO_FIGURES.items():
-            below = np.full(resamples, span_s) if denominator == "span" else total[denominator]
             if numerator not in total:  # no value in any request (reasoning tokens never counted)
                 continue
+            below = np.full(resamples, span_s) if denominator == "span" else total[denominator]
             below = np.where(below > 0, below, np.nan)
             out[figure] = scale * total[numerator] / below
     done: list[tuple[np.ndarray, list[np.ndarray]]] = []  # TTFO is TTFT without reasoning: once is enough
