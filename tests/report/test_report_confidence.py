@@ -42,6 +42,7 @@ def exponential_tier(conversations: int, seed: int) -> pd.DataFrame:
             "reasoning_tokens": 0.0,
             "prompt_tokens": 400.0,
             "cached_tokens": np.nan,
+            "slo_met": np.nan,  # no per-request SLO
             **{
                 column: rng.exponential(1.0, n)
                 for column in ("ttft_s", "ttfo_s", "tpot_s", "itl_mean_s", "e2e_s", "tokens_per_s")
