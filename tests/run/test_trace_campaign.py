@@ -28,6 +28,7 @@ from tests.run.test_distributed import finish, start_cluster
 TRACE = Path(__file__).with_name("traces") / "mooncake_40.jsonl"
 ROWS = read_trace(str(TRACE), "mooncake")
 SHORT = {"name": "short", "kind": "short-baseline", "prompt_tokens": 40}
+NO_PAUSE = ("--pause", "0.2")  # the load's default pause holds 30 s at 0 users after the tier
 # the simulator caches whole blocks of this many tokens
 SIM_BLOCK_TOKENS = 16
 # a row's blocks are in the engine's cache once the earlier row that holds them was prefilled: rows sent
@@ -50,22 +51,32 @@ def trace_scenario(url: str, conversations: tuple[dict[str, Any], ...] = (), **l
     return data
 
 
-def shared_blocks(row: TraceRow, earlier: TraceRow) -> int:
-    """Blocks of `row`'s prompt that `earlier`'s holds whole: their common leading hash ids, up to the
-    earlier row's last whole block (its last one is cut)."""
+def common_blocks(row: TraceRow, earlier: TraceRow) -> int:
+    """Leading hash ids the two rows have in common: the blocks of `row`'s prompt `earlier` began with."""
     common = 0
     for mine, theirs in zip(row.hash_ids or (), earlier.hash_ids or (), strict=False):
         if mine != theirs:
             break
         common += 1
-    return min(common, earlier.input_tokens // BLOCK_TOKENS)
+    return common
 
 
-def cached_blocks_expected(rows: tuple[TraceRow, ...]) -> list[int]:
-    """Per row, the most whole blocks a row sent well before it holds of its prompt."""
+def cached_blocks_bounds(rows: tuple[TraceRow, ...]) -> list[tuple[int, int]]:
+    """Per row, the whole blocks of its prompt the engine must have cached (held whole by a row sent well
+    before it: an earlier row's last block is cut) and the most it can have (begun by any earlier row)."""
     return [
-        max((shared_blocks(row, e) for e in rows if e.at_s <= row.at_s - PREFILLED_AFTER_S), default=0)
-        for row in rows
+        (
+            max(
+                (
+                    min(common_blocks(row, e), e.input_tokens // BLOCK_TOKENS)
+                    for e in rows
+                    if e.at_s <= row.at_s - PREFILLED_AFTER_S
+                ),
+                default=0,
+            ),
+            max((common_blocks(row, e) for e in rows[:index]), default=0),
+        )
+        for index, row in enumerate(rows)
     ]
 
 
@@ -79,14 +90,17 @@ def assert_replayed(records: pd.DataFrame) -> None:
     template_tokens = count_tokens(render_chat([{"role": "user", "content": ""}]))
     assert list(by_line["prompt_tokens"] - template_tokens) == [row.input_tokens for row in ROWS]
     assert list(by_line["output_tokens"]) == [row.output_tokens for row in ROWS]
-    expected = cached_blocks_expected(ROWS)
-    assert expected.count(0) >= 3 and expected.count(1) >= 3 and expected.count(2) >= 3  # the fixture
-    for line, blocks in enumerate(expected):
+    bounds = cached_blocks_bounds(ROWS)
+    held = [low for low, _ in bounds]
+    assert held.count(0) >= 3 and held.count(1) >= 3 and held.count(2) >= 3  # the fixture shares blocks
+    for line, (low, high) in enumerate(bounds):
+        # the chat template's tokens come first: cached in whole simulator blocks, up to the shared ones
         cached = int(by_line["cached_tokens"].iloc[line])
-        if blocks:
-            assert cached >= blocks * BLOCK_TOKENS, (line, blocks, cached)
-        else:  # the chat template's own tokens at most
-            assert cached < template_tokens + SIM_BLOCK_TOKENS, (line, cached)
+        assert low * BLOCK_TOKENS <= cached < high * BLOCK_TOKENS + template_tokens + SIM_BLOCK_TOKENS, (
+            line,
+            (low, high),
+            cached,
+        )
     assert (records["tier_users"] == 0).all() and (records["tier_index"] == 0).all()
     assert records["tier_rate"].unique().tolist() == [pytest.approx(trace_rate(ROWS))]
 
@@ -102,7 +116,8 @@ def test_a_mooncake_trace_replays_once_at_its_times_with_its_sizes_and_prefix_sh
     sim: SimProcess, tmp_path: Path
 ) -> None:
     path = write_scenario(tmp_path / "s.yaml", trace_scenario(sim.url))  # no load section
-    done = run_locust(["--scenario", str(path), "--results-dir", str(tmp_path / "results")], tmp_path)
+    args = ["--scenario", str(path), "--results-dir", str(tmp_path / "results"), *NO_PAUSE]
+    done = run_locust(args, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     run_dir = only_run_dir(tmp_path / "results")
     records = pd.read_parquet(run_dir / "records.parquet")
@@ -131,8 +146,8 @@ def test_a_mooncake_trace_replays_once_at_its_times_with_its_sizes_and_prefix_sh
 
 @pytest.mark.slow
 def test_two_workers_split_the_rows_and_together_send_the_trace(sim: SimProcess, tmp_path: Path) -> None:
-    data = trace_scenario(sim.url, engine_wait_s=0)
-    master, workers = start_cluster(tmp_path, write_scenario(tmp_path / "s.yaml", data), workers=2)
+    path = write_scenario(tmp_path / "s.yaml", trace_scenario(sim.url))
+    master, workers = start_cluster(tmp_path, path, workers=2, master_args=NO_PAUSE)
     code = finish(master, workers)
     assert code == 0, (tmp_path / "master.log").read_text()[-3000:]
     records = pd.read_parquet(only_run_dir(tmp_path / "results") / "records.parquet")
