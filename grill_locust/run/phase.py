@@ -1,5 +1,5 @@
-"""A Phase: one target at one tier of concurrent users (or at one open-loop rate), the unit the load shape
-walks through."""
+"""A Phase: one target at one tier of concurrent users (or at one open-loop rate, or through one replay of
+its trace), the unit the load shape walks through."""
 
 from __future__ import annotations
 
