@@ -40,7 +40,7 @@ from grill_locust.record import (
 )
 from grill_locust.run import exit_codes
 from grill_locust.run.arrivals import SCHEDULE_LAG_P99_LIMIT_S, rate_unit
-from grill_locust.run.phase import DeveloperSeats, Phase, campaign_phases, probe_phase
+from grill_locust.run.phase import DeveloperSeats, Phase, campaign_phases, probe_phase, replays_trace
 from grill_locust.run.search import Bisection, Probe
 from grill_locust.run.worker import LOCAL_CLIENT_ID, MSG_DEVELOPER, MSG_PHASE, runner_of
 from grill_locust.sinks import PhaseEvent
@@ -380,10 +380,8 @@ class Campaign:
                 return phase.users, self._spawn_rate(phase)  # its users are idle; its records wait for space
             if done:
                 self._end_phase(complete=True, note="")
-            elif now - current.started > self.scenario.load.tier_timeout_s:
-                self._end_phase(
-                    complete=False, note=f"time cap {self.scenario.load.tier_timeout_s:g} s reached"
-                )
+            elif now - current.started > self._time_cap_s(phase):
+                self._end_phase(complete=False, note=f"time cap {self._time_cap_s(phase):g} s reached")
             else:
                 return phase.users, self._spawn_rate(phase)
         if self._pause_until is not None and now < self._pause_until:
@@ -415,6 +413,11 @@ class Campaign:
         self._next_index += 1
         assert self.current is not None
         return self.current.phase.users, self._spawn_rate(self.current.phase)
+
+    def _time_cap_s(self, phase: Phase) -> float:
+        """How long a tier may run: tier_timeout_s; a trace replay, as long as its trace and then that."""
+        cap_s = self.scenario.load.tier_timeout_s
+        return cap_s + (phase.duration_s or 0.0) if replays_trace(self.targets[phase.target]) else cap_s
 
     def _all_sent(self, progress: PhaseProgress) -> bool:
         """Every dispatcher still present sent its share of a rate tier (always, in a tier of users)."""
@@ -564,7 +567,11 @@ class Campaign:
         """`10 users`, or a rate tier's `5 req/s` (`5 sessions/s` for kinds whose iteration is a session)."""
         if phase.tier_rate is None:
             return f"{phase.tier_users} users"
-        return f"{phase.tier_rate:g} {rate_unit(self.targets[phase.target].kind_label)}"
+        target = self.targets[phase.target]
+        unit = rate_unit(target.kind_label)
+        if replays_trace(target):
+            return f"the trace's times (mean {phase.tier_rate:.4g} {unit})"
+        return f"{phase.tier_rate:g} {unit}"
 
     def _end_phase(self, complete: bool, note: str) -> None:
         progress = self.current

@@ -104,7 +104,9 @@ def _init(environment: Environment, options: Any) -> None:
     scenario_drives = bool(options.scenario or options.resume or not options.host)
     if scenario_drives:
         scenario, path = load_scenario_of(options)
-        check_search_runnable(scenario.load.search, resuming=bool(options.resume), repeats=options.repeat)
+        check_search_runnable(
+            scenario.load.search, bool(options.resume), scenario.targets, repeats=options.repeat
+        )
         if options.resume and not options.force_resume:
             check_resumable(Path(options.resume), scenario)  # before engines start, before any request
         given = [
