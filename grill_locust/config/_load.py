@@ -276,6 +276,13 @@ def _mix_personas(
             message = f"conversation {entry.conversation!r} is already in this mix: give it one weight"
             raise ConfigError(at(source, (*place, "conversation"), lines, message))
         seen.add(entry.conversation)
+        if (
+            conversations[entry.conversation].kind == "trace"
+        ):  # it runs at the trace's times, not a developer's
+            message = (
+                f"conversation {entry.conversation!r} replays a trace, which is its own target: not a persona"
+            )
+            raise ConfigError(at(source, (*place, "conversation"), lines, message))
         weight = entry.weight
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < math.inf:
             message = f"expected a positive number, got {weight!r}"
