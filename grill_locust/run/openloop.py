@@ -21,10 +21,10 @@ from locust import task
 
 from grill_locust.client import EngineClient
 from grill_locust.config import Target
-from grill_locust.run.arrivals import ScheduledSend, Send, arrival_schedule
+from grill_locust.run.arrivals import ScheduledSend, Send, arrival_schedule, trace_share
 from grill_locust.run.phase import Phase, replays_trace
 from grill_locust.run.user import IDLE_POLL_S, GrillUser
-from grill_locust.workload.trace import TraceRow, conversation_trace, trace_schedule
+from grill_locust.workload.trace import conversation_trace
 
 
 class OpenLoopUser(GrillUser):
@@ -115,9 +115,3 @@ class OpenLoopUser(GrillUser):
         finally:
             slots.release()
             self.grill.iteration_done(phase.key)
-
-
-def trace_share(rows: tuple[TraceRow, ...], place: int, dispatchers: int) -> list[Send]:
-    """The sends of a trace replay that dispatcher `place` of `dispatchers` makes: rows place,
-    place + dispatchers, ... at their own times (the dispatchers' shares add up to the trace)."""
-    return [Send(*send) for send in trace_schedule(rows)[place::dispatchers]]

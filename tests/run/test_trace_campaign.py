@@ -15,7 +15,7 @@ import pytest
 from grill_locust.config import load_scenario, parse_scenario
 from grill_locust.errors import GrillError
 from grill_locust.run import estimate
-from grill_locust.run.openloop import trace_share
+from grill_locust.run.arrivals import trace_share
 from grill_locust.run.phase import campaign_phases, trace_rate
 from grill_locust.run.search import check_search_runnable
 from grill_locust.sim import SimProcess
