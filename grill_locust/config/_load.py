@@ -94,6 +94,15 @@ def _parse(data: Any, source: str, lines: LineMap, duplicates: list[DuplicateKey
     backends = _unique("backends", file.backends, source, lines, key=backends_key(data))
     models = _unique("models", file.models, source, lines)
     declared = _unique("conversations", file.conversations, source, lines)
+    for index, conversation in enumerate(file.conversations):
+        if conversation.slo is not None:
+            try:
+                conversation.slo.over(file.slo)
+            except ValidationError as error:
+                where = ("conversations", index, "slo")
+                raise ConfigError(
+                    f"{source}: {describe_validation_error(error, where, lines, None)}"
+                ) from None
     conversations = {
         name: _with_replay_file(index, conversation, folder, source, lines)
         for index, (name, conversation) in enumerate(declared.items())
@@ -267,6 +276,13 @@ def _mix_personas(
             message = f"conversation {entry.conversation!r} is already in this mix: give it one weight"
             raise ConfigError(at(source, (*place, "conversation"), lines, message))
         seen.add(entry.conversation)
+        if (
+            conversations[entry.conversation].kind == "trace"
+        ):  # it runs at the trace's times, not a developer's
+            message = (
+                f"conversation {entry.conversation!r} replays a trace, which is its own target: not a persona"
+            )
+            raise ConfigError(at(source, (*place, "conversation"), lines, message))
         weight = entry.weight
         if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 < weight < math.inf:
             message = f"expected a positive number, got {weight!r}"

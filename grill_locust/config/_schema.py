@@ -4,6 +4,8 @@ and of the resolved campaign (`Scenario`, whose targets hold their backend, mode
 from __future__ import annotations
 
 import copy
+import functools
+import math
 import os
 import re
 import zlib
@@ -25,6 +27,7 @@ from grill_locust.config._env import expand_env_string
 from grill_locust.config._errors import ConfigError, YamlPath, at, describe_validation_error, shown_input
 from grill_locust.config._secrets import REDACTED, reveal, secret_paths, walk_secrets
 from grill_locust.engines import engine_facts, engine_name
+from grill_locust.record import STATUS_ABANDONED, STATUS_OK
 from grill_locust.redact import redact_secret_keys
 from grill_locust.sim.params import PROFILES as SIM_PROFILES
 from grill_locust.workload.fim_templates import FIM_FAMILIES, FIM_TEMPLATES
@@ -232,35 +235,125 @@ SLO_LATENCY_BOUNDS: tuple[str, ...] = (
 )
 
 
+# Per-request limits (slo_met): the record column each judges -> the SLO field that holds the limit
+SLO_REQUEST_LIMITS: dict[str, str] = {"ttft_s": "ttft_s", "tpot_s": "tpot_ms", "e2e_s": "e2e_s"}
+SLO_PERCENTILES: tuple[int, ...] = (50, 90, 95, 99)
+SLO_DEFAULT_PERCENTILE = 50  # limits with neither `percentile` nor `attainment` are judged at the median
+# the bounds an SLO without per-request limits has unless it gives its own
+SLO_DEFAULT_TIER_BOUNDS: dict[str, float] = {"ttft_p50_s": 2.0, "e2e_p50_s": 10.0}
+
+
 class Slo(_Frozen):
     """The service level a tier must meet to count as capacity, each bound met at equality: each
-    latency percentile given at most its bound (TTFT and E2E p50 always, p90 and p99 where given),
-    success rate >= success_rate. A scenario's `slo:` section; a conversation's own `slo:` wins over it
-    for that conversation; `grill report` judges tiers by them (report/capacity.py)."""
+    latency percentile given at most its bound (ttft_p50_s ... e2e_p99_s), success rate >= success_rate.
+    Per-request limits (ttft_s, tpot_ms, e2e_s) judge each request (`judge`: slo_met); a tier meets them
+    when that `percentile` of each limited metric is within its limit and/or when at least `attainment`
+    of its requests meet every limit (limits alone: the median). Without per-request limits, TTFT p50
+    <= 2 s and E2E p50 <= 10 s unless given. A scenario's `slo:` section; a conversation's own `slo:`
+    wins over it, bound by bound, for that conversation; `grill report` judges tiers by them
+    (report/capacity.py)."""
 
-    ttft_p50_s: float = Field(default=2.0, gt=0)
+    ttft_p50_s: float | None = Field(default=None, gt=0)
     ttft_p90_s: float | None = Field(default=None, gt=0)
     ttft_p99_s: float | None = Field(default=None, gt=0)
-    e2e_p50_s: float = Field(default=10.0, gt=0)
+    e2e_p50_s: float | None = Field(default=None, gt=0)
     e2e_p90_s: float | None = Field(default=None, gt=0)
     e2e_p99_s: float | None = Field(default=None, gt=0)
     success_rate: float = Field(default=0.99, gt=0, le=1)
+    ttft_s: float | None = Field(default=None, gt=0)
+    tpot_ms: float | None = Field(default=None, gt=0)
+    e2e_s: float | None = Field(default=None, gt=0)
+    percentile: Literal[50, 90, 95, 99] | None = None
+    attainment: float | None = Field(default=None, gt=0, le=1)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_tier_bounds(cls, data: Any) -> Any:
+        if isinstance(data, dict) and all(data.get(name) is None for name in SLO_REQUEST_LIMITS.values()):
+            return {**SLO_DEFAULT_TIER_BOUNDS, **data}
+        return data
+
+    @model_validator(mode="after")
+    def _limits_for_verdicts(self) -> Slo:
+        if not self.request_limits():
+            for name in ("percentile", "attainment"):
+                if getattr(self, name) is not None:
+                    raise ValueError(
+                        f"{name}: judges per-request limits, and none is given (ttft_s, tpot_ms, e2e_s)"
+                    )
+        return self
+
+    @classmethod
+    def parse(cls, values: Mapping[str, Any]) -> Slo:
+        """An SLO from plain values (run.json, flags); ConfigError `key: what was expected` otherwise."""
+        try:
+            return cls.model_validate(values)
+        except ValidationError as error:
+            raise ConfigError(describe_validation_error(error, (), None, cls)) from None
 
     def latency_bounds(self) -> dict[str, float]:
         """Summary column -> bound in seconds, for the bounds this SLO has."""
         bounds = {name: getattr(self, name) for name in SLO_LATENCY_BOUNDS}
         return {name: bound for name, bound in bounds.items() if bound is not None}
 
+    def request_limits(self) -> dict[str, float]:
+        """Record column -> per-request limit in seconds, for the limits this SLO has."""
+        limits = {column: getattr(self, name) for column, name in SLO_REQUEST_LIMITS.items()}
+        if limits["tpot_s"] is not None:
+            limits["tpot_s"] /= 1000.0
+        return {column: limit for column, limit in limits.items() if limit is not None}
+
+    def limit_percentile(self) -> int | None:
+        """The percentile of each limited metric a tier must hold within its limit (None: not judged so)."""
+        if not self.request_limits() or (self.percentile is None and self.attainment is not None):
+            return None
+        return self.percentile or SLO_DEFAULT_PERCENTILE
+
+    def judge(
+        self, status: str, ttft_s: float | None, tpot_s: float | None, e2e_s: float | None
+    ) -> bool | None:
+        """A request's slo_met: None where no per-request limit applies or the developer's typing
+        abandoned it, False when it failed, else whether it is within every limit. A request with fewer
+        than 2 output tokens has no TPOT (None or NaN): its TTFT and E2E judge it."""
+        limits = self.request_limits()
+        if not limits or status == STATUS_ABANDONED:
+            return None
+        if status != STATUS_OK:
+            return False
+        values = {"ttft_s": ttft_s, "tpot_s": tpot_s, "e2e_s": e2e_s}
+        for column, limit in limits.items():
+            value = values[column]
+            if value is None or math.isnan(value):
+                if column != "tpot_s":
+                    return False  # a success without a TTFT or E2E is not one we can vouch for
+            elif value > limit:
+                return False
+        return True
+
     def describe(self) -> str:
         parts = [
             f"{name.split('_')[0].upper()} {name.split('_')[1]} <= {bound:g} s"
             for name, bound in self.latency_bounds().items()
         ]
+        limits = self.request_limits()
+        if limits:
+            each = ", ".join(
+                f"TPOT <= {limit * 1000:g} ms"
+                if column == "tpot_s"
+                else f"{column[:-2].upper()} <= {limit:g} s"
+                for column, limit in limits.items()
+            )
+            verdicts = []
+            if self.limit_percentile() is not None:
+                verdicts.append(f"at p{self.limit_percentile()}")
+            if self.attainment is not None:
+                verdicts.append(f"for >= {self.attainment * 100:g} % of requests")
+            parts.append(f"per request {each} ({' and '.join(verdicts)})")
         return ", ".join([*parts, f"success >= {self.success_rate * 100:g} %"])
 
 
 class ConversationSlo(_Frozen):
-    """A conversation's own `slo:`: the bounds it gives replace the scenario's for its requests."""
+    """A conversation's own `slo:`: the bounds and limits it gives replace the scenario's for its requests."""
 
     ttft_p50_s: float | None = Field(default=None, gt=0)
     ttft_p90_s: float | None = Field(default=None, gt=0)
@@ -269,12 +362,25 @@ class ConversationSlo(_Frozen):
     e2e_p90_s: float | None = Field(default=None, gt=0)
     e2e_p99_s: float | None = Field(default=None, gt=0)
     success_rate: float | None = Field(default=None, gt=0, le=1)
+    ttft_s: float | None = Field(default=None, gt=0)
+    tpot_ms: float | None = Field(default=None, gt=0)
+    e2e_s: float | None = Field(default=None, gt=0)
+    percentile: Literal[50, 90, 95, 99] | None = None
+    attainment: float | None = Field(default=None, gt=0, le=1)
 
     def given(self) -> dict[str, float]:
         return {name: value for name, value in self.model_dump().items() if value is not None}
 
     def over(self, base: Slo) -> Slo:
-        return base.model_copy(update=self.given())
+        """The SLO of this conversation's requests; ValueError when it judges by no limit (percentile
+        or attainment with no per-request limit here or in `base`)."""
+        return _merged_slo(self, base)
+
+
+@functools.lru_cache(maxsize=256)
+def _merged_slo(own: ConversationSlo, base: Slo) -> Slo:
+    # cached: each request's record is judged by its conversation's SLO
+    return Slo.model_validate({**base.model_dump(), **own.given()})
 
 
 class Conversation(_Frozen):
@@ -817,6 +923,11 @@ class Scenario(_Frozen):
         """The bounds each conversation's own `slo:` gives, by conversation (run.json keeps them for
         `grill report`)."""
         return {c.name: c.slo.given() for c in self.conversations if c.slo is not None and c.slo.given()}
+
+    def slo_of(self, conversation: str) -> Slo:
+        """The SLO `conversation`'s requests are judged by: its own `slo:` over the scenario's."""
+        own = next((c.slo for c in self.conversations if c.name == conversation), None)
+        return self.slo if own is None else own.over(self.slo)
 
     def target_names(self) -> list[str]:
         return [target.name for target in self.targets]

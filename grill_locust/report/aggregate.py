@@ -23,13 +23,14 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from grill_locust.config import KIND_MIX
+from grill_locust.config import KIND_MIX, Slo
 from grill_locust.record import (
     CANCELLED,
     KIND_AUTOCOMPLETE,
@@ -41,7 +42,22 @@ from grill_locust.record import (
     STATUS_STREAM_CUT,
     timing_lag_ms,
 )
+from grill_locust.report.capacity import conversation_slos_of_run, slo_of_run
+from grill_locust.report.confidence import (
+    TierResamples,
+    interval_row,
+    resample_tier,
+    tier_seed,
+    with_interval_columns,
+)
+from grill_locust.report.goodput import GOODPUT_COLUMNS, goodput_columns, judged_slo_met, tier_goodput_counts
 from grill_locust.report.load import RunData, load_run
+from grill_locust.report.percentiles import (
+    LATENCY_METRICS,
+    QUANTILES,
+    REQUEST_RATE_METRICS,
+    percentile_figures,
+)
 from grill_locust.report.sessions import (
     SESSION_KEYS,
     SESSION_TIER_COLUMNS,
@@ -52,20 +68,6 @@ from grill_locust.report.sessions import (
 )
 
 TIER_KEYS: list[str] = ["target", "tier_index"]
-QUANTILES: tuple[int, ...] = (50, 90, 99)
-# summary name -> record column; ITL is the distribution of each request's mean inter-token gap
-LATENCY_METRICS: dict[str, str] = {
-    "ttft": "ttft_s",
-    "ttfo": "ttfo_s",
-    "tpot": "tpot_s",
-    "itl": "itl_mean_s",
-    "e2e": "e2e_s",
-}
-# summary name -> record column: per-request output tokens / E2E, and the answer's own streaming rate
-REQUEST_RATE_METRICS: dict[str, str] = {
-    "request_tokens_per_s": "tokens_per_s",
-    "request_visible_tokens_per_s": "visible_tokens_per_s",
-}
 
 # The load generator's own health: above these, a tier measured the load generator, not the engine.
 # thresholds shared with the run's live flag: grill_locust/record.py
@@ -81,12 +83,7 @@ TIER_LABEL_COLUMNS: list[str] = [c for c in LABEL_COLUMNS if c not in TIER_KEYS]
 
 def summary_metric_columns() -> list[str]:
     """The percentile columns of a summary, in table order."""
-    columns = []
-    for name in LATENCY_METRICS:
-        columns += [f"{name}_p{q}_s" for q in QUANTILES]
-    for name in REQUEST_RATE_METRICS:
-        columns += [f"{name}_p{q}" for q in QUANTILES]
-    return columns
+    return list(percentile_figures())
 
 
 # Autocomplete tiers (empty for tiers without autocomplete requests), over the tier's autocomplete
@@ -103,47 +100,58 @@ AUTOCOMPLETE_COLUMNS: list[str] = [
     "budget_ms",
 ]
 
-SUMMARY_COLUMNS: list[str] = [
-    "run_id",
-    "series",
-    *(c for c in LABEL_COLUMNS if c != "run_id"),  # the record's labels, in their order
-    "mix",  # a mix target's whole-tier label on its persona rows and whole-tier row; "" otherwise
-    "tier_index",
-    "tier_users",
-    "tier_rate",  # an open-loop tier's rate (tier_users 0); empty for a tier of users
-    "developers",  # distinct developers that sent requests (a persona's share of a mix's tier)
-    "requests",
-    "ok_requests",
-    "cancelled",
-    "earlier_attempt_requests",  # requests of an attempt an engine outage cut short (the tier ran again)
-    "warmup_requests",  # started in the tier's warmup: in no other figure of the row
-    "cooldown_requests",  # still running at a rate tier's end (among the row's requests)
-    "success_rate",  # ok requests / requests that were neither abandoned nor cut by our own stop
-    *AUTOCOMPLETE_COLUMNS,
-    *summary_metric_columns(),
-    "output_tokens_per_s",
-    "visible_output_tokens_per_s",  # output tokens less reasoning tokens, over the same span
-    "requests_per_s",
-    "cached_token_ratio",
-    "prompt_tokens_mean",
-    "output_tokens_mean",
-    "span_s",
-    "turns",
-    "ttft_turn_ratio",
-    "e2e_turn_ratio",
-    "context_growth",
-    *SESSION_TIER_COLUMNS,
-    "worker_lag_p99_ms",
-    "worker_read_lag_p99_ms",
-    "worker_cpu_mean",
-    "saturated",
-    "unreadable_lines",
-    "complete",
-    "flags",
-    "note",
-]
-# worked on, never shown
-INTERNAL_COLUMNS = ("ok_output_tokens", "ok_visible_tokens", "records_span_s", "sends_span_s")
+# each figure with a bootstrap interval has its `<figure>_lo`, `<figure>_hi` beside it (report.confidence)
+SUMMARY_COLUMNS: list[str] = with_interval_columns(
+    [
+        "run_id",
+        "series",
+        *(c for c in LABEL_COLUMNS if c != "run_id"),  # the record's labels, in their order
+        "mix",  # a mix target's whole-tier label on its persona rows and whole-tier row; "" otherwise
+        "tier_index",
+        "tier_users",
+        "tier_rate",  # an open-loop tier's rate (tier_users 0); empty for a tier of users
+        "developers",  # distinct developers that sent requests (a persona's share of a mix's tier)
+        "requests",
+        "ok_requests",
+        "cancelled",
+        "earlier_attempt_requests",  # requests of an attempt an engine outage cut short (the tier ran again)
+        "warmup_requests",  # started in the tier's warmup: in no other figure of the row
+        "cooldown_requests",  # still running at a rate tier's end (among the row's requests)
+        "success_rate",  # ok requests / requests that were neither abandoned nor cut by our own stop
+        *AUTOCOMPLETE_COLUMNS,
+        *summary_metric_columns(),
+        "output_tokens_per_s",
+        "visible_output_tokens_per_s",  # output tokens less reasoning tokens, over the same span
+        "requests_per_s",
+        *GOODPUT_COLUMNS,  # per-request SLO (report/goodput.py): share of requests meeting it, their rates
+        "cached_token_ratio",
+        "prompt_tokens_mean",
+        "output_tokens_mean",
+        "span_s",
+        "turns",
+        "ttft_turn_ratio",
+        "e2e_turn_ratio",
+        "context_growth",
+        *SESSION_TIER_COLUMNS,
+        "worker_lag_p99_ms",
+        "worker_read_lag_p99_ms",
+        "worker_cpu_mean",
+        "saturated",
+        "unreadable_lines",
+        "complete",
+        "flags",
+        "note",
+    ]
+)
+INTERNAL_COLUMNS = (
+    "ok_output_tokens",
+    "ok_visible_tokens",
+    "records_span_s",
+    "slo_judged",
+    "slo_met_requests",
+    "slo_met_output_tokens",
+    "sends_span_s",
+)  # worked on, never shown
 TURN_COLUMNS: list[str] = [
     "series",
     "target",
@@ -167,6 +175,7 @@ STAT_COLUMNS: list[str] = [
     "turn",
     "wall_start",
     "scheduled_wall",
+    "repeat",
     "ttft_s",
     "ttfo_s",
     "tpot_s",
@@ -209,6 +218,12 @@ class _Stats:
             "cooldown": records["cooldown"].eq(True).fillna(False).to_numpy(dtype=bool),
             "row": np.arange(len(records)),
             "worker": pd.factorize(records["worker_id"])[0],
+            "slo_met": records["slo_met"]
+            .astype("boolean")
+            .astype("Float64")
+            .to_numpy("float64", na_value=np.nan),
+            # the unit the bootstrap resamples (report.confidence)
+            "conversation": pd.factorize(records["conversation_id"], use_na_sentinel=False)[0],
         }
         columns.update({name: records[name].to_numpy(dtype="float64") for name in STAT_COLUMNS})
         return cls(pd.DataFrame(columns), pd.Index(targets))
@@ -225,14 +240,19 @@ class _Stats:
         return frame
 
 
+Resamples = dict[tuple[str, int], TierResamples]  # (target, tier_index) -> its figures' bootstrap
+
+
 @dataclass(frozen=True)
 class RunTables:
-    """Every table of one run's report: tiers, multi-turn turns, agent sessions and agent steps."""
+    """Every table of one run's report: tiers, multi-turn turns, agent sessions and agent steps; and
+    each tier's bootstrap resamples (a mix's whole tier, not its personas), which `grill compare` judges."""
 
     summary: pd.DataFrame
     turns: pd.DataFrame
     sessions: pd.DataFrame  # report.sessions.SESSION_COLUMNS, one row per agent session
     agent_steps: pd.DataFrame  # STEP_COLUMNS, one row per target x tier x agent step
+    resamples: Resamples
 
 
 @dataclass(frozen=True)
@@ -271,34 +291,57 @@ class _Measured:
         return cls(measured_run, _Stats.of(measured), sessions, counts)
 
 
-def summarize(run: RunData) -> pd.DataFrame:
+def summarize(
+    run: RunData,
+    slo: Slo | None = None,
+    conversation_slos: Mapping[str, Slo] | None = None,
+    intervals: bool = True,
+) -> pd.DataFrame:
     """One row per target x tier (SUMMARY_COLUMNS, then any telemetry columns), sorted by target and users;
-    a mix target's persona rows before its whole-tier row."""
-    return _summary_and_turns(run, _Measured.of(run), turns=False)[0]
+    a mix target's persona rows before its whole-tier row. Requests are judged by `slo` and
+    `conversation_slos` (default: the run's own). Without `intervals` the bootstrap is left out (the
+    master's live tier row: its event loop takes records meanwhile)."""
+    run = _judged(run, slo, conversation_slos)
+    return _summary_and_turns(run, _Measured.of(run), turns=False, intervals=intervals)[0]
 
 
-def summarize_all(run: RunData) -> RunTables:
-    """Every table of the run, sharing the work of reading the records once."""
+def summarize_all(
+    run: RunData, slo: Slo | None = None, conversation_slos: Mapping[str, Slo] | None = None
+) -> RunTables:
+    """Every table of the run, sharing the work of reading the records once; SLOs as `summarize`."""
+    run = _judged(run, slo, conversation_slos)
     measured = _Measured.of(run)
     steps = agent_steps(measured.run.records)
     if len(steps):
         steps["series"] = series_names(steps)
-    summary, turns = _summary_and_turns(run, measured, turns=True)
-    return RunTables(summary, turns, measured.sessions, steps[STEP_COLUMNS])
+    summary, turns, resamples = _summary_and_turns(run, measured, turns=True)
+    return RunTables(summary, turns, measured.sessions, steps[STEP_COLUMNS], resamples)
 
 
-def _summary_and_turns(run: RunData, measured: _Measured, turns: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The tier rows, a mix's persona rows among them, and (`turns`) the per-turn rows, per persona."""
-    summary = _summarize(measured)
+def _judged(run: RunData, slo: Slo | None, conversation_slos: Mapping[str, Slo] | None) -> RunData:
+    """The run with each record's slo_met judged by the SLO the summary reports."""
+    if slo is None:
+        slo = slo_of_run(run.meta)
+        conversation_slos = conversation_slos_of_run(run.meta, slo)
+    met = judged_slo_met(run.records, slo, conversation_slos or {})
+    return dataclasses.replace(run, records=run.records.assign(slo_met=met))
+
+
+def _summary_and_turns(
+    run: RunData, measured: _Measured, turns: bool, intervals: bool = True
+) -> tuple[pd.DataFrame, pd.DataFrame, Resamples]:
+    """The tier rows, a mix's persona rows among them, (`turns`) the per-turn rows, per persona, and
+    the tiers' resamples."""
+    summary, resamples = _summarize(measured, intervals)
     turn_rows = (
         _summarize_turns(measured.run, measured.stats) if turns else pd.DataFrame(columns=TURN_COLUMNS)
     )
     personas = _persona_run(run)
     if personas is None:
-        return summary, turn_rows
+        return summary, turn_rows, resamples
     persona_run, mixes = personas
     persona_measured = _Measured.of(persona_run)
-    persona_rows = _as_mix_targets(_summarize(persona_measured))
+    persona_rows = _as_mix_targets(_summarize(persona_measured, intervals)[0])
     whole = summary["target"].isin(mixes)
     # turn ratios across personas of different kinds mean nothing: a persona's row has its own
     summary.loc[whole, ["turns", "ttft_turn_ratio", "e2e_turn_ratio", "context_growth"]] = np.nan
@@ -309,7 +352,7 @@ def _summary_and_turns(run: RunData, measured: _Measured, turns: bool) -> tuple[
     if turns:
         persona_turns = _as_mix_targets(_summarize_turns(persona_measured.run, persona_measured.stats))
         turn_rows = _concat_rows(turn_rows[~turn_rows["target"].isin(mixes)], persona_turns)
-    return _concat_rows(persona_rows, summary), turn_rows
+    return _concat_rows(persona_rows, summary), turn_rows, resamples
 
 
 MIX_PERSONA_SEPARATOR = "\x1f"  # between a mix target's name and a persona's, in _persona_run's targets
@@ -365,13 +408,13 @@ def _tier_lag_p99(frame: pd.DataFrame, column: str) -> pd.Series:
     return by_worker[column].last().groupby(level=TIER_KEYS).max(min_count=1)
 
 
-def _summarize(measured: _Measured) -> pd.DataFrame:
+def _summarize(measured: _Measured, intervals: bool = True) -> tuple[pd.DataFrame, Resamples]:
     run, stats = measured.run, measured.stats
     records = run.records
     if not len(records) and not len(run.phases):
-        return pd.DataFrame(columns=SUMMARY_COLUMNS)
+        return pd.DataFrame(columns=SUMMARY_COLUMNS), {}
     frame = stats.frame
-    phases = run.phases.set_index(TIER_KEYS)
+    phases = _one_row_per_tier(run.phases).set_index(TIER_KEYS)
     phases.index = phases.index.set_levels(phases.index.levels[0].astype(object), level=0)
     ok_frame = frame[frame["ok"]]
     by_tier = frame.groupby(TIER_KEYS, sort=False)
@@ -405,14 +448,16 @@ def _summarize(measured: _Measured) -> pd.DataFrame:
     per_tier["records_span_s"] = (
         ends.groupby([frame["target"], frame["tier_index"]]).max() - by_tier["wall_start"].min()
     )
-    per_tier["sends_span_s"] = (
-        per_tier["records_span_s"] + by_tier["wall_start"].min() - by_tier["scheduled_wall"].min()
-    )
+    # each repeat of a rate tier (`--repeat`: run again later) from its first scheduled send to its last end
+    by_repeat = frame.assign(end=ends, repeat=frame["repeat"].fillna(0.0)).groupby([*TIER_KEYS, "repeat"])
+    sends_spans = by_repeat["end"].max() - by_repeat["scheduled_wall"].min()
+    per_tier["sends_span_s"] = sends_spans.groupby(level=TIER_KEYS).sum(min_count=1)
     per_tier["worker_lag_p99_ms"] = _tier_lag_p99(frame, "worker_lag_p99_ms")
     per_tier["worker_read_lag_p99_ms"] = _tier_lag_p99(frame, "worker_read_lag_p99_ms")
     per_tier["worker_cpu_mean"] = by_tier["worker_cpu"].mean()
     per_tier = per_tier.join(_turn_ratios(frame))
     per_tier = per_tier.join(_autocomplete_figures(frame))
+    per_tier = per_tier.join(tier_goodput_counts(frame, TIER_KEYS))
     per_tier = stats.by_name(per_tier)
 
     labels = records[TIER_LABEL_COLUMNS].iloc[per_tier["first_row"].to_numpy()].astype(object)
@@ -431,13 +476,14 @@ def _summarize(measured: _Measured) -> pd.DataFrame:
     summary["abandoned"] = summary["abandoned"].astype("Int64")
     summary["budget_ms"] = _budgets_ms(summary, run.meta)
 
-    from_phases = (phases["end_wall"] - phases["start_wall"]).reindex(summary.index)
+    from_phases = phases["span_s"].reindex(summary.index)
     summary["span_s"] = from_phases.where(from_phases > 0, summary["records_span_s"])
     summary["span_s"] = summary["sends_span_s"].where(summary["tier_rate"].notna(), summary["span_s"])
     span = summary["span_s"].where(summary["span_s"] > 0)
     summary["output_tokens_per_s"] = summary["ok_output_tokens"].fillna(0.0) / span
     summary["visible_output_tokens_per_s"] = summary["ok_visible_tokens"] / span
     summary["requests_per_s"] = summary["ok_requests"] / span
+    summary[GOODPUT_COLUMNS] = goodput_columns(summary, span)
     summary["saturated"] = (_timing_lag_ms(summary) > SATURATION_LAG_P99_MS) | (
         summary["worker_cpu_mean"] > SATURATION_CPU_PCT
     )
@@ -450,6 +496,9 @@ def _summarize(measured: _Measured) -> pd.DataFrame:
     summary["cooldown_requests"] = summary["cooldown_requests"].fillna(0).astype("int64")
     summary["flags"] = _flags(summary)
     summary = summary.join(_session_columns(summary.index, measured.sessions))
+    resamples = _resamples(run, stats, summary["span_s"]) if intervals else {}
+    rows = [interval_row(resamples.get((str(target), int(tier)))) for target, tier in summary.index]
+    summary = summary.join(pd.DataFrame(rows, index=summary.index))
 
     summary = summary.reset_index()
     summary["series"] = series_names(summary)
@@ -461,7 +510,36 @@ def _summarize(measured: _Measured) -> pd.DataFrame:
     summary = summary[SUMMARY_COLUMNS + extra]
     for name in (*LABEL_COLUMNS, "series", "flags", "note"):
         summary[name] = summary[name].astype(str)
-    return summary.sort_values(["target", "tier_users", "tier_index"], kind="stable").reset_index(drop=True)
+    summary = summary.sort_values(["target", "tier_users", "tier_index"], kind="stable")
+    return summary.reset_index(drop=True), resamples
+
+
+def _resamples(run: RunData, stats: _Stats, span_s: pd.Series) -> Resamples:
+    """Each tier's bootstrap over its conversations, seeded by the run, target and tier (report.confidence)."""
+    resamples: Resamples = {}
+    for (code, tier), tier_frame in stats.frame.groupby(TIER_KEYS, sort=False):
+        target = str(stats.targets[code])
+        span = span_s.get((target, tier), np.nan)
+        tier_resamples = resample_tier(tier_frame, float(span), tier_seed(run.run_id, target, int(tier)))
+        if tier_resamples is not None:
+            resamples[(target, int(tier))] = tier_resamples
+    return resamples
+
+
+def _one_row_per_tier(phases: pd.DataFrame) -> pd.DataFrame:
+    """The phase rows of each tier as one: its repeats (`--repeat`) together, their spans added (the
+    time the tier ran, pauses between repeats left out), complete when every repeat is."""
+    phases = phases.assign(span_s=phases["end_wall"] - phases["start_wall"])
+    if not phases.duplicated(TIER_KEYS).any():
+        return phases
+    by_tier = phases.groupby(TIER_KEYS, sort=False)
+    rows = by_tier.first()
+    rows["span_s"] = by_tier["span_s"].sum(min_count=1)
+    rows["complete"] = by_tier["complete"].all()
+    rows["note"] = by_tier["note"].agg(lambda notes: "; ".join(dict.fromkeys(n for n in notes if n)))
+    if "earlier_attempt_requests" in phases:
+        rows["earlier_attempt_requests"] = by_tier["earlier_attempt_requests"].sum()
+    return rows.reset_index()
 
 
 def _session_columns(tiers: pd.MultiIndex, sessions: pd.DataFrame) -> pd.DataFrame:
@@ -474,7 +552,7 @@ def _session_columns(tiers: pd.MultiIndex, sessions: pd.DataFrame) -> pd.DataFra
 
 
 def _percentiles(ok_by_tier: pd.core.groupby.DataFrameGroupBy) -> pd.DataFrame:
-    """p50/p90/p99 of each latency metric and of the per-request rates, one column each."""
+    """p50/p90/p95/p99 of each latency metric and of the per-request rates, one column each."""
     source_columns = [*LATENCY_METRICS.values(), *REQUEST_RATE_METRICS.values()]
     expected = summary_metric_columns()
     if ok_by_tier.ngroups == 0:  # no successful request anywhere: every percentile is missing
@@ -642,6 +720,8 @@ def _join_telemetry(summary: pd.DataFrame, run: RunData) -> pd.DataFrame:
         if column != "target":
             per_tier[column] = pd.to_numeric(per_tier[column], errors="coerce").astype("float64")
     per_tier["target"] = per_tier["target"].astype(str)
+    if per_tier.duplicated(TIER_KEYS).any():  # a row per repeat (`--repeat`): their mean per tier
+        per_tier = per_tier.groupby(TIER_KEYS, sort=False).mean().reset_index()
     summary = summary.assign(
         tier_index=summary["tier_index"].astype("float64"), target=summary["target"].astype(str)
     )

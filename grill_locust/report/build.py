@@ -18,6 +18,7 @@ import pandas as pd
 from grill_locust.config import Slo
 from grill_locust.report.aggregate import summarize_all
 from grill_locust.report.capacity import capacity_at_slo, recommendations
+from grill_locust.report.confidence import COMPARISON_COLUMNS, RunFigures, compare_runs, verdicts
 from grill_locust.report.load import RunData, load_run
 from grill_locust.report.progress import Progress
 from grill_locust.sinks.results import line_numbers_text
@@ -45,6 +46,9 @@ class Report:
     compare: bool
     notes: list[str] = field(default_factory=list)
     searches: pd.DataFrame = field(default_factory=pd.DataFrame)  # capacity searches (SEARCH_COLUMNS)
+    # `grill compare`: each later run against the first, per tier and headline figure (confidence.py)
+    comparisons: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=COMPARISON_COLUMNS))
+    verdicts: pd.DataFrame = field(default_factory=pd.DataFrame)  # a line per run x target x tier
 
 
 def load_runs(
@@ -74,8 +78,10 @@ def assemble(
     conversation_slos: dict[str, Slo] | None = None,
 ) -> Report:
     per_run: dict[str, list[pd.DataFrame]] = {"summary": [], "turns": [], "sessions": [], "agent_steps": []}
+    figures: list[RunFigures] = []
     for labelled in runs:
-        tables = summarize_all(labelled.run)
+        tables = summarize_all(labelled.run, slo, conversation_slos or {})
+        figures.append(RunFigures(labelled.label, tables.summary.copy(), tables.resamples))
         for name, frames in per_run.items():
             table = getattr(tables, name)
             if compare and "series" in table:
@@ -88,6 +94,8 @@ def assemble(
     turns, sessions, agent_steps = (_concat(per_run[name]) for name in ("turns", "sessions", "agent_steps"))
     conversation_slos = conversation_slos or {}
     capacity = capacity_at_slo(summary, slo, conversation_slos)
+    comparisons = [compare_runs(figures[0], other) for other in figures[1:]] if compare else []
+    comparison = _concat(comparisons) if comparisons else pd.DataFrame(columns=COMPARISON_COLUMNS)
     return Report(
         runs=runs,
         slo=slo,
@@ -101,6 +109,8 @@ def assemble(
         compare=compare,
         notes=_unreadable_notes(runs) + _slo_notes(runs, slo),
         searches=search_table(runs),
+        comparisons=comparison,
+        verdicts=verdicts(comparison),
     )
 
 
@@ -204,5 +214,7 @@ def report_json(report: Report) -> dict[str, Any]:
         "capacity": _records(report.capacity),
         "recommendations": _records(report.recommendations),
         **({"searches": _records(report.searches)} if len(report.searches) else {}),
+        **({"comparisons": _records(report.comparisons)} if len(report.comparisons) else {}),
+        **({"verdicts": _records(report.verdicts)} if len(report.verdicts) else {}),
         "notes": report.notes,
     }

@@ -1,7 +1,9 @@
 """Capacity at an SLO: how many concurrent users each backend holds on each conversation.
 
 A tier meets the SLO when each latency percentile the SLO bounds (TTFT and E2E p50, p90 or p99 where
-given) and its success rate are within bounds; a conversation's own SLO wins over the scenario's. A mix
+given) and its success rate are within bounds, and, with per-request limits, when that SLO's percentile
+of each limited metric is within its limit and/or its slo_attainment is at least the SLO's attainment; a
+conversation's own SLO wins over the scenario's. A mix
 target's tier meets it when every persona's row meets its conversation's SLO (the whole-tier figures
 mix personas and are judged by nobody's). The capacity of a series (backend, or run x backend in a
 comparison) on a conversation or mix is the largest tier below the first failing one; the estimate
@@ -23,13 +25,25 @@ import pandas as pd
 
 from grill_locust.config import KIND_MIX, ConversationSlo, Slo
 from grill_locust.errors import GrillError
-from grill_locust.report.load_axis import USERS, floor_text, load_text, load_units, tier_load
+from grill_locust.report.load_axis import USERS, floor_text, load_text, with_load
 
 METRIC_TTFT = "ttft_p50_s"
 METRIC_E2E = "e2e_p50_s"
 METRIC_SUCCESS = "success_rate"
+METRIC_ATTAINMENT = "slo_attainment"
+# per-request limit (record column) -> the summary's name of its metric, as f"{name}_p{percentile}_s"
+LIMITED_METRICS = {"ttft_s": "ttft", "tpot_s": "tpot", "e2e_s": "e2e"}
 
-FLAG_NAMES = {"ttft_p50_s": "--slo-ttft-p50", "e2e_p50_s": "--slo-e2e-p50", "success_rate": "--slo-success"}
+FLAG_NAMES = {
+    "ttft_p50_s": "--slo-ttft-p50",
+    "e2e_p50_s": "--slo-e2e-p50",
+    "success_rate": "--slo-success",
+    "ttft_s": "--slo-ttft",
+    "tpot_ms": "--slo-tpot-ms",
+    "e2e_s": "--slo-e2e",
+    "percentile": "--slo-percentile",
+    "attainment": "--slo-attainment",
+}
 CAPACITY_COLUMNS: list[str] = [
     "conversation",
     "series",
@@ -47,7 +61,7 @@ CAPACITY_COLUMNS: list[str] = [
 def slo_of_run(meta: dict[str, Any], **overrides: float | None) -> Slo:
     """The SLO a run is judged by: its own `slo` (run.json, or config.yaml), then flag overrides (None:
     not given); GrillError naming the key or the flag of a bad value."""
-    values: dict[str, float] = {}
+    values: dict[str, float | int] = {}
     places: dict[str, str] = {}
     own = meta.get("slo")
     if isinstance(own, dict):
@@ -64,7 +78,13 @@ def slo_of_run(meta: dict[str, Any], **overrides: float | None) -> Slo:
         raise GrillError(
             f"{places['success_rate']}: success rate {success_rate:g} is not a fraction in (0, 1] (e.g. 0.99)"
         )
-    return Slo(**values)
+    if "percentile" in values and float(values["percentile"]).is_integer():
+        values["percentile"] = int(values["percentile"])
+    try:
+        return Slo.parse(values)
+    except GrillError as error:
+        name, _, message = str(error).partition(": ")  # the key first: name the flag that gave it
+        raise GrillError(f"{places.get(name, f'slo.{name}')}: {message}") from None
 
 
 def _positive(value: Any, place: str) -> float:
@@ -90,13 +110,31 @@ def conversation_slos_of_run(meta: dict[str, Any], base: Slo) -> dict[str, Slo]:
     return slos
 
 
+def upper_bounds(slo: Slo) -> dict[str, float]:
+    """Summary column -> the most it may be: the SLO's latency bounds and, at its percentile, its
+    per-request limits (the lower of the two where both bound one column)."""
+    bounds = slo.latency_bounds()
+    percentile = slo.limit_percentile()
+    if percentile is not None:
+        for column, limit in slo.request_limits().items():
+            metric = f"{LIMITED_METRICS[column]}_p{percentile}_s"
+            bounds[metric] = min(limit, bounds.get(metric, limit))
+    return bounds
+
+
+def lower_bounds(slo: Slo) -> dict[str, float]:
+    """Summary column -> the least it may be: success rate, and slo_attainment with an attainment floor."""
+    floors = {METRIC_SUCCESS: slo.success_rate}
+    if slo.attainment is not None:
+        floors[METRIC_ATTAINMENT] = slo.attainment
+    return floors
+
+
 def tier_failures(row: pd.Series, slo: Slo) -> list[str]:
     """The SLO metrics this tier misses. A latency without a successful request to measure it (NaN) is
     no miss of its own: that tier misses the success rate."""
-    failures = [metric for metric, bound in slo.latency_bounds().items() if row[metric] > bound]
-    if not row[METRIC_SUCCESS] >= slo.success_rate:
-        failures.append(METRIC_SUCCESS)
-    return failures
+    failures = [metric for metric, bound in upper_bounds(slo).items() if row[metric] > bound]
+    return failures + [metric for metric, floor in lower_bounds(slo).items() if not row[metric] >= floor]
 
 
 def capacity_at_slo(
@@ -105,9 +143,7 @@ def capacity_at_slo(
     """One row per conversation (or mix) x series (CAPACITY_COLUMNS), conversations in order, best
     series first. `conversation_slos`: conversations judged by their own SLO rather than `slo`."""
     slos = dict(conversation_slos or {})
-    single, whole, personas = _split_mixes(
-        summary.assign(_unit=load_units(summary), _load=tier_load(summary))
-    )
+    single, whole, personas = _split_mixes(with_load(summary))
     rows = []
     keys = ["conversation", "series", "_unit"]
     for (conversation, series, unit), tiers in single.groupby(keys, sort=True):
@@ -262,9 +298,10 @@ def _series_capacity(tiers: pd.DataFrame, judge: _Judge) -> dict[str, Any]:
 
 def _fraction(low: float, high: float, metric: str, slo: Slo) -> float:
     """Where between the passing tier's value `low` and the failing one's `high` the bound lies (0..1)."""
-    if metric == METRIC_SUCCESS:
-        return (low - slo.success_rate) / (low - high) if low > high else 0.0
-    limit = slo.latency_bounds()[metric]
+    floors = lower_bounds(slo)
+    if metric in floors:
+        return (low - floors[metric]) / (low - high) if low > high else 0.0
+    limit = upper_bounds(slo)[metric]
     return (limit - low) / (high - low) if math.isfinite(high) and high > low else 0.0
 
 

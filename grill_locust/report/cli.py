@@ -10,6 +10,7 @@ from grill_locust.config import Slo
 from grill_locust.errors import GrillError
 from grill_locust.report.build import Report, assemble, load_runs
 from grill_locust.report.capacity import conversation_slos_of_run, slo_of_run
+from grill_locust.report.confidence import COMPARE_CONFIDENCE, CONFIDENCE
 from grill_locust.report.figures import figure_count
 from grill_locust.report.progress import Progress
 from grill_locust.report.tables import (
@@ -18,6 +19,7 @@ from grill_locust.report.tables import (
     format_searches,
     format_table,
     format_turns,
+    format_verdicts,
 )
 from grill_locust.report.write import write_report
 
@@ -62,6 +64,23 @@ def configure_parser(parser: argparse.ArgumentParser, name: str) -> None:
         metavar="FRACTION",
         help="SLO: success rate at least FRACTION (default 0.99)",
     )
+    parser.add_argument("--slo-ttft", type=float, metavar="S", help="SLO per request: TTFT at most S seconds")
+    parser.add_argument(
+        "--slo-tpot-ms", type=float, metavar="MS", help="SLO per request: TPOT at most MS milliseconds"
+    )
+    parser.add_argument("--slo-e2e", type=float, metavar="S", help="SLO per request: E2E at most S seconds")
+    parser.add_argument(
+        "--slo-percentile",
+        type=float,
+        metavar="P",
+        help="a tier meets the per-request limits when their P-th percentile does (50, 90, 95 or 99)",
+    )
+    parser.add_argument(
+        "--slo-attainment",
+        type=float,
+        metavar="FRACTION",
+        help="a tier meets the per-request limits when at least FRACTION of its requests meet all of them",
+    )
     parser.add_argument(
         "--band", action=argparse.BooleanOptionalAction, default=True, help="shade p50 to p90 in figures"
     )
@@ -90,7 +109,15 @@ def _run_dirs(args: argparse.Namespace) -> list[tuple[str | None, str]]:
 
 def _slo(args: argparse.Namespace, report_meta: dict) -> Slo:
     return slo_of_run(
-        report_meta, ttft_p50_s=args.slo_ttft_p50, e2e_p50_s=args.slo_e2e_p50, success_rate=args.slo_success
+        report_meta,
+        ttft_p50_s=args.slo_ttft_p50,
+        e2e_p50_s=args.slo_e2e_p50,
+        success_rate=args.slo_success,
+        ttft_s=args.slo_ttft,
+        tpot_ms=args.slo_tpot_ms,
+        e2e_s=args.slo_e2e,
+        percentile=args.slo_percentile,
+        attainment=args.slo_attainment,
     )
 
 
@@ -116,6 +143,18 @@ def print_tables(report: Report) -> None:
         print()
     for text in report.recommendations["recommendation"]:
         print(text)
+    print_verdicts(report)
+
+
+def print_verdicts(report: Report) -> None:
+    """`grill compare`: whether each run differs from the first beyond the bootstrap intervals."""
+    if len(report.verdicts):
+        print()
+        print(
+            f"Differences from the first run (bootstrap of the difference, {COMPARE_CONFIDENCE * 100:g} % "
+            f"per figure, {CONFIDENCE * 100:g} % per tier; change and interval in %)"
+        )
+        print(format_verdicts(report.verdicts))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -140,5 +179,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"note: {note}")
     for text in report.recommendations["recommendation"]:
         print(text)
+    print_verdicts(report)
     print(f"wrote {len(written)} files to {out_dir}; open {out_dir / 'report.html'}", file=sys.stdout)
     return 0

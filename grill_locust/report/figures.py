@@ -30,7 +30,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.lines import Line2D  # noqa: E402
 from matplotlib.ticker import FuncFormatter, NullLocator  # noqa: E402
 
-from grill_locust.report.load_axis import USERS, axis_label, load_text, load_units, tier_load  # noqa: E402
+from grill_locust.report.load_axis import USERS, axis_label, load_text, load_units, with_load  # noqa: E402
 
 FIGURE_DPI = 100
 SATURATED_COLOR = "#d62728"
@@ -97,7 +97,7 @@ def _plot_panel(
     show_title: bool = True,
     linestyle: str = "-",
 ) -> None:
-    tiers = tiers.assign(_load=tier_load(tiers))
+    tiers = with_load(tiers)
     for series, rows in tiers.groupby("series", sort=True):
         rows = rows.sort_values("_load")
         color = colors[str(series)]
@@ -267,7 +267,7 @@ def figure_agent_steps(steps: pd.DataFrame, colors: dict[str, str], conversation
     """Per tier: TTFT p50 (band to p90) against the median context of each step, and the cached ratio
     per step (mean solid, p10 dashed); one line per series."""
     rows = steps[steps["conversation"] == conversation]
-    rows = rows.assign(_load=tier_load(rows), _unit=load_units(rows))
+    rows = with_load(rows)
     tiers = sorted(rows["_load"].unique())
     columns = min(len(tiers), AGENT_TIERS_PER_ROW)
     bands = math.ceil(len(tiers) / columns)

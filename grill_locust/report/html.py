@@ -10,6 +10,7 @@ from collections.abc import Iterable
 import pandas as pd
 
 from grill_locust.report.build import Report
+from grill_locust.report.confidence import COMPARE_CONFIDENCE, CONFIDENCE
 from grill_locust.report.figures import FigureFile
 from grill_locust.report.tables import (
     display_agent_steps,
@@ -17,6 +18,7 @@ from grill_locust.report.tables import (
     display_searches,
     display_tiers,
     display_turns,
+    display_verdicts,
 )
 
 STYLE = """
@@ -48,7 +50,7 @@ def _e(value: object) -> str:
 
 def _is_number(text: str) -> bool:
     try:
-        float(text.lstrip("~<>= "))
+        float(text.split(" ± ")[0].lstrip("~<>= "))
         return True
     except ValueError:
         return text == "-"
@@ -140,7 +142,9 @@ def _tiers_section(report: Report) -> str:
         "<h2>Tiers</h2>",
         '<p class="legend">Statistics over successful requests; ITL is the distribution of each request\'s mean '
         "inter-token gap; tok/s/req = output tokens / E2E per request; system tok/s = output tokens of successful "
-        "requests / tier span. Highlighted rows carry a flag (incomplete tier, load generator saturated).</p>",
+        "requests / tier span. Highlighted rows carry a flag (incomplete tier, load generator saturated). "
+        "± is half the 95 % bootstrap interval over the tier's conversations (both ends in summary.csv, "
+        f"`<figure>_lo` and `<figure>_hi`).{_repeats_phrase(report)}</p>",
     ]
     if not len(summary):
         return "".join(parts) + "<p>No tiers.</p>"
@@ -162,6 +166,20 @@ def _tiers_section(report: Report) -> str:
             f"<h3>{_e(conversation)}</h3>" + html_table(rows, (summary.loc[mask, "flags"] != "").tolist())
         )
     return "".join(parts)
+
+
+def _repeats_phrase(report: Report) -> str:
+    """` Each tier ran N times (--repeat N); its figures are over all N.` for runs with repeats."""
+    phrases = []
+    for labelled in report.runs:
+        repeats = int(labelled.run.meta.get("repeats") or 1)
+        if repeats > 1:
+            who = f"run {labelled.label}: " if len(report.runs) > 1 else ""
+            phrases.append(
+                f" {who}each tier ran {repeats} times (--repeat {repeats}); its figures and intervals are "
+                "over all of them."
+            )
+    return "".join(phrases)
 
 
 def _turns_section(report: Report) -> str:
@@ -193,6 +211,20 @@ def _agent_section(report: Report) -> str:
     return "".join(parts)
 
 
+def _verdicts_section(report: Report) -> str:
+    if not len(report.verdicts):
+        return ""
+    return (
+        "<h2>Differences between runs</h2>"
+        '<p class="legend">Each run against the first, at each tier both ran (the same users, or the same '
+        f"rate): TTFT p50 and p90, E2E p50 and system tok/s. A figure differs when the {COMPARE_CONFIDENCE * 100:g} % interval of its "
+        f"difference, bootstrapped from both runs' conversations, leaves out 0 ({CONFIDENCE * 100:g} % shared by the four "
+        "figures: two runs of one engine are called different at a tier at most 5 % of the time); shown as "
+        "the change and that interval in percent of the first run's value. Otherwise: no significant "
+        "difference.</p>" + html_table(display_verdicts(report.verdicts))
+    )
+
+
 def render_html(report: Report, figures: list[FigureFile]) -> str:
     title = "grill-locust comparison" if report.compare else "grill-locust report"
     labels = ", ".join(r.label for r in report.runs)
@@ -202,6 +234,7 @@ def render_html(report: Report, figures: list[FigureFile]) -> str:
             f'<h1>{_e(title)}</h1><p class="subtitle">{_e(labels)}</p>',
             notes,
             _capacity_section(report),
+            _verdicts_section(report),
             _figures_section(figures),
             _tiers_section(report),
             _turns_section(report),

@@ -132,6 +132,7 @@ def normalize_records(frame: pd.DataFrame) -> pd.DataFrame:
             frame[name] = pd.to_numeric(frame[name], errors="coerce").astype("float64")
     for name in (*LABEL_COLUMNS, "status"):
         frame[name] = frame[name].astype("string").fillna("")
+    frame["repeat"] = frame["repeat"].fillna(0.0)  # written before --repeat: one walk of the campaign
     ordered = list(RECORD_COLUMNS) + [c for c in frame.columns if c not in RECORD_COLUMNS]
     return frame[ordered]
 
@@ -153,6 +154,7 @@ def _normalize_phases(phases: pd.DataFrame) -> pd.DataFrame:
     for name in PHASE_NUMBER_COLUMNS:
         phases[name] = pd.to_numeric(phases[name], errors="coerce").astype("float64")
     phases["attempt"] = phases["attempt"].fillna(0.0)  # written before tiers were run again
+    phases["repeat"] = phases["repeat"].fillna(0.0)  # written before --repeat
     phases["complete"] = phases["complete"].map(_as_bool)
     for name in PHASE_TEXT_COLUMNS:
         phases[name] = phases[name].astype("string").fillna("")
@@ -173,7 +175,7 @@ def phases_from_records(records: pd.DataFrame) -> pd.DataFrame:
     if not len(records):
         return _normalize_phases(pd.DataFrame(columns=list(PHASE_COLUMNS)))
     frame = records.assign(_end=records["wall_start"] + records["e2e_s"].fillna(0.0))
-    grouped = frame.groupby(["target", "tier_index"], sort=True)
+    grouped = frame.groupby(["target", "tier_index", "repeat"], sort=True)
     phases = grouped.agg(
         run_id=("run_id", "first"),
         backend=("backend", "first"),
@@ -196,8 +198,8 @@ def phases_from_records(records: pd.DataFrame) -> pd.DataFrame:
 def latest_attempts(records: pd.DataFrame, phases: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """A tier run again after an engine outage is measured by its last attempt: the records and phase
     row of that attempt; the earlier attempts' records stay in the folder and are counted beside
-    (`earlier_attempt_requests` of the phase row)."""
-    tier = ["target", "tier_index"]
+    (`earlier_attempt_requests` of the phase row). Each repeat of a tier (`--repeat`) keeps its own."""
+    tier = ["target", "tier_index", "repeat"]
     last = phases.sort_values("attempt", kind="stable").drop_duplicates(tier, keep="last")
     last = last.sort_index().reset_index(drop=True)
     attempt_of_tier = last.set_index(tier)["attempt"]

@@ -42,6 +42,13 @@ def load_units(rows: pd.DataFrame) -> pd.Series:
     return units
 
 
+def with_load(rows: pd.DataFrame) -> pd.DataFrame:
+    """`rows` with their load and unit in `_load` and `_unit` (concatenated: a summary with its intervals
+    has many columns, and inserting into it is slow)."""
+    extra = pd.DataFrame({"_load": tier_load(rows), "_unit": load_units(rows)}, index=rows.index)
+    return pd.concat([rows, extra], axis=1)
+
+
 def axis_label(unit: str) -> str:
     """What a figure's load axis says."""
     return "concurrent users" if unit == USERS else f"rate ({unit})"

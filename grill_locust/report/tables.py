@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from grill_locust.report.load_axis import USERS, load_text, load_units, tier_load
+from grill_locust.report.percentiles import QUANTILES
 
 Formatter = Callable[[float], str]
 MISSING = "-"
@@ -94,6 +95,12 @@ AUTOCOMPLETE_TIER_COLUMNS: list[tuple[str, str, Formatter]] = [
     ("engine_aborted_requests", "engine aborted", _integer),
     ("engine_aborted_tokens", "engine aborted tokens", _integer),
 ]
+# after "ok %" where a per-request SLO applies to some tier: the share of requests meeting it, their rates
+GOODPUT_TIER_COLUMNS: list[tuple[str, str, Formatter]] = [
+    ("slo_attainment", "SLO met %", _percent),
+    ("goodput_rps", "goodput req/s", _ratio),
+    ("goodput_tokens_per_s", "goodput tok/s", _rate),
+]
 OPTIONAL_TIER_COLUMNS: list[tuple[str, str, Formatter]] = [
     ("turns", "turns", _integer),
     ("ttft_turn_ratio", "TTFT last/first", _ratio),
@@ -121,6 +128,8 @@ TERMINAL_TIER_COLUMNS = {
     "requests",
     "cancelled",
     "ok %",
+    "SLO met %",
+    "goodput req/s",
     "abandoned %",
     "shown in budget %",
     "TTFT p50 s",
@@ -147,8 +156,9 @@ TERMINAL_TIER_COLUMNS = {
     "VRAM peak GiB",
 }
 BINDING_NAMES = {
-    **{f"{metric}_p{q}_s": f"{metric.upper()} p{q}" for metric in ("ttft", "e2e") for q in (50, 90, 99)},
+    **{f"{metric}_p{q}_s": f"{metric.upper()} p{q}" for metric in ("ttft", "tpot", "e2e") for q in QUANTILES},
     "success_rate": "success rate",
+    "slo_attainment": "SLO attainment",
 }
 TURN_TABLE: list[tuple[str, str, Formatter]] = [
     ("tier_users", "users", _integer),
@@ -175,13 +185,21 @@ def _format_column(values: pd.Series, formatter: Formatter) -> pd.Series:
     return values.map(lambda v: MISSING if pd.isna(v) else formatter(v))
 
 
-def _display(frame: pd.DataFrame, spec: list[tuple[str, str, Formatter]], leading: list[str]) -> pd.DataFrame:
+def _display(
+    frame: pd.DataFrame, spec: list[tuple[str, str, Formatter]], leading: list[str], intervals: bool = False
+) -> pd.DataFrame:
+    """`intervals`: a figure with a bootstrap interval reads `value ± half its width` (summary.csv has
+    both ends: an interval need not be symmetric)."""
     out = pd.DataFrame(index=frame.index)
     for column in leading:
         out[column] = frame[column].astype(str)
     for column, header, formatter in spec:
         if column in frame.columns:
             out[header] = _format_column(pd.to_numeric(frame[column], errors="coerce"), formatter)
+            if intervals and f"{column}_lo" in frame.columns:
+                half = (frame[f"{column}_hi"] - frame[f"{column}_lo"]) / 2.0
+                plus_minus = _format_column(pd.to_numeric(half, errors="coerce"), formatter)
+                out[header] = out[header].where(plus_minus == MISSING, out[header] + " ± " + plus_minus)
     return out
 
 
@@ -198,11 +216,15 @@ def display_tiers(summary: pd.DataFrame, terminal: bool = False) -> pd.DataFrame
         spec.insert(2, ("cancelled", "cancelled", _integer))
     after_ok = spec.index(("success_rate", "ok %", _percent)) + 1
     spec[after_ok:after_ok] = [
-        (c, h, f) for c, h, f in AUTOCOMPLETE_TIER_COLUMNS if c in summary and summary[c].notna().any()
+        (c, h, f)
+        for c, h, f in (*GOODPUT_TIER_COLUMNS, *AUTOCOMPLETE_TIER_COLUMNS)
+        if c in summary and summary[c].notna().any()
     ]
     if _has_mix(summary):  # each persona's share of the tier's developers
         spec.insert(1, ("developers", "developers", _integer))
-    table = _with_rates(_display(summary, spec + optional, ["series", "conversation"]), summary)
+    table = _with_rates(
+        _display(summary, spec + optional, ["series", "conversation"], intervals=not terminal), summary
+    )
     table["flags"] = summary["flags"].astype(str) if "flags" in summary else ""
     if terminal:
         keep = ["series", "conversation", *[c for c in table.columns if c in TERMINAL_TIER_COLUMNS], "flags"]
@@ -398,6 +420,16 @@ def display_searches(searches: pd.DataFrame) -> pd.DataFrame:
 
 def format_searches(searches: pd.DataFrame) -> str:
     return format_text(display_searches(searches))
+
+
+def display_verdicts(verdicts: pd.DataFrame) -> pd.DataFrame:
+    """`grill compare`'s verdict per run x target x tier against the first run."""
+    out = verdicts[["run", "baseline", "target", "tier", "verdict"]].astype(str)
+    return out.rename(columns={"run": "run", "baseline": "against"})
+
+
+def format_verdicts(verdicts: pd.DataFrame) -> str:
+    return format_text(display_verdicts(verdicts)) if len(verdicts) else ""
 
 
 def format_capacity(capacity: pd.DataFrame) -> str:

@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
+from grill_locust.workload.trace import TraceRow, trace_schedule
+
 Arrival = Literal["poisson", "constant", "gamma"]
 
 
@@ -80,3 +82,9 @@ SCHEDULE_LAG_P99_LIMIT_S = 0.010
 def rate_unit(kind: str) -> str:
     """What a rate tier of this kind (a record's `kind`, a mix's "mix") counts per second."""
     return "sessions/s" if kind in SESSION_KINDS else "req/s"
+
+
+def trace_share(rows: tuple[TraceRow, ...], place: int, dispatchers: int) -> list[Send]:
+    """The sends of a trace replay that dispatcher `place` of `dispatchers` makes: rows place,
+    place + dispatchers, ... at their own times (the dispatchers' shares add up to the trace)."""
+    return [Send(*send) for send in trace_schedule(rows)[place::dispatchers]]

@@ -40,7 +40,7 @@ from grill_locust.record import (
 )
 from grill_locust.run import exit_codes
 from grill_locust.run.arrivals import SCHEDULE_LAG_P99_LIMIT_S, rate_unit
-from grill_locust.run.phase import DeveloperSeats, Phase, campaign_phases, probe_phase
+from grill_locust.run.phase import DeveloperSeats, Phase, campaign_phases, probe_phase, replays_trace
 from grill_locust.run.search import Bisection, Probe
 from grill_locust.run.worker import LOCAL_CLIENT_ID, MSG_DEVELOPER, MSG_PHASE, runner_of
 from grill_locust.sinks import PhaseEvent
@@ -184,9 +184,10 @@ class Campaign:
         results: ResultsWriter,
         run_id: str,
         sinks: Sequence[Sink] = (),
-        skip: set[tuple[str, int]] | None = None,
+        skip: set[tuple[str, int, int]] | None = None,
         walk_tiers: bool = True,
         disk_full_give_up_s: float = DISK_FULL_GIVE_UP_S,
+        repeats: int = 1,
     ) -> None:
         self.environment = environment
         self.scenario = scenario
@@ -197,9 +198,10 @@ class Campaign:
         # this run, or this resumption of it: in every user's prompt keys, so that no run sends the
         # prompts of an earlier one, which the engine's prefix cache may still hold
         self.session = f"{run_id}.{len(results.meta.get('resumed_wall') or [])}"
-        planned = campaign_phases(scenario, run_id, self.session) if walk_tiers else []
+        planned = campaign_phases(scenario, run_id, self.session, repeats) if walk_tiers else []
         self.tier_count = len(planned)  # tiers are numbered against the whole campaign, resumed or not
-        self.phases = [p for p in planned if (p.target, p.tier_index) not in (skip or set())]
+        self.repeats = repeats
+        self.phases = [p for p in planned if (p.target, p.tier_index, p.repeat) not in (skip or set())]
         search = scenario.load.search if walk_tiers else None
         # a capacity search's bisection per target, in scenario order; its probe that ended, to judge
         self.searches = {t.name: Bisection.of(search) for t in scenario.targets} if search else {}
@@ -322,10 +324,11 @@ class Campaign:
 
     def _progress_of(self, record: dict[str, Any]) -> PhaseProgress | None:
         def same(phase: Phase) -> bool:
-            return (phase.target, phase.tier_index, phase.attempt) == (
+            return (phase.target, phase.tier_index, phase.attempt, phase.repeat) == (
                 record["target"],
                 record["tier_index"],
                 record.get("attempt") or 0,
+                record.get("repeat") or 0,
             )
 
         current = self.current
@@ -377,10 +380,8 @@ class Campaign:
                 return phase.users, self._spawn_rate(phase)  # its users are idle; its records wait for space
             if done:
                 self._end_phase(complete=True, note="")
-            elif now - current.started > self.scenario.load.tier_timeout_s:
-                self._end_phase(
-                    complete=False, note=f"time cap {self.scenario.load.tier_timeout_s:g} s reached"
-                )
+            elif now - current.started > self._time_cap_s(phase):
+                self._end_phase(complete=False, note=f"time cap {self._time_cap_s(phase):g} s reached")
             else:
                 return phase.users, self._spawn_rate(phase)
         if self._pause_until is not None and now < self._pause_until:
@@ -412,6 +413,11 @@ class Campaign:
         self._next_index += 1
         assert self.current is not None
         return self.current.phase.users, self._spawn_rate(self.current.phase)
+
+    def _time_cap_s(self, phase: Phase) -> float:
+        """How long a tier may run: tier_timeout_s; a trace replay, as long as its trace and then that."""
+        cap_s = self.scenario.load.tier_timeout_s
+        return cap_s + (phase.duration_s or 0.0) if replays_trace(self.targets[phase.target]) else cap_s
 
     def _all_sent(self, progress: PhaseProgress) -> bool:
         """Every dispatcher still present sent its share of a rate tier (always, in a tier of users)."""
@@ -546,7 +552,7 @@ class Campaign:
                 self.tier_label(phase),
                 phase.target,
                 self.load_label(phase),
-                self.scenario.load.duration_s,
+                phase.duration_s,
                 len(phase.dispatchers),
             )
 
@@ -561,7 +567,11 @@ class Campaign:
         """`10 users`, or a rate tier's `5 req/s` (`5 sessions/s` for kinds whose iteration is a session)."""
         if phase.tier_rate is None:
             return f"{phase.tier_users} users"
-        return f"{phase.tier_rate:g} {rate_unit(self.targets[phase.target].kind_label)}"
+        target = self.targets[phase.target]
+        unit = rate_unit(target.kind_label)
+        if replays_trace(target):
+            return f"the trace's times (mean {phase.tier_rate:.4g} {unit})"
+        return f"{phase.tier_rate:g} {unit}"
 
     def _end_phase(self, complete: bool, note: str) -> None:
         progress = self.current
@@ -690,6 +700,8 @@ class Campaign:
         """`3/8` (the tier's place in the whole campaign), `3/8, attempt 2` for a tier run again; a
         search's probes are not known ahead: `3/?`."""
         label = f"{phase.phase_id + 1}/{'?' if self.searches else self.tier_count}"
+        if self.repeats > 1:
+            label += f", repeat {phase.repeat + 1}/{self.repeats}"
         return f"{label}, attempt {phase.attempt + 1}" if phase.attempt else label
 
     @staticmethod
@@ -715,7 +727,9 @@ class Campaign:
 
         records = pd.DataFrame(progress.tier_records, columns=list(RECORD_COLUMNS))
         phases = pd.DataFrame([self._phase_row(progress)])
-        return summarize(RunData(records, phases, None, {"run_id": self.run_id}))
+        judged_by = {c.name: self.scenario.slo_of(c.name) for c in self.scenario.conversations}
+        run = RunData(records, phases, None, {"run_id": self.run_id})
+        return summarize(run, self.scenario.slo, judged_by, intervals=False)
 
     def _phase_row(self, progress: PhaseProgress) -> dict[str, Any]:
         phase = progress.phase

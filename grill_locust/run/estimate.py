@@ -1,9 +1,10 @@
 """`grill validate FILE…`: check scenario files and print an estimate of each campaign, sending nothing.
 
-The estimate is targets × tiers × iterations, the requests that makes, and a duration estimate from
-stated assumptions (time to first token, time per output token), since the engines' speed is
-exactly what the campaign is there to measure. An agentic session's requests are an expectation
-(its steps are drawn per session), shown with `~`. An autocomplete iteration sends `requests`
+The estimate is targets × tiers × iterations (or × rate tiers, each rate × duration_s sends; a trace
+target: one replay of its rows), the requests that makes, and a duration estimate from stated
+assumptions (time to first token, time per output token), since the engines' speed is exactly what the
+campaign is there to measure. An agentic session's requests are an expectation (its steps are drawn per
+session), and so are a rate tier's (its sends are drawn), shown with `~`. An autocomplete iteration sends `requests`
 requests and lasts as long as its typing (the first plan's, drawn like every other).
 """
 
@@ -16,11 +17,15 @@ from typing import TextIO
 
 from grill_locust.config import Scenario, Search, Target, load_scenario, parse_tiers
 from grill_locust.errors import GrillError
+from grill_locust.run.arrivals import rate_unit
+from grill_locust.run.phase import replays_trace, trace_rate
+from grill_locust.run.search import check_search_runnable
 from grill_locust.workload.agentic import AgenticPlan
 from grill_locust.workload.autocomplete import AutocompletePlan
 from grill_locust.workload.generators import build_workload
 from grill_locust.workload.tokens import count_tokens
 from grill_locust.workload.tools import TOOLS_APPROX_TOKENS
+from grill_locust.workload.trace import TraceRow, conversation_trace
 
 # assumptions of the duration estimate (overridable on the command line)
 ASSUMED_TTFT_S = 0.5
@@ -35,20 +40,19 @@ class TargetEstimate:
     requests_per_iteration: float  # expected, for agentic sessions (see `expected`)
     first_prompt_tokens: int  # approximate tokens of the first request's messages (system + first turn)
     requests: int  # over all tiers and iterations
-    tier_durations_s: list[float]  # each tier's, for its developers of this conversation
-    developers: list[int]  # of each tier: all of them, or a mix's persona's share
-
-    @property
-    def expected(self) -> bool:
-        """True when the request count is an expectation (steps drawn per session), not exact."""
-        return self.target.conversation.kind == "agentic"
+    tier_durations_s: list[float]  # each tier's, for its developers (or sends) of this conversation
+    developers: list[int]  # of each tier: all of them, or a mix's persona's share; a rate tier's sends
+    # the request count is an expectation, not exact: an agent session draws its steps, an arrival
+    # process its sends
+    expected: bool = False
+    replay: tuple[TraceRow, ...] | None = None  # a trace target's rows, sent once at their own times
 
 
 @dataclass(frozen=True)
 class CampaignEstimate:
     scenario: Scenario
     targets: list[TargetEstimate]
-    phases: int  # target × tier pairs
+    phases: int  # target × tier pairs, and one per trace replay
     requests: int
     duration_s: float  # including pauses between phases
 
@@ -56,12 +60,25 @@ class CampaignEstimate:
 def estimate_campaign(
     scenario: Scenario, ttft_s: float = ASSUMED_TTFT_S, tpot_ms: float = ASSUMED_TPOT_MS
 ) -> CampaignEstimate:
-    """The campaign's size and an estimate of its length (every tier waits for its slowest user)."""
+    """The campaign's size and an estimate of its length (every tier waits for its slowest user; a rate
+    tier sends for its duration and waits for its last sends; a trace replay lasts as long as its trace)."""
     load = scenario.load
+    check_search_runnable(load.search, resuming=False, targets=scenario.targets)
     estimates = []
     duration_s = 0.0
+    phases = 0
     for target in scenario.targets:
-        counts = [target.persona_counts(users) for users in load.tiers]
+        if replays_trace(target):
+            replay = _replay_estimate(target, ttft_s, tpot_ms)
+            estimates.append(replay)
+            duration_s += replay.tier_durations_s[0]
+            phases += 1
+            continue
+        tier_loads = load.rates if load.rates is not None else load.tiers
+        if load.rates is not None:  # a mix's persona plays a send by its index, as a developer by its own
+            counts = [target.persona_counts(round(rate * load.duration_s)) for rate in load.rates]
+        else:
+            counts = [target.persona_counts(users) for users in load.tiers]
         personas = [
             _conversation_estimate(
                 scenario, sent, [count[sent.conversation.name] for count in counts], ttft_s, tpot_ms
@@ -69,10 +86,10 @@ def estimate_campaign(
             for sent in target.persona_targets()
         ]
         estimates += personas
-        for tier, _ in enumerate(load.tiers):  # a mix's tier lasts as long as its slowest persona's
+        for tier, _ in enumerate(tier_loads):  # a mix's tier lasts as long as its slowest persona's
             tier_s = max(p.tier_durations_s[tier] for p in personas if p.developers[tier])
             duration_s += min(tier_s, load.tier_timeout_s)
-    phases = len(scenario.targets) * len(load.tiers)
+        phases += len(tier_loads)
     pauses_s = max(0, phases - 1) * load.pause_s
     return CampaignEstimate(
         scenario=scenario,
@@ -83,10 +100,20 @@ def estimate_campaign(
     )
 
 
+def _replay_estimate(target: Target, ttft_s: float, tpot_ms: float) -> TargetEstimate:
+    """A trace target's one replay: its rows, sent over the trace's span, and the last row's request."""
+    rows = conversation_trace(target.conversation)
+    last_request_s = ttft_s + rows[-1].output_tokens * tpot_ms / 1000.0
+    return TargetEstimate(
+        target, 1.0, rows[0].input_tokens, len(rows), [rows[-1].at_s + last_request_s], [0], replay=rows
+    )
+
+
 def _conversation_estimate(
     scenario: Scenario, target: Target, developers: list[int], ttft_s: float, tpot_ms: float
 ) -> TargetEstimate:
-    """The requests and tier durations of `developers` users of each tier sending `target`'s conversation."""
+    """The requests and tier durations of `developers` users of each tier sending `target`'s conversation
+    (in a rate tier: that many sends of it)."""
     load = scenario.load
     workload = build_workload(target.conversation, target.model)
     first = workload.script("validate", 0)
@@ -100,23 +127,31 @@ def _conversation_estimate(
         first_prompt_tokens = count_tokens(first.system or "") + count_tokens(first.user_turns[0])
     per_iteration = workload.requests_per_iteration
     request_s = ttft_s + _max_tokens(target)[0] * tpot_ms / 1000.0
+    # think time between the turns of an iteration, not between an agent's steps or a typist's requests
+    turns_think_s = (
+        0.0
+        if target.conversation.kind in ("agentic", "autocomplete")
+        else max(0.0, per_iteration - 1) * load.think_time_s
+    )
+    iteration_s = typing_s if typing_s is not None else per_iteration * request_s + turns_think_s
+    agentic = target.conversation.kind == "agentic"
+    if load.rates is not None:  # each tier sends for duration_s, then its last sends play out
+        requests = round(sum(developers) * per_iteration)
+        durations = [load.duration_s + iteration_s for _ in load.rates]
+        return TargetEstimate(
+            target, per_iteration, first_prompt_tokens, requests, durations, developers, expected=True
+        )
     durations = []
     requests = 0
     for users, tier_users in zip(developers, load.tiers, strict=True):
         spawn_rate = load.spawn_rate_for(tier_users)
         spawn_s = tier_users / spawn_rate if spawn_rate else 0.0
-        user_requests = load.iterations * per_iteration
         think_s = max(0, load.iterations - 1) * load.think_time_s
-        if typing_s is not None:
-            tier_s = spawn_s + load.iterations * typing_s + think_s
-        else:
-            tier_s = spawn_s + user_requests * request_s + think_s
-        # think time between the turns of an iteration, not between an agent's steps or a typist's requests
-        if target.conversation.kind not in ("agentic", "autocomplete"):
-            tier_s += max(0, user_requests - load.iterations) * load.think_time_s
-        durations.append(tier_s)
-        requests += round(users * user_requests)
-    return TargetEstimate(target, per_iteration, first_prompt_tokens, requests, durations, developers)
+        durations.append(spawn_s + load.iterations * iteration_s + think_s)
+        requests += round(users * load.iterations * per_iteration)
+    return TargetEstimate(
+        target, per_iteration, first_prompt_tokens, requests, durations, developers, expected=agentic
+    )
 
 
 def format_estimate(estimate: CampaignEstimate, ttft_s: float, tpot_ms: float) -> str:
@@ -124,11 +159,18 @@ def format_estimate(estimate: CampaignEstimate, ttft_s: float, tpot_ms: float) -
     load = scenario.load
     if load.search is not None:
         return _search_estimate(scenario, load.search)
+    tiered = [target for target in scenario.targets if not replays_trace(target)]
+    traces = len(scenario.targets) - len(tiered)
     iterations = f"{load.iterations} iteration{'s' if load.iterations != 1 else ''}"
-    lines = [
-        f"scenario {scenario.name} ({scenario.source}): {len(scenario.targets)} targets x "
-        f"{len(load.tiers)} tiers x {iterations} = {estimate.phases} tiers to run",
-    ]
+    parts = []
+    if tiered and load.rates is not None:
+        parts.append(f"{len(tiered)} targets x {len(load.rates)} rate tiers of {load.duration_s:g} s")
+    elif tiered:
+        parts.append(f"{len(tiered)} targets x {len(load.tiers)} tiers x {iterations}")
+    if traces:
+        parts.append(f"{traces} trace replay{'s' if traces != 1 else ''}")
+    tiers = f"{estimate.phases} tier{'s' if estimate.phases != 1 else ''}"
+    lines = [f"scenario {scenario.name} ({scenario.source}): {' + '.join(parts)} = {tiers} to run"]
     header = (
         "target",
         "engine",
@@ -145,6 +187,7 @@ def format_estimate(estimate: CampaignEstimate, ttft_s: float, tpot_ms: float) -
         engine = target.backend.engine
         if target.backend.profile:
             engine += f" ({target.backend.profile})"
+        agentic = target.conversation.kind == "agentic"
         rows.append(
             (
                 target.name,
@@ -152,10 +195,10 @@ def format_estimate(estimate: CampaignEstimate, ttft_s: float, tpot_ms: float) -
                 target.model.name,
                 f"{target.conversation.name} [{target.conversation.kind}]",
                 f"~{target_estimate.requests_per_iteration:.1f}"
-                if target_estimate.expected
+                if agentic
                 else f"{target_estimate.requests_per_iteration:g}",
                 str(target_estimate.first_prompt_tokens),
-                _max_tokens(target)[1],
+                _max_tokens(target, target_estimate.replay)[1],
                 f"{'~' if target_estimate.expected else ''}{target_estimate.requests:,}",
             )
         )
@@ -167,27 +210,62 @@ def format_estimate(estimate: CampaignEstimate, ttft_s: float, tpot_ms: float) -
         ]
         lines.append("  " + "  ".join(cells).rstrip())
     lines += _mix_lines(scenario)
-    if load.ramp_s is not None:
-        spawn = f"each tier's users over {load.ramp_s:g} s"
-    else:
-        spawn = f"{load.spawn_rate:g} users/s" if load.spawn_rate else "all users of a tier at once"
-    lines.append(
-        f"tiers (users): {', '.join(str(users) for users in load.tiers)}; {iterations} per user and tier; "
-        f"pause {load.pause_s:g} s; think time {load.think_time_s:g} s; spawn: {spawn}; "
-        f"tier time cap {load.tier_timeout_s:g} s"
-    )
+    if tiered:
+        lines.append(_load_line(scenario, tiered, iterations))
+    for target_estimate in estimate.targets:
+        if target_estimate.replay is not None:
+            lines.append(_replay_line(target_estimate.target.name, target_estimate.replay))
     expected = any(target_estimate.expected for target_estimate in estimate.targets)
     lines.append(f"requests to send: {'~' if expected else ''}{estimate.requests:,}")
     if expected:
-        lines.append(
-            "~: agentic sessions draw their steps per session; their requests per iteration are the mean of "
-            "steps, plus the sub-agents' steps, plus the compactions the mean sizes lead to"
-        )
+        reasons = []
+        if any(t.expected and t.target.conversation.kind == "agentic" for t in estimate.targets):
+            reasons.append(
+                "agentic sessions draw their steps per session; their requests per iteration are the mean "
+                "of steps, plus the sub-agents' steps, plus the compactions the mean sizes lead to"
+            )
+        if tiered and load.rates is not None:
+            reasons.append(
+                "a rate tier's sends are drawn by its arrival process: rate x duration_s on average"
+            )
+        lines.append(f"~: {'; '.join(reasons)}")
     lines.append(
         f"duration estimate: ~{format_duration(estimate.duration_s)} (assuming {ttft_s:g} s to first token and "
         f"{tpot_ms:g} ms per output token at max_tokens, and engines that keep up; more when they queue)"
     )
     return "\n".join(lines)
+
+
+def _load_line(scenario: Scenario, tiered: list[Target], iterations: str) -> str:
+    """How the targets that are not trace replays are loaded: their tiers of users, or of rates."""
+    load = scenario.load
+    limits = f"pause {load.pause_s:g} s; tier time cap {load.tier_timeout_s:g} s"
+    if load.rates is not None:
+        units = " or ".join(sorted({rate_unit(target.kind_label) for target in tiered}))
+        arrival = f"{load.arrival} arrivals" + (
+            f" (burstiness {load.burstiness:g})" if load.arrival == "gamma" else ""
+        )
+        return (
+            f"rate tiers ({units}): {', '.join(f'{rate:g}' for rate in load.rates)}; {arrival}; "
+            f"{load.duration_s:g} s of sends each; max_in_flight {load.max_in_flight}; {limits}"
+        )
+    if load.ramp_s is not None:
+        spawn = f"each tier's users over {load.ramp_s:g} s"
+    else:
+        spawn = f"{load.spawn_rate:g} users/s" if load.spawn_rate else "all users of a tier at once"
+    return (
+        f"tiers (users): {', '.join(str(users) for users in load.tiers)}; {iterations} per user and tier; "
+        f"pause {load.pause_s:g} s; think time {load.think_time_s:g} s; spawn: {spawn}; "
+        f"tier time cap {load.tier_timeout_s:g} s"
+    )
+
+
+def _replay_line(target: str, rows: tuple[TraceRow, ...]) -> str:
+    span_s = rows[-1].at_s
+    return (
+        f"trace replay of {target}: {len(rows):,} rows over {format_duration(span_s)}, once, at the "
+        f"trace's own times (mean {trace_rate(rows):.4g} req/s)"
+    )
 
 
 def _search_estimate(scenario: Scenario, search: Search) -> str:
@@ -208,22 +286,32 @@ def _search_estimate(scenario: Scenario, search: Search) -> str:
 
 def _mix_lines(scenario: Scenario) -> list[str]:
     """Each mix target's developers per persona at each tier (developer k plays the same persona at
-    every tier)."""
+    every tier); in rate tiers, its sends per persona (send k plays the persona developer k would)."""
+    load = scenario.load
     lines = []
     for target in scenario.targets:
         if not target.mix:
             continue
         weights = ", ".join(f"{p.conversation.name} {p.weight:g}" for p in target.personas)
-        lines.append(f"mix of {target.name} ({weights}): developers per persona at each tier")
-        for users in scenario.load.tiers:
-            counts = ", ".join(f"{name} {n}" for name, n in target.persona_counts(users).items())
-            lines.append(f"  {users} users: {counts}")
+        if load.rates is not None:
+            lines.append(f"mix of {target.name} ({weights}): sends per persona at each rate tier (expected)")
+            tiers = [(f"{rate:g}/s", round(rate * load.duration_s)) for rate in load.rates]
+        else:
+            lines.append(f"mix of {target.name} ({weights}): developers per persona at each tier")
+            tiers = [(f"{users} users", users) for users in load.tiers]
+        for label, count in tiers:
+            counts = ", ".join(f"{name} {n}" for name, n in target.persona_counts(count).items())
+            lines.append(f"  {label}: {counts}")
     return lines
 
 
-def _max_tokens(target: Target) -> tuple[int, str]:
-    """max_tokens of most requests, and as the table shows it (an agent's steps / its final answer)."""
+def _max_tokens(target: Target, replay: tuple[TraceRow, ...] | None = None) -> tuple[int, str]:
+    """max_tokens of most requests, and as the table shows it (an agent's steps / its final answer; a
+    trace's rows, from the shortest output to the longest)."""
     conversation = target.conversation
+    if replay is not None:
+        lengths = sorted(row.output_tokens for row in replay)
+        return lengths[len(lengths) // 2], f"{lengths[0]}..{lengths[-1]}"
     if conversation.kind == "agentic":
         step, final = conversation.step_max_tokens or 1, conversation.final_max_tokens or 1
         return step, f"{step}/{final}"

@@ -104,7 +104,9 @@ def _init(environment: Environment, options: Any) -> None:
     scenario_drives = bool(options.scenario or options.resume or not options.host)
     if scenario_drives:
         scenario, path = load_scenario_of(options)
-        check_search_runnable(scenario.load.search, resuming=bool(options.resume))
+        check_search_runnable(
+            scenario.load.search, bool(options.resume), scenario.targets, repeats=options.repeat
+        )
         if options.resume and not options.force_resume:
             check_resumable(Path(options.resume), scenario)  # before engines start, before any request
         given = [
@@ -156,13 +158,18 @@ def _init(environment: Environment, options: Any) -> None:
 def _new_campaign(environment: Environment, scenario: Scenario, path: str, options: Any) -> Campaign:
     from grill_locust.sinks.results import ResultsWriter, new_run_id, read_phases
 
-    skip: set[tuple[str, int]] = set()
+    skip: set[tuple[str, int, int]] = set()
+    repeats = options.repeat
     if options.resume:
         run_dir = Path(options.resume)
         if not (run_dir / "phases.csv").exists():
             raise GrillError(f"--resume {run_dir}: no phases.csv there (is it a results/<run_id> folder?)")
         run_id = run_dir.name
-        skip = {(p["target"], int(p["tier_index"])) for p in read_phases(run_dir) if p["complete"] == "True"}
+        skip = {
+            (p["target"], int(p["tier_index"]), int(p.get("repeat") or 0))
+            for p in read_phases(run_dir)
+            if p["complete"] == "True"
+        }
         log.info("resuming %s: %d tiers already complete are skipped", run_id, len(skip))
     else:
         run_id = new_run_id(scenario.name)
@@ -186,6 +193,8 @@ def _new_campaign(environment: Environment, scenario: Scenario, path: str, optio
         earlier = json.loads((run_dir / "run.json").read_text()) if (run_dir / "run.json").exists() else {}
         meta = {**meta, "started_wall": earlier.get("started_wall", meta["started_wall"])}
         meta["resumed_wall"] = [*earlier.get("resumed_wall", []), time.time()]
+        repeats = repeats or earlier.get("repeats")
+    meta["repeats"] = repeats = int(repeats or 1)
     results = ResultsWriter(run_dir, meta, scenario.redacted(), resume=bool(options.resume))
     walk_tiers = environment.shape_class is not None  # plain users (-u/-r/-t) have no tiers
     campaign = Campaign(
@@ -199,6 +208,7 @@ def _new_campaign(environment: Environment, scenario: Scenario, path: str, optio
         skip=skip,
         walk_tiers=walk_tiers,
         disk_full_give_up_s=options.disk_full_give_up,
+        repeats=repeats,
     )
     worker = run_state(environment).worker
     if worker is not None:  # the local runner is its own worker

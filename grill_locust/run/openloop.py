@@ -1,7 +1,8 @@
-"""The open-loop dispatcher: one Locust user per worker sends that worker's share of a rate tier.
+"""The open-loop dispatcher: one Locust user per worker sends that worker's share of a rate tier, or of
+a trace replay.
 
-Sends leave at the times of a schedule (run/arrivals.py: an arrival process, or any iterable of
-`Send(at_s, iteration)`), whatever the engine's answers do; each plays one iteration of the target's
+Sends leave at the times of a schedule (run/arrivals.py: an arrival process; or a trace's rows, row i
+on dispatcher i mod the dispatchers), whatever the engine's answers do; each plays one iteration of the target's
 conversation in a greenlet of its own (a session's turns closed-loop inside it), with GrillUser's send
 and record code. At most `max_in_flight` (this worker's part) play at once: a send past it waits for a
 free slot, late, and is counted, never dropped.
@@ -20,9 +21,10 @@ from locust import task
 
 from grill_locust.client import EngineClient
 from grill_locust.config import Target
-from grill_locust.run.arrivals import ScheduledSend, Send, arrival_schedule
-from grill_locust.run.phase import Phase
+from grill_locust.run.arrivals import ScheduledSend, Send, arrival_schedule, trace_share
+from grill_locust.run.phase import Phase, replays_trace
 from grill_locust.run.user import IDLE_POLL_S, GrillUser
+from grill_locust.workload.trace import conversation_trace
 
 
 class OpenLoopUser(GrillUser):
@@ -48,18 +50,23 @@ class OpenLoopUser(GrillUser):
             return
         self._dispatched_key = phase.key
         rate, place = share
-        load = scenario.load
-        # the same arrivals at every run of the scenario, each worker's its own
-        seed = zlib.crc32(f"{phase.target}/{phase.tier_index}/{phase.attempt}/{place}".encode())
-        duration_s = phase.duration_s or load.duration_s  # a search's probe: probe_s
-        schedule = arrival_schedule(load.arrival, rate, duration_s, load.burstiness, seed)
-        max_in_flight = max(1, load.max_in_flight // len(phase.dispatchers))
-        self.dispatch(grill.target(phase.target), phase, schedule, duration_s, max_in_flight)
+        target, load, dispatchers = grill.target(phase.target), scenario.load, len(phase.dispatchers)
+        duration_s = phase.duration_s
+        assert duration_s is not None, "a rate tier sends for a time"
+        schedule: Iterable[Send]
+        if replays_trace(target):
+            schedule = trace_share(conversation_trace(target.conversation), place, dispatchers)
+        else:
+            # the same arrivals at every run of the scenario, each worker's its own
+            seed = zlib.crc32(f"{phase.target}/{phase.tier_index}/{phase.attempt}/{place}".encode())
+            schedule = arrival_schedule(load.arrival, rate, duration_s, load.burstiness, seed)
+        max_in_flight = max(1, load.max_in_flight // dispatchers)
+        self.dispatch(target, phase, schedule, duration_s, max_in_flight)
 
     def dispatch(
         self, target: Target, phase: Phase, schedule: Iterable[Send], duration_s: float, max_in_flight: int
     ) -> None:
-        """Send at each scheduled time until `duration_s`, then let the sends still playing finish (their
+        """Send at each scheduled time up to `duration_s`, then let the sends still playing finish (their
         requests are cooldown) and tell the master how many there were."""
         start, start_wall = time.perf_counter(), time.time()
         end_wall = start_wall + duration_s
@@ -68,7 +75,7 @@ class OpenLoopUser(GrillUser):
         sends = waited = 0
         try:
             for send in schedule:
-                if send.at_s >= duration_s:
+                if send.at_s > duration_s:  # a trace's last row leaves at duration_s
                     break
                 wait_s = start + send.at_s - time.perf_counter()
                 if wait_s > 0:

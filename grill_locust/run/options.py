@@ -86,6 +86,14 @@ def add_options(parser: Any) -> None:
         help="Engine behind --host for the plain users (vllm, sglang, llamacpp, sim, openai, ...)",
     )
     parser.add_argument(
+        "--repeat",
+        env_var="LOCUST_REPEAT",
+        type=int,
+        default=None,
+        help="Run the whole campaign (every target through every tier) N times into one results folder; "
+        "records carry `repeat`, the report's intervals span the repeats (default 1)",
+    )
+    parser.add_argument(
         "--resume",
         env_var="LOCUST_RESUME",
         default=None,
@@ -139,6 +147,8 @@ def check_options(options: Any) -> None:
             raise GrillError(f"{flag}: expected a number of seconds >= 0, got {value}")
     if options.iterations is not None and options.iterations < 1:
         raise GrillError(f"--iterations: expected a whole number >= 1, got {options.iterations}")
+    if options.repeat is not None and options.repeat < 1:
+        raise GrillError(f"--repeat: expected a whole number >= 1, got {options.repeat}")
     if options.influx_url and not re.fullmatch(r"https?://[^\s/]+(/\S*)?", options.influx_url):
         raise GrillError(f"--influx-url: expected an http(s)://host[:port] URL, got {options.influx_url!r}")
     results = Path(options.results_dir)

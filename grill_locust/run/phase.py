@@ -1,5 +1,5 @@
-"""A Phase: one target at one tier of concurrent users (or at one open-loop rate), the unit the load shape
-walks through."""
+"""A Phase: one target at one tier of concurrent users (or at one open-loop rate, or through one replay of
+its trace), the unit the load shape walks through."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from grill_locust.config import Scenario, Target
+from grill_locust.workload.trace import TraceRow, conversation_trace
+
+TRACE_KIND = "trace"
 
 
 @dataclass
@@ -57,11 +60,18 @@ class Phase:
     # a tier that sends for this long: a rate tier's dispatchers send until then (the sends still playing
     # finish after), a search probe's users loop conversations until then (it ends complete)
     duration_s: float | None = None
+    repeat: int = 0  # which of `--repeat N` walks of the campaign's tiers (0-based)
 
     @property
     def key(self) -> str:
         """This phase, in this session and attempt: what workers count its iterations under."""
         return f"{self.session}/{self.phase_id}/{self.attempt}"
+
+    @property
+    def prompt_key(self) -> str:
+        """What this phase's prompts are keyed by (with a user's own key, except in a trace replay, whose
+        rows share blocks across workers): no other phase, attempt or session sends the same text."""
+        return f"{self.session}-p{self.phase_id}a{self.attempt}"
 
     @property
     def iterations_target(self) -> int:
@@ -101,6 +111,7 @@ class Phase:
             "tier_rate": self.tier_rate,
             "session": self.session,
             "attempt": self.attempt,
+            "repeat": self.repeat,
         }
 
     def to_wire(self) -> dict[str, Any]:
@@ -111,9 +122,11 @@ class Phase:
         return cls(**{**data, "dispatchers": tuple(data.get("dispatchers") or ())})
 
 
-def campaign_phases(scenario: Scenario, run_id: str, session: str = "") -> list[Phase]:
-    """Targets in scenario order, each through every tier (of users, or of rates in an open-loop load);
-    a search's first probe (the search picks each next one from the verdicts)."""
+def campaign_phases(scenario: Scenario, run_id: str, session: str = "", repeats: int = 1) -> list[Phase]:
+    """Targets in scenario order, each through every tier (of users, or of rates in an open-loop load),
+    a trace target through one replay of its trace (whatever the load's tiers), all of it `repeats`
+    times (`--repeat`); a search's first probe (the search picks each next one from the verdicts). Each
+    phase has its own phase_id, which users' prompt keys carry: a repeat sends new prompts."""
     load = scenario.load
     if load.search is not None:
         first = scenario.targets[0].name
@@ -124,23 +137,62 @@ def campaign_phases(scenario: Scenario, run_id: str, session: str = "") -> list[
         if load.rates is not None
         else [(users, None) for users in load.tiers]
     )
-    for target in scenario.targets:
-        for tier_index, (users, rate) in enumerate(tiers):
-            phases.append(
-                Phase(
-                    phase_id=len(phases),
-                    run_id=run_id,
-                    target=target.name,
-                    tier_index=tier_index,
-                    tier_users=users,
-                    iterations_per_user=load.iterations if rate is None else 0,
-                    think_time_s=load.think_time_s,
-                    session=session,
-                    tier_rate=rate,
-                    duration_s=None if rate is None else load.duration_s,
+    for repeat in range(repeats):
+        for target in scenario.targets:
+            if replays_trace(target):
+                phases.append(trace_phase(scenario, target, run_id, session, len(phases), repeat))
+                continue
+            for tier_index, (users, rate) in enumerate(tiers):
+                phases.append(
+                    Phase(
+                        phase_id=len(phases),
+                        run_id=run_id,
+                        target=target.name,
+                        tier_index=tier_index,
+                        tier_users=users,
+                        iterations_per_user=load.iterations if rate is None else 0,
+                        think_time_s=load.think_time_s,
+                        session=session,
+                        tier_rate=rate,
+                        duration_s=None if rate is None else load.duration_s,
+                        repeat=repeat,
+                    )
                 )
-            )
     return phases
+
+
+def replays_trace(target: Target) -> bool:
+    """Whether the target replays a trace: once, at the trace's own times, not through the load's tiers."""
+    return target.kind_label == TRACE_KIND
+
+
+def trace_rate(rows: tuple[TraceRow, ...]) -> float:
+    """A trace replay's mean rate (requests/s): its rows over its span from the first send to the last; a
+    replay whose rows all leave at once, its rows (as if over one second). It labels the replay's tier."""
+    span_s = rows[-1].at_s
+    return len(rows) / span_s if span_s > 0 else float(len(rows))
+
+
+def trace_phase(
+    scenario: Scenario, target: Target, run_id: str, session: str, phase_id: int, repeat: int = 0
+) -> Phase:
+    """The one tier of a trace target: an open-loop tier whose sends are the trace's rows (row i sent by
+    dispatcher i mod the dispatchers, at its own time), labelled by the trace's mean rate; it sends until
+    its last row's time, and the requests still running then finish as cooldown."""
+    rows = conversation_trace(target.conversation)
+    return Phase(
+        phase_id=phase_id,
+        run_id=run_id,
+        target=target.name,
+        tier_index=0,
+        tier_users=0,
+        iterations_per_user=0,
+        think_time_s=scenario.load.think_time_s,
+        session=session,
+        tier_rate=trace_rate(rows),
+        duration_s=rows[-1].at_s,
+        repeat=repeat,
+    )
 
 
 def probe_phase(

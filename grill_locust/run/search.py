@@ -16,11 +16,13 @@ failure.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from grill_locust.config import Search
+from grill_locust.config import Search, Target
 from grill_locust.errors import GrillError
+from grill_locust.run.phase import replays_trace
 
 GROWTH_FACTOR = 2.0
 
@@ -126,12 +128,26 @@ def probes_at_most(search: Search) -> int:
     return 1 + doublings + bisections
 
 
-def check_search_runnable(search: Search | None, resuming: bool) -> None:
-    """A search this version cannot run: GrillError (exit 2) before anything starts."""
+def check_search_runnable(
+    search: Search | None, resuming: bool, targets: Sequence[Target] = (), repeats: int | None = None
+) -> None:
+    """A search this version cannot run (resumed, repeated, or of a trace target among `targets`, the
+    scenario's): GrillError (exit 2) before anything starts."""
     if search is None:
         return
+    if repeats is not None and repeats > 1:
+        raise GrillError(
+            "--repeat: a capacity search (load.search) runs once: its probes follow its own verdicts; "
+            "repeat a campaign of tiers instead"
+        )
     if resuming:
         raise GrillError(
             "--resume: a capacity search (load.search) cannot be resumed: each probe depends on the verdicts "
             "before it; run the search anew"
+        )
+    traces = [target.name for target in targets if replays_trace(target)]
+    if traces:
+        raise GrillError(
+            f"load.search: target {traces[0]!r} replays a trace, which runs at its own times: a capacity "
+            "search cannot vary its load; search in a scenario without it"
         )

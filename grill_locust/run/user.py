@@ -22,7 +22,7 @@ from grill_locust.client import EngineClient, StreamResult, fim_request, request
 from grill_locust.config import Model, Scenario, Target
 from grill_locust.record import CANCELLED, STATUS_ABANDONED, STATUS_OK, Measurement, build_record, measure
 from grill_locust.run.arrivals import ScheduledSend
-from grill_locust.run.phase import Phase
+from grill_locust.run.phase import Phase, replays_trace
 from grill_locust.run.state import run_state
 from grill_locust.run.worker import WorkerState
 from grill_locust.workload.agentic import AgenticPlan, AgenticSession, AgentReply
@@ -74,9 +74,12 @@ class GrillUser(User):
         the arrival it plays (its records carry its columns) and a connection of its own."""
         client = client or self.client_for(target)
         workload = self.grill.workload_for(target)
-        # a tier run again after an outage sends new prompts: the engine may hold the first attempt's
+        # a tier run again after an outage sends new prompts: the engine may hold the first attempt's; a
+        # trace's rows share the blocks their hash ids name whatever worker sends them
         user_key = (
-            f"{phase.session}-p{phase.phase_id}a{phase.attempt}-{self.grill.worker_id}-u{self.user_index}"
+            phase.prompt_key
+            if replays_trace(target)
+            else f"{phase.prompt_key}-{self.grill.worker_id}-u{self.user_index}"
         )
         script = workload.script(user_key, iteration, self.developer)
         labels = {
@@ -275,6 +278,7 @@ class GrillUser(User):
         send = labels.pop(SCHEDULED_SEND, None)
         if send is not None:
             labels.update(send.columns(measurement.wall_start))
+        slo = grill.scenario.slo_of(labels["conversation"]) if grill.scenario is not None else None
         record = build_record(
             labels,
             measurement,
@@ -284,6 +288,9 @@ class GrillUser(User):
             retries=retries,
             shown_in_budget=shown_in_budget,
             warmup=grill.warmup(labels, measurement.wall_start, request_ordinal),
+            slo_met=slo.judge(measurement.status, measurement.ttft_s, measurement.tpot_s, measurement.e2e_s)
+            if slo is not None
+            else None,
         ).to_dict()
         grill.add_record(record)
         fire = self.environment.events.request.fire

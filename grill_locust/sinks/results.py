@@ -47,6 +47,7 @@ PHASE_COLUMNS = (
     "tier_users",
     "tier_rate",  # an open-loop tier's rate (tier_users 0); empty in a tier of users
     "attempt",  # 1: the tier run again after an engine outage in attempt 0 (both rows stay)
+    "repeat",  # which of `--repeat N` walks of the campaign (0-based): a row per tier and repeat
     "session",
     "start_wall",
     "end_wall",
@@ -475,9 +476,9 @@ def read_records_table(path: Path) -> tuple[pa.Table, list[UnreadableLine]]:
         return pa.Table.from_pylist(rows, schema=RECORD_SCHEMA), unreadable
 
 
-def phase_key(row: dict[str, Any]) -> tuple[str, int, int]:
-    """A phases.csv row's target, tier and attempt (rows written before attempts were counted: 0)."""
-    return row["target"], int(row["tier_index"]), int(row.get("attempt") or 0)
+def phase_key(row: dict[str, Any]) -> tuple[str, int, int, int]:
+    """A phases.csv row's target, tier, attempt and repeat (rows written before these were counted: 0)."""
+    return row["target"], int(row["tier_index"]), int(row.get("attempt") or 0), int(row.get("repeat") or 0)
 
 
 def read_phases(run_dir: Path) -> list[dict[str, Any]]:

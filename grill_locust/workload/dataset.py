@@ -14,9 +14,11 @@ import json
 import logging
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from grill_locust.errors import GrillError
+from grill_locust.workload.files import file_version
 
 log = logging.getLogger(__name__)
 
@@ -73,10 +75,6 @@ def dataset_format(path: str, format: str | None) -> str:
     return guessed
 
 
-# (path, format) -> (file size, mtime) read and the dataset: each process reads a file once
-_LOADED: dict[tuple[str, str], tuple[tuple[int, int], Dataset]] = {}
-
-
 def load_dataset(path: str, format: str | None = None) -> Dataset:
     """The rows of the dataset at `path` (relative paths from the current folder), read on first use and
     kept for the process; DatasetError on any bad input."""
@@ -84,21 +82,14 @@ def load_dataset(path: str, format: str | None = None) -> Dataset:
         chosen = dataset_format(path, format)
     except ValueError as error:
         raise DatasetError(f"{path}: {error}") from None
-    try:
-        stat = os.stat(path)
-    except FileNotFoundError:
-        raise DatasetError(f"{path}: no such file") from None
-    except OSError as error:
-        raise DatasetError(f"{path}: cannot read: {error.strerror}") from None
-    version = (stat.st_size, stat.st_mtime_ns)
-    key = (os.path.abspath(path), chosen)
-    cached = _LOADED.get(key)
-    if cached is not None and cached[0] == version:
-        return cached[1]
+    return _read_cached(os.path.abspath(path), chosen, file_version(path, DatasetError))
+
+
+@lru_cache(maxsize=16)
+def _read_cached(path: str, chosen: str, version: tuple[int, int]) -> Dataset:
+    """One parse per file version in a process (every user's script asks for a row)."""
     rows = _read_jsonl(path) if chosen == "jsonl" else _read_sharegpt(path)
-    dataset = Dataset(path, chosen, tuple(rows))
-    _LOADED[key] = (version, dataset)
-    return dataset
+    return Dataset(path, chosen, tuple(rows))
 
 
 def _read_text(path: str) -> str:

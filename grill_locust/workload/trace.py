@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Literal, NamedTuple, get_args
 
 from grill_locust.errors import GrillError
+from grill_locust.workload.files import file_version
 
 if TYPE_CHECKING:
     from grill_locust.config import Conversation
@@ -82,13 +82,7 @@ def read_trace(path: str, trace_format: str, window: TraceWindow = TraceWindow()
     """The rows of `window` in the trace file at `path`; TraceError on a file that is missing or
     unreadable, a row with a missing or negative length, timestamps going backwards, hash_ids that are
     not a list of whole numbers, or a window with no row. The file is read up to the window's end only."""
-    try:
-        stat = os.stat(path)
-    except FileNotFoundError:
-        raise TraceError(f"{path}: no such trace file") from None
-    except OSError as error:
-        raise TraceError(f"{path}: cannot read: {error.strerror}") from None
-    return _read_cached(path, trace_format, window, stat.st_mtime_ns, stat.st_size)
+    return _read_cached(path, trace_format, window, file_version(path, TraceError))
 
 
 def trace_schedule(rows: tuple[TraceRow, ...]) -> list[TraceSend]:
@@ -138,7 +132,7 @@ class _Raw(NamedTuple):
 
 @lru_cache(maxsize=16)
 def _read_cached(
-    path: str, trace_format: str, window: TraceWindow, mtime_ns: int, size_bytes: int
+    path: str, trace_format: str, window: TraceWindow, version: tuple[int, int]
 ) -> tuple[TraceRow, ...]:
     """One parse per file version and window in a process (every user's script asks for its row)."""
     if trace_format not in TRACE_FORMATS:

@@ -98,6 +98,21 @@ def test_a_rate_tiers_requests_per_s_is_its_rate(rate_summary):
         )
 
 
+def test_a_repeated_rate_tiers_span_adds_its_repeats_sends(tmp_path):
+    first = rate_records()
+    later = [
+        {**r, "record_id": f"again-{r['record_id']}", "repeat": 1, "wall_start": r["wall_start"] + 500.0,
+         "scheduled_wall": r["scheduled_wall"] + 500.0}
+        for r in first
+    ]  # fmt: skip
+    summary = summarize(
+        load_run(write_results_folder(tmp_path / "run", [*(r | {"repeat": 0} for r in first), *later]))
+    )
+    once = summarize(load_run(write_results_folder(tmp_path / "once", first)))
+    assert list(summary["span_s"]) == pytest.approx(list(2 * once["span_s"]))
+    assert list(summary["requests_per_s"]) == pytest.approx(list(once["requests_per_s"]))
+
+
 def test_a_rate_campaigns_figures_have_the_rates_on_their_axis(rate_summary):
     figure = figure_metrics(rate_summary, "short-baseline", band=False)
     ttft_panel = figure.axes[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+import pytest
 import yaml
 from locust.argument_parser import get_parser
 from locust.env import Environment
@@ -64,6 +65,7 @@ class RecordingSink:
 
     def __init__(self) -> None:
         self.events: list[tuple[Any, ...]] = []
+        self.tier_rows: list[dict[str, Any]] = []
 
     def write_records(self, records: list[dict[str, Any]]) -> None:
         self.events.append(("records", len(records)))
@@ -73,6 +75,7 @@ class RecordingSink:
 
     def write_tier(self, row: dict[str, Any]) -> None:
         self.events.append(("tier", row["tier_users"], row["requests"]))
+        self.tier_rows.append(row)
 
     def write_telemetry(self, samples: list[dict[str, Any]]) -> None:
         self.events.append(("telemetry", len(samples)))
@@ -124,6 +127,21 @@ def test_the_campaign_sends_phases_tiers_and_telemetry_to_every_sink_and_records
     assert (tmp_path / "run" / "records.parquet").exists() and (
         tmp_path / "run" / "telemetry.parquet"
     ).exists()
+
+
+def test_the_live_tier_row_judges_requests_by_the_scenario_s_slo(tmp_path: Path) -> None:
+    environment = Environment(user_classes=[], events=Events())
+    environment.create_local_runner()
+    scenario = parse_scenario({**scenario_data([2]), "slo": {"ttft_s": 0.5}}, source="test")
+    results = ResultsWriter(tmp_path / "run", {"run_id": "run-1"}, scenario.redacted())
+    sink = RecordingSink()
+    campaign = Campaign(environment, scenario, results, "run-1", sinks=[sink])
+    campaign.tick()
+    records = [{**a_record(campaign, f"r{n}"), "ttft_s": ttft_s} for n, ttft_s in enumerate((0.2, 0.4, 0.9))]
+    campaign.on_records("w", records, {campaign.phases[0].key: 2})
+    campaign.tick()
+    campaign.close()
+    assert [row["slo_attainment"] for row in sink.tier_rows] == [pytest.approx(2 / 3)]
 
 
 def test_abandoned_requests_are_no_errors_and_make_no_outage(tmp_path: Path) -> None:

@@ -126,6 +126,9 @@ def test_a_tiers_override_of_a_search_is_refused(tmp_path: Path) -> None:
 
 def test_a_resumed_search_is_refused_before_the_run() -> None:
     check_search_runnable(Search(rate=[0.5, 64]), resuming=False)
+    with pytest.raises(GrillError, match="--repeat: a capacity search .* runs once"):
+        check_search_runnable(Search(users=[1, 8]), resuming=False, repeats=2)
+    check_search_runnable(Search(users=[1, 8]), resuming=False, repeats=1)
     with pytest.raises(GrillError, match="--resume: a capacity search .* cannot be resumed"):
         check_search_runnable(Search(users=[1, 8]), resuming=True)
     check_search_runnable(Search(users=[1, 8]), resuming=False)

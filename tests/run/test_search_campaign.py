@@ -23,14 +23,21 @@ KNEE_SIM = {"step_a_ms": 20.0, "step_b_ms": 40.0, "step_c_ms": 0.0, "step_d_ms":
 E2E_P50_BOUND_S = 0.84
 
 
-def test_a_users_search_finds_the_simulators_knee_and_records_every_probe_as_a_tier(tmp_path: Path) -> None:
+def searched(tmp_path: Path, load: dict) -> Path:
+    """The results folder of a search run with `load` on the knee profile, judged by the E2E p50 bound."""
     data = sim_scenario(conversation=SHORT, tiers=[1], max_tokens=OUTPUT_TOKENS, sim_args=KNEE_SIM)
-    data["load"] = {"search": {"users": [1, 8], "probe_s": 3}, "pause_s": 0.2, "think_time_s": 0}
+    data["load"] = load
     data["slo"] = {"ttft_p50_s": 5, "e2e_p50_s": E2E_P50_BOUND_S}
     scenario = write_scenario(tmp_path / "s.yaml", data)
     done = run_locust(["--scenario", str(scenario), "--results-dir", str(tmp_path / "results")], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
-    run_dir = only_run_dir(tmp_path / "results")
+    return only_run_dir(tmp_path / "results")
+
+
+def test_a_users_search_finds_the_simulators_knee_and_records_every_probe_as_a_tier(tmp_path: Path) -> None:
+    run_dir = searched(
+        tmp_path, {"search": {"users": [1, 8], "probe_s": 3}, "pause_s": 0.2, "think_time_s": 0}
+    )
 
     # doubling from the low end to the first failure, then bisecting: 1, 2, 4 (fails), 3
     search = json.loads((run_dir / "run.json").read_text())["search"]
@@ -83,20 +90,18 @@ def test_a_users_search_finds_the_simulators_knee_and_records_every_probe_as_a_t
 def test_a_rate_search_probes_open_loop_tiers_and_brackets_the_knee(tmp_path: Path) -> None:
     """Rates double from the low end to the first failure, then bisect geometrically until the bracket
     is within its precision; each probe is an open-loop tier of its rate, judged by its own summary row."""
-    data = sim_scenario(conversation=SHORT, tiers=[1], max_tokens=OUTPUT_TOKENS, sim_args=KNEE_SIM)
-    data["load"] = {"search": {"rate": [1, 8], "probe_s": 3, "precision": 0.5}, "pause_s": 0.2}
-    data["slo"] = {"ttft_p50_s": 5, "e2e_p50_s": E2E_P50_BOUND_S}
-    scenario = write_scenario(tmp_path / "s.yaml", data)
-    done = run_locust(["--scenario", str(scenario), "--results-dir", str(tmp_path / "results")], tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    run_dir = only_run_dir(tmp_path / "results")
+    # at most 5 req/s complete on this profile (E2E 0.32 s + 0.2 s per other request in flight): the E2E
+    # bound is crossed near 4 req/s; probes of 4 s give each rate 8 sends or more
+    run_dir = searched(
+        tmp_path, {"search": {"rate": [2, 16], "probe_s": 4, "precision": 0.5}, "pause_s": 0.2}
+    )
 
     search = json.loads((run_dir / "run.json").read_text())["search"]
-    assert search["by"] == "rate" and search["bracket"] == [1, 8]
+    assert search["by"] == "rate" and search["bracket"] == [2, 16]
     (found,) = search["targets"]
     assert found["done"]
     loads = [p["rate"] for p in found["probes"]]
-    assert loads[:2] == [1, 2]  # the low end, then doubling
+    assert loads[:2] == [2, 4]  # the low end, then doubling
     passing = [p["rate"] for p in found["probes"] if p["passed"]]
     failing = [p["rate"] for p in found["probes"] if not p["passed"]]
     assert found["largest_passing"] == max(passing)

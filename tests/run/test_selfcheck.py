@@ -55,13 +55,22 @@ WINDOWS = []
 _add = selfcheck.LagHistogram.add
 
 def recording_add(self, lag_ms):
-    if not hasattr(self, "recorded"):
-        self.recorded = []
-        WINDOWS.append(self.recorded)
-    self.recorded.append(lag_ms)
+    if getattr(self, "probe", False):  # the event-loop probe's window, not the read lag's
+        if not hasattr(self, "recorded"):
+            self.recorded = []
+            WINDOWS.append(self.recorded)
+        self.recorded.append(lag_ms)
     _add(self, lag_ms)
 
+def marking(method):
+    def marked(self, *args, **kwargs):
+        method(self, *args, **kwargs)
+        self._lags.probe = True
+    return marked
+
 selfcheck.LagHistogram.add = recording_add
+selfcheck.SelfCheck.__init__ = marking(selfcheck.SelfCheck.__init__)
+selfcheck.SelfCheck.new_window = marking(selfcheck.SelfCheck.new_window)
 atexit.register(lambda: open("LAGS_PATH", "w").write(json.dumps(max(WINDOWS, key=len))))
 
 def stall_once(worker):

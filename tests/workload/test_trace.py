@@ -119,7 +119,7 @@ def test_relative_path_reads_beside_the_scenario_file_or_the_working_directory(
     loaded = load_scenario(folder / "s.yaml")
     assert loaded.targets[0].conversation.path == str(folder / "traces" / "t.csv")
     assert Scenario.from_wire(loaded.to_wire()) == loaded  # workers get the absolute path
-    with pytest.raises(ConfigError, match=r"data: conversations\[0\]\.path: .*no such trace file"):
+    with pytest.raises(ConfigError, match=r"data: conversations\[0\]\.path: .*: no such file"):
         parse_scenario(data, "data")  # from data: read from the working directory, where it is not
     monkeypatch.chdir(folder)
     assert parse_scenario(data, "data").targets[0].conversation.path == str(folder / "traces" / "t.csv")

@@ -1,0 +1,183 @@
+"""Bootstrap intervals over conversations, and `grill compare`'s verdict, on synthetic records."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from grill_locust.report.aggregate import summarize_all, summarize_run
+from grill_locust.report.build import assemble, load_runs
+from grill_locust.report.capacity import slo_of_run
+from grill_locust.report.cli import print_tables
+from grill_locust.report.confidence import (
+    FIGURES,
+    NO_SIGNIFICANT_DIFFERENCE,
+    resample_tier,
+)
+from grill_locust.report.load import load_run
+from grill_locust.report.synthetic import ENGINE_SHAPES, make_record, synthetic_records, write_results_folder
+from grill_locust.report.write import write_report
+
+TURNS = 3
+
+
+def exponential_tier(conversations: int, seed: int) -> pd.DataFrame:
+    """One tier of `conversations` x TURNS requests whose TTFT is exponential with mean 1 s: its
+    true median is ln 2, its p90 ln 10."""
+    rng = np.random.default_rng(seed)
+    n = conversations * TURNS
+    return pd.DataFrame(
+        {
+            "conversation": np.repeat(np.arange(conversations), TURNS),
+            "ok": True,
+            "cancelled": False,
+            "abandoned": False,
+            "autocomplete": False,
+            "shown_in_budget": False,
+            "output_tokens": rng.integers(50, 150, n).astype(float),
+            "reasoning_tokens": 0.0,
+            "prompt_tokens": 400.0,
+            "cached_tokens": np.nan,
+            "slo_met": np.nan,  # no per-request SLO
+            **{
+                column: rng.exponential(1.0, n)
+                for column in ("ttft_s", "ttfo_s", "tpot_s", "itl_mean_s", "e2e_s", "tokens_per_s")
+            },
+            "visible_tokens_per_s": np.nan,
+        }
+    )
+
+
+def test_intervals_cover_the_true_percentiles_about_95_times_in_100() -> None:
+    covered = {"ttft_p50_s": 0, "ttft_p90_s": 0}
+    truth = {"ttft_p50_s": np.log(2.0), "ttft_p90_s": np.log(10.0)}
+    trials = 40
+    for trial in range(trials):
+        resamples = resample_tier(exponential_tier(150, seed=trial), span_s=60.0, seed=trial)
+        assert resamples is not None
+        for figure in covered:
+            low, high = np.percentile(resamples.figures[figure], [2.5, 97.5])
+            covered[figure] += int(low <= truth[figure] <= high)
+    # 95 % nominal: 40 trials cover 38 on average; fewer than 34 would be 1 chance in ~100
+    assert min(covered.values()) >= 34, covered
+
+
+def test_intervals_narrow_with_more_conversations() -> None:
+    def width(conversations: int) -> float:
+        resamples = resample_tier(exponential_tier(conversations, seed=1), span_s=60.0, seed=1)
+        assert resamples is not None
+        low, high = np.percentile(resamples.figures["ttft_p50_s"], [2.5, 97.5])
+        return float(high - low)
+
+    # 16 times the conversations: a quarter of the width, give or take the draw
+    assert width(800) < 0.4 * width(50)
+
+
+def test_summary_has_an_interval_beside_each_figure_holding_the_figure(tmp_path: Path) -> None:
+    run_dir = write_results_folder(tmp_path / "run", synthetic_records(4000, tiers=(1, 5)))
+    summary = summarize_run(run_dir)
+    written = pd.read_csv(run_dir / "summary.csv")
+    columns = list(written.columns)
+    assert columns.index("ttft_p50_s_lo") == columns.index("ttft_p50_s") + 1
+    assert columns.index("ttft_p50_s_hi") == columns.index("ttft_p50_s") + 2
+    for figure in ("ttft_p50_s", "e2e_p50_s", "output_tokens_per_s", "success_rate", "cached_token_ratio"):
+        assert (summary[f"{figure}_lo"] <= summary[figure] + 1e-12).all(), figure
+        assert (summary[figure] <= summary[f"{figure}_hi"] + 1e-12).all(), figure
+        assert (summary[f"{figure}_hi"] > summary[f"{figure}_lo"]).any(), figure
+    again = summarize_run(run_dir, write=False)
+    pd.testing.assert_frame_equal(summary, again)  # a fixed seed: the same intervals every time
+
+
+def test_p95_and_goodput_have_intervals_holding_them(tmp_path: Path) -> None:
+    from grill_locust.config import Slo
+
+    run = load_run(write_results_folder(tmp_path / "run", synthetic_records(4000, tiers=(1, 5))))
+    limit_s = float(run.records["ttft_s"].median())  # about half the requests meet it
+    summary = summarize_all(run, Slo(ttft_s=limit_s)).summary
+    for figure in ("ttft_p95_s", "slo_attainment", "goodput_rps", "goodput_tokens_per_s"):
+        assert summary[figure].notna().all(), figure
+        assert (summary[f"{figure}_lo"] <= summary[figure] + 1e-12).all(), figure
+        assert (summary[figure] <= summary[f"{figure}_hi"] + 1e-12).all(), figure
+        assert (summary[f"{figure}_hi"] > summary[f"{figure}_lo"]).any(), (
+            figure
+        )  # all met, or none: no spread
+
+
+def test_a_tier_of_one_conversation_has_no_interval(tmp_path: Path) -> None:
+    records = [
+        make_record(conversation_id="c0", turn=turn, ttft_s=0.1 * (turn + 1), wall_start=1000.0 + turn)
+        for turn in range(4)
+    ]
+    summary = summarize_run(write_results_folder(tmp_path / "run", records), write=False)
+    assert summary.loc[0, "ttft_p50_s"] > 0
+    assert summary[[f"{f}_{end}" for f in FIGURES for end in ("lo", "hi")]].isna().all(axis=None)
+
+
+def compared(tmp_path: Path, other_ttft_factor: float, other_seed: int, capsys: pytest.CaptureFixture[str]):
+    """Two synthetic runs of one engine at 5 and 10 users, the second's TTFT scaled; their report."""
+    shape = ENGINE_SHAPES["vllm"]
+    slower = replace(
+        shape,
+        ttft_base_s=shape.ttft_base_s * other_ttft_factor,
+        ttft_per_user_s=shape.ttft_per_user_s * other_ttft_factor,
+    )
+    folders = []
+    for name, engine_shape, seed in (("a", shape, 0), ("b", slower, other_seed)):
+        records = synthetic_records(
+            3000,
+            backends=("vllm",),
+            conversations=("short-baseline",),
+            tiers=(5, 10),
+            seed=seed,
+            run_id=name,
+            shapes={"vllm": engine_shape},
+        )
+        folders.append((name, write_results_folder(tmp_path / name, records)))
+    runs = load_runs(folders)
+    report = assemble(runs, slo_of_run(runs[0].run.meta), compare=True)
+    print_tables(report)
+    return report, capsys.readouterr().out
+
+
+def test_compare_names_a_real_30_percent_ttft_difference(tmp_path: Path, capsys) -> None:
+    report, printed = compared(tmp_path, other_ttft_factor=1.3, other_seed=1, capsys=capsys)
+    ttft = report.comparisons[report.comparisons["figure"] == "ttft_p50_s"]
+    assert list(ttft["tier"]) == ["5 users", "10 users"]
+    assert ttft["significant"].all()
+    assert ((ttft["change_pct"] > 25) & (ttft["change_pct"] < 35)).all()
+    assert (ttft["change_lo_pct"] > 0).all()
+    assert len(report.verdicts) == 2 and not (report.verdicts["verdict"] == NO_SIGNIFICANT_DIFFERENCE).any()
+    assert "TTFT p50 +3" in printed and NO_SIGNIFICANT_DIFFERENCE not in printed
+    written = write_report(report, tmp_path / "out")
+    html = next(p for p in written if p.name == "report.html").read_text()
+    assert "Differences between runs" in html and "TTFT p50 +3" in html
+
+
+def test_compare_of_two_draws_of_one_engine_finds_no_significant_difference(tmp_path: Path, capsys) -> None:
+    report, printed = compared(tmp_path, other_ttft_factor=1.0, other_seed=1, capsys=capsys)
+    assert len(report.comparisons) == 2 * 4  # two tiers x the four headline figures
+    assert list(report.verdicts["verdict"]) == [NO_SIGNIFICANT_DIFFERENCE] * 2
+    assert printed.count(NO_SIGNIFICANT_DIFFERENCE) == 2
+
+
+def test_a_tiers_repeats_are_one_row_with_their_spans_added(tmp_path: Path) -> None:
+    records = synthetic_records(2000, backends=("vllm",), conversations=("short-baseline",), tiers=(4,))
+    second = records.assign(
+        repeat=1,
+        wall_start=records["wall_start"] + 1000.0,
+        conversation_id="r1-" + records["conversation_id"],
+        record_id="r1-" + records["record_id"],
+    )
+    both = pd.concat([records, second], ignore_index=True)
+    once = summarize_all(load_run(write_results_folder(tmp_path / "once", records))).summary
+    twice = summarize_all(load_run(write_results_folder(tmp_path / "twice", both))).summary
+    assert len(twice) == 1 and twice.loc[0, "requests"] == 2 * once.loc[0, "requests"]
+    assert twice.loc[0, "span_s"] == pytest.approx(2 * once.loc[0, "span_s"])
+    assert twice.loc[0, "output_tokens_per_s"] == pytest.approx(once.loc[0, "output_tokens_per_s"])
+    once_width = once.loc[0, "ttft_p50_s_hi"] - once.loc[0, "ttft_p50_s_lo"]
+    twice_width = twice.loc[0, "ttft_p50_s_hi"] - twice.loc[0, "ttft_p50_s_lo"]
+    assert twice_width < once_width  # twice the conversations, resampled across both repeats
