@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from grill_locust.report.load_axis import load_text, load_units, tier_load
 from grill_locust.report.percentiles import percentile_figures
 
 CONFIDENCE = 0.95
@@ -400,18 +401,12 @@ def _target_pairs(baseline: pd.DataFrame, other: pd.DataFrame) -> list[tuple[str
 
 
 def _tiers_of(summary: pd.DataFrame, target: str) -> dict[str, pd.Series]:
-    """A target's tier rows by their load: `<rate>/s` for a rate tier, `<users> users` otherwise."""
+    """A target's tier rows by their load: `<users> users`, or a rate tier's `<rate> req/s`."""
     rows = _whole_tiers(summary)
     rows = rows[rows["target"].astype(str) == target]
     tiers: dict[str, pd.Series] = {}
-    for _, row in rows.iterrows():
-        rate = row.get("tier_rate")
-        key = (
-            f"{float(rate):g}/s"
-            if rate is not None and not pd.isna(rate)
-            else f"{int(row['tier_users'])} users"
-        )
-        tiers.setdefault(key, row)
+    for (_, row), load, unit in zip(rows.iterrows(), tier_load(rows), load_units(rows), strict=True):
+        tiers.setdefault(load_text(load, unit), row)
     return tiers
 
 

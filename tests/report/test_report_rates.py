@@ -12,6 +12,7 @@ import pytest
 
 from grill_locust.config import Slo
 from grill_locust.report import cli, load_run, summarize
+from grill_locust.report.build import assemble, load_runs
 from grill_locust.report.capacity import capacity_at_slo, recommendations
 from grill_locust.report.figures import figure_count, figure_metrics, write_figures
 from grill_locust.report.load import phases_from_records
@@ -184,3 +185,10 @@ def test_the_report_of_a_rate_campaign_renders(rate_run, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert [t["tier_rate"] for t in summary["tiers"]] == [2.0, 4.0, 8.0]
     assert summary["capacity"][0]["load_unit"] == "req/s"
+
+
+def test_compare_names_rate_tiers_by_their_rate(rate_run, tmp_path):
+    other = write_rate_run(tmp_path / "other", run_id="other")
+    runs = load_runs([("base", rate_run), ("other", other)])
+    report = assemble(runs, SLO, compare=True)
+    assert list(dict.fromkeys(report.comparisons["tier"])) == ["2 req/s", "4 req/s", "8 req/s"]
