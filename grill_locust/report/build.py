@@ -86,8 +86,8 @@ def assemble(
             table = getattr(tables, name)
             if compare and "series" in table:
                 table["series"] = labelled.label + "/" + table["series"].astype(str)
-            table.insert(0, "run_label", labelled.label)
-            frames.append(table)
+            label = pd.DataFrame({"run_label": labelled.label}, index=table.index)
+            frames.append(pd.concat([label, table], axis=1))  # not insert: a summary has many columns
         if progress:
             progress.step(f"summarised {labelled.label}")
     summary = pd.concat(per_run["summary"], ignore_index=True) if runs else pd.DataFrame()
@@ -118,6 +118,7 @@ SEARCH_COLUMNS = [
     "run_label",
     "target",
     "by",
+    "unit",
     "bracket",
     "largest_passing",
     "smallest_failing",
@@ -141,6 +142,8 @@ def search_table(runs: list[LabelledRun]) -> pd.DataFrame:
                     "run_label": labelled.label,
                     "target": found["target"],
                     "by": search["by"],
+                    # what its loads count (run.json before it said: a rate search's were requests/s)
+                    "unit": found.get("unit") or ("users" if search["by"] == "users" else "req/s"),
                     "bracket": search["bracket"],
                     "largest_passing": found["largest_passing"],
                     "smallest_failing": found["smallest_failing"],

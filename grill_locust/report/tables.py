@@ -385,11 +385,8 @@ def display_searches(searches: pd.DataFrame) -> pd.DataFrame:
     """Capacity searches for reading: the bracket found, and each probe's load and verdict in order
     (`4 misses (E2E p50)`)."""
 
-    def load(value: float | None, by: str) -> str:
-        if value is None or pd.isna(value):
-            return "none"
-        unit = ("user" if value == 1 else "users") if by == "users" else "req/s"
-        return f"{value:g} {unit}"
+    def load(value: float | None, unit: str) -> str:
+        return "none" if value is None or pd.isna(value) else load_text(value, unit)
 
     def probe(entry: dict, by: str) -> str:
         if entry["passed"]:
@@ -406,10 +403,10 @@ def display_searches(searches: pd.DataFrame) -> pd.DataFrame:
         f"{by} {lo:g} to {hi:g}" for by, (lo, hi) in zip(searches["by"], searches["bracket"], strict=True)
     ]
     out["largest passing"] = [
-        load(v, by) for v, by in zip(searches["largest_passing"], searches["by"], strict=True)
+        load(v, unit) for v, unit in zip(searches["largest_passing"], searches["unit"], strict=True)
     ]
     out["smallest failing"] = [
-        load(v, by) for v, by in zip(searches["smallest_failing"], searches["by"], strict=True)
+        load(v, unit) for v, unit in zip(searches["smallest_failing"], searches["unit"], strict=True)
     ]
     out["probes in order"] = [
         ", ".join(probe(entry, by) for entry in probes) + ("" if done else " (search cut short)")

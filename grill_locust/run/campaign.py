@@ -638,11 +638,10 @@ class Campaign:
         persona, metric = misses[0] if misses else ("", "")
         self.searches[phase.target].record(Probe(load, not misses, metric, persona))
         log.info(
-            "probe %s: %s at %g %s %s",
+            "probe %s: %s at %s %s",
             self.tier_label(phase),
             phase.target,
-            load,
-            "users" if phase.tier_rate is None else "requests/s",
+            self.load_label(phase),
             f"misses the SLO on {metric}{f' ({persona})' if persona else ''}" if misses else "meets the SLO",
         )
         self.results.meta["search"] = self.search_summary()
@@ -671,8 +670,15 @@ class Campaign:
             "bracket": search.users if search.users is not None else search.rate,
             "probe_s": search.probe_s,
             "precision": search.stop_precision,
-            "targets": [bisection.as_json(target) for target, bisection in self.searches.items()],
+            "targets": [
+                {**bisection.as_json(target), "unit": self._search_unit(search.by, target)}
+                for target, bisection in self.searches.items()
+            ],
         }
+
+    def _search_unit(self, by: str, target: str) -> str:
+        """What a search's loads count: users, or the rate's unit for the target's kind."""
+        return "users" if by == "users" else rate_unit(self.targets[target].kind_label)
 
     def _wait_for_engine(self, phase: Phase) -> None:
         """After an outage: hold before the next tier until the backend answers, then run this tier once

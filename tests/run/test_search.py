@@ -149,10 +149,16 @@ def test_validate_gives_a_searchs_bounds_not_the_default_tiers(tmp_path: Path) -
 def test_the_search_table_names_a_bracket_edge_never_reached_and_a_search_cut_short() -> None:
     bisection = Bisection.of(Search(users=[2, 64]))
     bisection.record(Probe(2, False, "success_rate"))
-    low_fails = {"run_label": "r", **bisection.as_json("a"), "by": "users", "bracket": [2, 64]}
+    low_fails = {
+        "run_label": "r",
+        **bisection.as_json("a"),
+        "by": "users",
+        "unit": "users",
+        "bracket": [2, 64],
+    }
     bisection = Bisection.of(Search(users=[1, 64]))
     bisection.record(Probe(1, True))
-    cut = {"run_label": "r", **bisection.as_json("b"), "by": "users", "bracket": [1, 64]}
+    cut = {"run_label": "r", **bisection.as_json("b"), "by": "users", "unit": "users", "bracket": [1, 64]}
     shown = display_searches(pd.DataFrame([low_fails, cut], columns=SEARCH_COLUMNS))
     assert shown.to_dict("records") == [
         {

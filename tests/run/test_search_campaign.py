@@ -99,7 +99,7 @@ def test_a_rate_search_probes_open_loop_tiers_and_brackets_the_knee(tmp_path: Pa
     search = json.loads((run_dir / "run.json").read_text())["search"]
     assert search["by"] == "rate" and search["bracket"] == [2, 16]
     (found,) = search["targets"]
-    assert found["done"]
+    assert found["done"] and found["unit"] == "req/s"
     loads = [p["rate"] for p in found["probes"]]
     assert loads[:2] == [2, 4]  # the low end, then doubling
     passing = [p["rate"] for p in found["probes"] if p["passed"]]
