@@ -75,9 +75,11 @@ def test_each_step_is_one_ok_record_on_a_growing_context_served_from_the_cache(
     cached = session["cached_tokens"].to_numpy()
     growth = prompt[1:] - prompt[:-1]
     # each step adds the last reply and its tool results to the context; calibrated through /tokenize,
-    # listings and logs are scaled by the measured ratio, not cut token by token: within ~15 % here
+    # listings and logs are scaled by the measured ratio, not cut token by token: within ~20 % here. The
+    # reply carried back is the model's, or the scripted call where the model's was cut short (shorter
+    # than its 32 output tokens), so the bound counts the tool results only
     results = AGENT_CONVERSATION["tool_result_tokens"]
-    assert (growth >= 0.8 * results + session["output_tokens"].to_numpy()[:-1]).all(), list(prompt)
+    assert (growth >= 0.8 * results).all(), list(prompt)
     assert prompt[0] > remote_tokens(llama_agent_server, tools_text())  # the template renders the tools
     assert prompt[-1] >= 0.75 * AGENT_CONTEXT_TOKENS  # the session fills most of the server's context
     # the slot holds the last step's prompt: all of it is read from the cache, only the new part prefilled
