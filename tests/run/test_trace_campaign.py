@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -130,7 +131,14 @@ def test_a_mooncake_trace_replays_once_at_its_times_with_its_sizes_and_prefix_sh
     lags = sent["schedule_lag_s"]
     print(f"schedule lag p50 {lags.median() * 1000:.2f} ms, p99 {lags.quantile(0.99) * 1000:.2f} ms")
     assert lags.min() >= 0
-    assert lags.median() < 0.020  # a loaded CI machine: p50 (p99 printed; under 20 ms on a quiet one)
+    assert lags.median() < 0.020
+    # within 20 ms of schedule (p99), or the tier says its load generator was late (a loaded machine):
+    # the product flags a tier whose lag p99 (nearest rank) passes 10 ms, and only such a tier
+    ordered = np.sort(lags.to_numpy())
+    p99_s = ordered[int(np.ceil(0.99 * len(ordered))) - 1]
+    note = str(pd.read_csv(run_dir / "phases.csv")["note"].fillna("").iloc[0])
+    assert ("LOAD-GENERATOR-BOUND" in note) == (p99_s > 0.010), (p99_s, note)
+    assert p99_s < 0.020 or "LOAD-GENERATOR-BOUND" in note
     # the requests still running after the last row's time are cooldown, the ones ended well before not
     ended = sent["wall_start"] + sent["e2e_s"]
     replay_end = sent["scheduled_wall"].iloc[0] + ROWS[-1].at_s
