@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -75,7 +76,11 @@ def test_a_poisson_tier_sends_at_its_rate_on_time_and_records_every_send(
     # each send left when scheduled: its wall_start is the intended time plus its lag
     assert (sent["wall_start"] - sent["scheduled_wall"] - sent["schedule_lag_s"]).abs().max() < 1e-6
     assert sent["schedule_lag_s"].min() >= 0
-    assert sent["schedule_lag_s"].median() < 0.020  # a loaded CI machine: p50, not p99
+    assert sent["schedule_lag_s"].median() < 0.020
+    # a tier whose lag p99 (nearest rank) passes 10 ms says so, and only such a tier (a loaded machine)
+    ordered = np.sort(sent["schedule_lag_s"].to_numpy())
+    p99_s = ordered[int(np.ceil(0.99 * len(ordered))) - 1]
+    assert ("LOAD-GENERATOR-BOUND" in str(phases["note"].fillna("").iloc[0])) == (p99_s > 0.010), p99_s
     start = sent["scheduled_wall"].min()
     assert sent["scheduled_wall"].max() - start < duration_s
     # the requests that ended after the tier's sending time are cooldown, the others not
