@@ -131,32 +131,39 @@ def lateness_s(records: list[dict[str, Any]], requests: int) -> list[tuple[float
     return late
 
 
+def run_headless(data: dict[str, Any], folder: Path, timeout_s: float) -> tuple[int, str, CpuSampler]:
+    """One headless Locust run of the scenario `data` into `folder`/results, its CPU sampled: its exit
+    code, its stderr and the sampler."""
+    path = folder / "scenario.yaml"
+    path.write_text(json.dumps(data))
+    command = [
+        sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--scenario", str(path),
+        "--results-dir", str(folder / "results"), "--loglevel", "WARNING", "--only-summary",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    locust = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    sampler = CpuSampler(locust.pid)
+    sampler.start()
+    _, stderr = locust.communicate(timeout=timeout_s)
+    sampler.stop.set()
+    return locust.returncode, stderr, sampler
+
+
 def run_typing(label: str, developers: int, requests: int) -> dict[str, Any]:
     with (
         tempfile.TemporaryDirectory(prefix="autocomplete-bench-") as folder,
         SimProcess.start("vllm", extra_args=[*COMMON_SIM_ARGS, *ENGINES[label]]) as sim,
     ):
-        path = Path(folder) / "scenario.yaml"
-        path.write_text(json.dumps(scenario(sim.url, developers, requests)))
-        command = [
-            sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--scenario", str(path),
-            "--results-dir", str(Path(folder) / "results"), "--loglevel", "WARNING", "--only-summary",
-        ]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        locust = subprocess.Popen(
-            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        returncode, stderr, sampler = run_headless(
+            scenario(sim.url, developers, requests), Path(folder), timeout_s=600
         )
-        sampler = CpuSampler(locust.pid)
-        sampler.start()
-        _, stderr = locust.communicate(timeout=600)
-        sampler.stop.set()
         records = [
             json.loads(line) for path in Path(folder).glob("results/*/records.jsonl") for line in open(path)
         ]
         connect_close_s = connect_close_cpu_s(sim.url)
-    if locust.returncode not in (0, 1) or len(records) != developers * requests:
+    if returncode not in (0, 1) or len(records) != developers * requests:
         print(stderr[-3000:])
-        raise SystemExit(f"{label}: locust exited {locust.returncode} with {len(records)} records")
+        raise SystemExit(f"{label}: locust exited {returncode} with {len(records)} records")
     first = min(record["wall_start"] for record in records)
     last = max(record["wall_start"] for record in records)
     cpu_s = sampler.cpu_between(first, last)

@@ -20,9 +20,7 @@ from gevent import monkey
 monkey.patch_all()  # the floor sleeps in gevent, as the dispatcher does
 
 import argparse  # noqa: E402
-import json  # noqa: E402
 import os  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -35,11 +33,10 @@ import pandas as pd  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from autocomplete import CpuSampler  # noqa: E402
+from autocomplete import CpuSampler, run_headless  # noqa: E402
 
 from grill_locust.sim import SimProcess  # noqa: E402
 
-LOCUSTFILE = ROOT / "locustfiles" / "coding.py"
 # every engine step nearly free, room for every send in flight: the engine never holds a send back
 SIM_ARGS = ["--spin-ms=0", "--reasoning-tokens=0", "--max-num-seqs=4096"]
 SIM_STEP_ARGS = ["--step-a-ms=0.2", "--step-b-ms=0", "--step-c-ms=0", "--step-d-ms=0"]
@@ -73,24 +70,13 @@ def run_tiers(rates: list[float], duration_s: float) -> tuple[pd.DataFrame, CpuS
         tempfile.TemporaryDirectory(prefix="openloop-bench-") as folder,
         SimProcess.start("vllm", extra_args=[*SIM_ARGS, *SIM_STEP_ARGS]) as sim,
     ):
-        path = Path(folder) / "scenario.yaml"
-        path.write_text(json.dumps(scenario(sim.url, rates, duration_s)))
-        command = [
-            sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--scenario", str(path),
-            "--results-dir", str(Path(folder) / "results"), "--loglevel", "WARNING", "--only-summary",
-        ]  # fmt: skip
-        env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-        locust = subprocess.Popen(
-            command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        returncode, stderr, sampler = run_headless(
+            scenario(sim.url, rates, duration_s), Path(folder), RUN_TIMEOUT_S
         )
-        sampler = CpuSampler(locust.pid)
-        sampler.start()
-        _, stderr = locust.communicate(timeout=RUN_TIMEOUT_S)
-        sampler.stop.set()
         parquet = list(Path(folder).glob("results/*/records.parquet"))
-        if locust.returncode not in (0, 1) or not parquet:
+        if returncode not in (0, 1) or not parquet:
             print(stderr[-3000:])
-            raise SystemExit(f"locust exited {locust.returncode}")
+            raise SystemExit(f"locust exited {returncode}")
         return pd.read_parquet(parquet[0]), sampler
 
 
