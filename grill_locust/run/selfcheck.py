@@ -76,7 +76,8 @@ class SelfCheck:
     """`busy()` says whether a request is in flight (and the run is not stopping): a stall while no
     stream is open (Locust handling a spawn message between tiers, say) delays no measurement, so it
     is not counted as lag. A probe counts only if `busy()` held both when it went to sleep and when it
-    woke: a stall that ends in Locust's own stop is the stop's."""
+    woke, a read only if it holds when the read is made: a stall that ends in Locust's own stop is the
+    stop's (its reads come once the worker says it is stopping)."""
 
     def __init__(self, busy: Callable[[], bool] = lambda: True) -> None:
         self._busy = busy
@@ -109,6 +110,8 @@ class SelfCheck:
             _arrival.read_lag_sink = None
 
     def _on_read(self, lag_s: float | None) -> None:
+        if not self._busy():  # the run is stopping: Locust's stop held the hub before it said so
+            return
         if lag_s is None:
             self._unstamped_reads += 1
         else:

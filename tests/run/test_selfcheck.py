@@ -201,6 +201,28 @@ def test_the_read_lag_is_how_long_after_the_kernel_stamp_a_reply_was_read() -> N
     assert _arrival.read_lag_sink is None  # a stopped check hears nothing
 
 
+def test_reads_made_once_the_run_is_stopping_are_not_its_read_lag() -> None:
+    """Locust's stop holds the hub, then says the run is stopping, then cuts the streams: the reads the
+    stall delayed are made after it says so, and are the stop's (a full suite's stop test flagged its
+    tier through them)."""
+    from grill_locust.client import _arrival
+
+    state = {"stopping": False}
+    check = SelfCheck(busy=lambda: not state["stopping"])
+    check.start()
+    try:
+        _arrival.note_read(True, time.perf_counter() - 0.001)
+        before = check.read_lag_p99_ms
+        assert before is not None and before < 5.0
+        state["stopping"] = True
+        for _ in range(5):
+            _arrival.note_read(True, time.perf_counter() - 0.2)  # read 200 ms after it arrived
+        _arrival.note_read(False, time.perf_counter())
+        assert check.read_lag_p99_ms == before
+    finally:
+        check.stop()
+
+
 def test_the_lag_histogram_answers_the_nearest_rank_quantile_within_two_percent() -> None:
     rng = np.random.default_rng(7)
     for lags in (rng.gamma(2.0, 0.5, 1000), rng.exponential(3.0, 57), np.array([0.0, 0.0, 0.3])):
