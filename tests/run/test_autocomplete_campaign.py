@@ -93,6 +93,11 @@ def test_abandoned_requests_keep_their_time_in_flight_and_output_and_the_engine_
         if engine is None:  # closed before the engine read the request (a loaded machine): no answer
             assert record["output_tokens"] == 0
             continue
+        if engine["outcome"] == "ok":
+            # a photo finish: the engine wrote its end within 1 ms of the close, before the client read it
+            # (the client decides on what it has read; a full run saw 0.19 ms); never earlier than that
+            assert engine["end"] > record["wall_start"] + record["e2e_s"] - 0.001, (record, engine)
+            continue
         assert engine["outcome"] == "client_closed"
         # what the client read before it closed, at most what the engine wrote before it heard of the
         # close, at most all it generated for the request (the engine aborts it at a later step)
