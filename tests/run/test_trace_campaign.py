@@ -136,7 +136,7 @@ def test_a_mooncake_trace_replays_once_at_its_times_with_its_sizes_and_prefix_sh
     # the product flags a tier whose lag p99 (nearest rank) passes 10 ms, and only such a tier
     ordered = np.sort(lags.to_numpy())
     p99_s = ordered[int(np.ceil(0.99 * len(ordered))) - 1]
-    note = str(pd.read_csv(run_dir / "phases.csv")["note"].fillna("").iloc[0])
+    note = str(pd.read_csv(run_dir / "phases.csv")["note"].astype("string").fillna("").iloc[0])
     assert ("LOAD-GENERATOR-BOUND" in note) == (p99_s > 0.010), (p99_s, note)
     assert p99_s < 0.020 or "LOAD-GENERATOR-BOUND" in note
     # the requests still running after the last row's time are cooldown, the ones ended well before not
