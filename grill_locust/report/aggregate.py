@@ -157,8 +157,10 @@ TURN_COLUMNS: list[str] = [
     "target",
     "conversation",
     "kind",
+    "mix",  # a mix target's persona rows: the mix's conversation (its rate counts the mix's sessions)
     "tier_index",
     "tier_users",
+    "tier_rate",  # an open-loop tier's rate (tier_users 0); empty for a tier of users
     "turn",
     "ok_requests",
     "ttft_p50_s",
@@ -346,11 +348,11 @@ def _summary_and_turns(
     # turn ratios across personas of different kinds mean nothing: a persona's row has its own
     summary.loc[whole, ["turns", "ttft_turn_ratio", "e2e_turn_ratio", "context_growth"]] = np.nan
     summary["mix"] = np.where(whole, summary["conversation"], "")
-    persona_rows["mix"] = persona_rows["target"].map(
-        summary.loc[whole].drop_duplicates("target").set_index("target")["conversation"]
-    )
+    mix_of_target = summary.loc[whole].drop_duplicates("target").set_index("target")["conversation"]
+    persona_rows["mix"] = persona_rows["target"].map(mix_of_target)
     if turns:
         persona_turns = _as_mix_targets(_summarize_turns(persona_measured.run, persona_measured.stats))
+        persona_turns["mix"] = persona_turns["target"].map(mix_of_target)
         turn_rows = _concat_rows(turn_rows[~turn_rows["target"].isin(mixes)], persona_turns)
     return _concat_rows(persona_rows, summary), turn_rows, resamples
 
@@ -592,6 +594,7 @@ def _summarize_turns(run: RunData, stats: _Stats) -> pd.DataFrame:
     for name in ("turn", "tier_index", "tier_users"):
         turns[name] = turns[name].astype("int64")
     turns["target"] = turns["target"].astype(str)
+    turns["mix"] = ""
     turns["series"] = series_names(turns)
     return turns[TURN_COLUMNS].reset_index(drop=True)
 
@@ -607,6 +610,7 @@ def _turn_table(frame: pd.DataFrame) -> pd.DataFrame:
     return multi.groupby([*TIER_KEYS, "turn"]).agg(
         first_row=("row", "first"),
         tier_users=("tier_users", "first"),
+        tier_rate=("tier_rate", "first"),
         ok_requests=("ok", "size"),
         ttft_p50_s=("ttft_s", "median"),
         e2e_p50_s=("e2e_s", "median"),

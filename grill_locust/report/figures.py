@@ -392,7 +392,7 @@ def write_figures(
     out_dir.mkdir(parents=True, exist_ok=True)
     files: list[FigureFile] = []
     for unit, plotted in _by_load_unit(summary):
-        files += _write_unit_figures(plotted, unit, out_dir, band, on_step, _steps_with_rates(steps, plotted))
+        files += _write_unit_figures(plotted, unit, out_dir, band, on_step, _steps_of(steps, plotted))
     return files
 
 
@@ -405,13 +405,12 @@ def _by_load_unit(summary: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     return [(unit, plotted[units == unit]) for unit in sorted(units.unique(), key=lambda u: (u != USERS, u))]
 
 
-def _steps_with_rates(steps: pd.DataFrame | None, summary: pd.DataFrame) -> pd.DataFrame | None:
-    """The agent steps of the summary's tiers, with their tier's rate and kind (the steps table has users)."""
+def _steps_of(steps: pd.DataFrame | None, summary: pd.DataFrame) -> pd.DataFrame | None:
+    """The agent steps of the summary's tiers (those of one load unit)."""
     if steps is None or not len(steps):
         return steps
     keys = ["series", "target", "tier_index"]  # series: a comparison's runs share targets and tiers
-    tier_columns = [c for c in ("tier_rate", "kind", "mix") if c in summary and c not in steps]
-    tiers = summary[keys + tier_columns].drop_duplicates(keys)
+    tiers = summary[keys].drop_duplicates()
     return steps.merge(tiers.astype({"series": str, "target": str}), on=keys, how="inner")
 
 
@@ -494,7 +493,7 @@ def figure_count(summary: pd.DataFrame, steps: pd.DataFrame | None = None) -> in
     count = 0
     for _, plotted in _by_load_unit(summary):
         conversations = plotted["conversation"].nunique()
-        agent = 2 * len(_agent_conversations(plotted, _steps_with_rates(steps, plotted)))
+        agent = 2 * len(_agent_conversations(plotted, _steps_of(steps, plotted)))
         autocomplete = len(autocomplete_conversations(plotted))
         count += conversations + 1 + (conversations if has_telemetry(plotted) else 0) + agent + autocomplete
     return count

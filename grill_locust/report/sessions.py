@@ -33,6 +33,7 @@ SESSION_COLUMNS: list[str] = [
     "conversation",
     "tier_index",
     "tier_users",
+    "tier_rate",  # an open-loop tier's rate in sessions/s (tier_users 0); empty for a tier of users
     "conversation_id",
     "steps",
     "subsession_steps",
@@ -53,8 +54,10 @@ STEP_COLUMNS: list[str] = [
     "series",
     "target",
     "conversation",
+    "kind",  # agentic: with tier_rate, what a tier's load counts (report.load_axis)
     "tier_index",
     "tier_users",
+    "tier_rate",
     "step",
     "ok_requests",
     "context_tokens_p50",
@@ -104,6 +107,7 @@ def agent_sessions(records: pd.DataFrame) -> pd.DataFrame:
     for name in ("run_id", *SESSION_KEYS[:2], "backend", "model", "conversation"):
         sessions[name] = first[name]
     sessions["tier_users"] = agentic.groupby(frame["session"])["tier_users"].max()
+    sessions["tier_rate"] = agentic.groupby(frame["session"])["tier_rate"].max()
     sessions["conversation_id"] = main_id.astype(str)
     sessions["steps"] = main_steps.reindex(sessions.index).fillna(0).astype("int64")
     sessions["subsession_steps"] = sub_steps.reindex(sessions.index).fillna(0).astype("int64")
@@ -156,6 +160,7 @@ def agent_steps(records: pd.DataFrame) -> pd.DataFrame:
             "tier_index": ok["tier_index"].astype("int64"),
             "step": ok["turn"].astype("int64"),
             "tier_users": ok["tier_users"].astype("float64"),
+            "tier_rate": ok["tier_rate"].astype("float64"),
             "prompt_tokens": ok["prompt_tokens"].astype("float64"),
             "ttft_s": ok["ttft_s"].astype("float64"),
             "cached_ratio": _cached_ratio(ok),
@@ -165,6 +170,7 @@ def agent_steps(records: pd.DataFrame) -> pd.DataFrame:
     steps = pd.DataFrame(
         {
             "tier_users": by_step["tier_users"].max(),
+            "tier_rate": by_step["tier_rate"].max(),
             "ok_requests": by_step.size(),
             "context_tokens_p50": by_step["prompt_tokens"].median(),
             "ttft_p50_s": by_step["ttft_s"].quantile(0.5),
@@ -175,6 +181,7 @@ def agent_steps(records: pd.DataFrame) -> pd.DataFrame:
     ).reset_index()
     labels = ok.groupby(ok["target"].astype(str))[["backend", "model", "conversation"]].first()
     steps = steps.join(labels, on="target")
+    steps["kind"] = KIND_AGENTIC
     steps["tier_users"] = steps["tier_users"].astype("int64")
     return steps
 

@@ -232,14 +232,14 @@ def display_tiers(summary: pd.DataFrame, terminal: bool = False) -> pd.DataFrame
     return table
 
 
-def _with_rates(table: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
-    """A `rate` column before `users` where some tier is a rate (a rate tier's users then read "-"; a
-    table of rate tiers alone has no users column)."""
-    units = load_units(summary)
+def _with_rates(table: pd.DataFrame, rows: pd.DataFrame) -> pd.DataFrame:
+    """A `rate` column before `users` where some tier of `rows` (the table's rows: tiers, turns or steps)
+    is a rate (a rate tier's users then read "-"; a table of rate tiers alone has no users column)."""
+    units = load_units(rows)
     rated = units != USERS
     if not rated.any():
         return table
-    loads = tier_load(summary)
+    loads = tier_load(rows)
     rates = [
         load_text(load, unit) if is_rate else MISSING
         for load, unit, is_rate in zip(loads, units, rated, strict=True)
@@ -275,11 +275,13 @@ def _some_reasoning(summary: pd.DataFrame) -> bool:
 
 
 def display_turns(turns: pd.DataFrame) -> pd.DataFrame:
-    return _display(turns, TURN_TABLE, ["series", "conversation"])
+    """The per-turn table as strings; a rate tier's load read as the tier table reads it."""
+    return _with_rates(_display(turns, TURN_TABLE, ["series", "conversation"]), turns)
 
 
 def display_agent_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    return _display(steps, AGENT_STEP_TABLE, ["series", "conversation"])
+    """The per-step table as strings; a rate tier's load read as the tier table reads it."""
+    return _with_rates(_display(steps, AGENT_STEP_TABLE, ["series", "conversation"]), steps)
 
 
 def display_capacity(capacity: pd.DataFrame) -> pd.DataFrame:
@@ -372,12 +374,13 @@ def format_agent_steps(steps: pd.DataFrame) -> str:
 
 
 def _format_blocks(table: pd.DataFrame, what: str) -> str:
-    """A table of strings as one text block per conversation x series, `(what)` in each heading."""
+    """A table of strings as one text block per conversation x series, `(what)` in each heading; a
+    block's tiers all users or all rates show that one load column."""
     blocks = []
     for (conversation, series), rows in table.groupby(["conversation", "series"], sort=True):
-        blocks.append(
-            f"{series} · {conversation} ({what})\n{format_text(rows.drop(columns=['conversation', 'series']))}"
-        )
+        body = rows.drop(columns=["conversation", "series"])
+        body = body.drop(columns=[c for c in ("rate", "users") if c in body and (body[c] == MISSING).all()])
+        blocks.append(f"{series} · {conversation} ({what})\n{format_text(body)}")
     return "\n\n".join(blocks)
 
 

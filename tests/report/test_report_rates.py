@@ -9,15 +9,24 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+from test_report_cli import grill
 
 from grill_locust.config import Slo
 from grill_locust.report import cli, load_run, summarize
-from grill_locust.report.build import assemble, load_runs
+from grill_locust.report.aggregate import summarize_all
+from grill_locust.report.build import LabelledRun, assemble, load_runs
 from grill_locust.report.capacity import capacity_at_slo, recommendations
 from grill_locust.report.figures import figure_count, figure_metrics, write_figures
 from grill_locust.report.load import phases_from_records
+from grill_locust.report.sessions import SESSIONS_CSV
 from grill_locust.report.synthetic import START_WALL, make_record, write_results_folder
-from grill_locust.report.tables import display_capacity, display_tiers
+from grill_locust.report.tables import (
+    MISSING,
+    display_agent_steps,
+    display_capacity,
+    display_tiers,
+    display_turns,
+)
 from grill_locust.run.arrivals import arrival_schedule
 
 DURATION_S = 10.0
@@ -192,3 +201,129 @@ def test_compare_names_rate_tiers_by_their_rate(rate_run, tmp_path):
     runs = load_runs([("base", rate_run), ("other", other)])
     report = assemble(runs, SLO, compare=True)
     assert list(dict.fromkeys(report.comparisons["tier"])) == ["2 req/s", "4 req/s", "8 req/s"]
+
+
+def session_records(
+    backend: str, kind: str, tier_loads: list[tuple[int, float | None]], conversation: str = ""
+) -> list[dict]:
+    """Two sessions of three turns (steps) per tier of `tier_loads` (tier_users, tier_rate): a rate tier's
+    sessions are sent by the arrival process, their turns closed-loop (the session's scheduled_wall)."""
+    conversation = conversation or ("agent" if kind == "agentic" else "chat")
+    records = []
+    for tier_index, (users, rate) in enumerate(tier_loads):
+        for session in range(2):
+            start = START_WALL + 100.0 * tier_index + session
+            for turn in range(3):
+                records.append(
+                    make_record(
+                        record_id=f"{backend}-{tier_index}-{session}-{turn}",
+                        target=f"{backend}/grill-sim/{conversation}",
+                        backend=backend,
+                        conversation=conversation,
+                        kind=kind,
+                        tier_index=tier_index,
+                        tier_users=users,
+                        tier_rate=rate,
+                        user_id=session,
+                        conversation_id=f"{conversation}:{session}",
+                        turn=turn,
+                        scheduled_wall=start if rate else None,
+                        wall_start=start + 2.0 * turn,
+                        prompt_tokens=1000 * (turn + 1),
+                    )
+                )
+    return records
+
+
+@pytest.fixture(scope="module")
+def session_rate_run(tmp_path_factory) -> Path:
+    """Multi-turn and agent targets of the simulator at 1 and 2 sessions/s, and of `sim-users` at 4 users."""
+    records = [
+        *session_records("sim", "multi-turn", [(0, 1.0), (0, 2.0)]),
+        *session_records("sim", "agentic", [(0, 1.0), (0, 2.0)]),
+        *session_records("sim-users", "multi-turn", [(4, None)]),
+        *session_records("sim-users", "agentic", [(4, None)]),
+    ]
+    return write_results_folder(tmp_path_factory.mktemp("session-rates") / "run", records)
+
+
+def test_the_turn_and_step_tables_label_rate_tiers_by_their_rate_and_user_tiers_by_users(session_rate_run):
+    tables = summarize_all(load_run(session_rate_run))
+    for table, conversation in (
+        (display_turns(tables.turns), "chat"),
+        (display_agent_steps(tables.agent_steps), "agent"),
+    ):
+        blocks = table.groupby(["series", "conversation"])
+        rates = blocks.get_group(("sim", conversation))
+        assert list(rates["rate"]) == [*["1 sessions/s"] * 3, *["2 sessions/s"] * 3]
+        assert (rates["users"] == MISSING).all()
+        users = blocks.get_group(("sim-users", conversation))
+        assert list(users["users"]) == ["4"] * 3 and (users["rate"] == MISSING).all()
+    sessions = tables.sessions.groupby("target")["tier_rate"].unique()
+    assert list(sessions["sim/grill-sim/agent"]) == [1.0, 2.0]
+    assert sessions["sim-users/grill-sim/agent"].size == 1 and pd.isna(
+        sessions["sim-users/grill-sim/agent"][0]
+    )
+
+
+def test_the_printed_turn_and_step_tables_show_one_load_column_per_block(session_rate_run, capsys):
+    assert grill("report", str(session_rate_run), "--format", "table") == 0
+    blocks = {
+        block.splitlines()[0]: block.splitlines()[1:] for block in capsys.readouterr().out.split("\n\n")
+    }
+    for what in ("per turn", "per agent step"):
+        conversation = "chat" if what == "per turn" else "agent"
+        rate_header, _, *rate_rows = blocks[f"sim · {conversation} ({what})"]
+        assert rate_header.split()[0] == "rate" and " users " not in rate_header
+        assert [row.split("  ")[0] for row in rate_rows] == [*["1 sessions/s"] * 3, *["2 sessions/s"] * 3]
+        users_header, _, *users_rows = blocks[f"sim-users · {conversation} ({what})"]
+        assert users_header.split()[0] == "users" and "rate" not in users_header
+        assert [row.split()[0] for row in users_rows] == ["4"] * 3
+
+
+def test_the_html_turn_and_step_tables_show_a_rate_tiers_rate(session_rate_run, tmp_path):
+    out = tmp_path / "report"
+    assert grill("report", str(session_rate_run), "--out", str(out), "--no-progress") == 0
+    page = (out / "report.html").read_text()
+    for heading, conversation in (
+        ("<h2>Multi-turn: per turn</h2>", "chat"),
+        ("<h2>Agent sessions: per step</h2>", "agent"),
+    ):
+        section = (
+            page.split(heading)[1].split("<h2>")[0].split(f"<h3>{conversation}</h3>")[1].split("<h3>")[0]
+        )
+        assert "<th>rate</th><th>users</th>" in section
+        assert section.count("<td>1 sessions/s</td>") == 3 and section.count("<td>2 sessions/s</td>") == 3
+        assert (
+            section.count('<td class="num">-</td><td class="num">4</td>') == 3
+        )  # the users tier: no rate, 4 users
+    sessions = pd.read_csv(out / SESSIONS_CSV)
+    assert sorted(sessions["tier_rate"].dropna().unique()) == [1.0, 2.0]
+
+
+def test_a_request_rate_tiers_turns_are_in_req_per_s(tmp_path):
+    """A kind whose one send is a request (a dataset's conversations) counts its rate in requests."""
+    records = session_records("sim", "dataset", [(0, 3.0)])
+    turns = summarize_all(load_run(write_results_folder(tmp_path / "run", records))).turns
+    assert list(display_turns(turns)["rate"]) == ["3 req/s"] * 3 and "users" not in display_turns(turns)
+
+
+def test_a_mix_personas_turns_count_the_mixs_sessions(tmp_path):
+    """A mix's rate counts its sessions, whatever its personas' kinds: its persona turns say so, as its
+    persona rows in the tier table do."""
+    records = [
+        {**record, "target": "sim/grill-sim/mix"}
+        for record in [
+            *session_records("sim", "dataset", [(0, 2.0)], conversation="replayed"),
+            *session_records("sim", "multi-turn", [(0, 2.0)], conversation="chat"),
+        ]
+    ]
+    phases = phases_from_records(_normalized(pd.DataFrame(records))).drop_duplicates("tier_index")
+    phases = phases.assign(kind="mix", conversation="whole tier: replayed 50, chat 50", note="")
+    run = load_run(write_results_folder(tmp_path / "run", records, phases=phases))
+    report = assemble([LabelledRun("run", run)], SLO, compare=False)
+    personas = report.summary[report.summary["mix"] != report.summary["conversation"]]
+    assert set(display_tiers(personas)["rate"]) == {"2 sessions/s"}
+    turns = report.turns.sort_values(["conversation", "turn"])
+    assert list(turns["conversation"]) == [*["chat"] * 3, *["replayed"] * 3]
+    assert list(display_turns(turns)["rate"]) == ["2 sessions/s"] * 6
