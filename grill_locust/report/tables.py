@@ -403,7 +403,8 @@ def display_searches(searches: pd.DataFrame) -> pd.DataFrame:
         out["run"] = searches["run_label"].astype(str)
     out["target"] = searches["target"].astype(str)
     out["searched"] = [
-        f"{by} {lo:g} to {hi:g}" for by, (lo, hi) in zip(searches["by"], searches["bracket"], strict=True)
+        f"{by} {lo:g} to {hi:g}" + ("" if unit == USERS else f" {unit}")
+        for by, (lo, hi), unit in zip(searches["by"], searches["bracket"], searches["unit"], strict=True)
     ]
     out["largest passing"] = [
         load(v, unit) for v, unit in zip(searches["largest_passing"], searches["unit"], strict=True)

@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 from test_report_cli import grill
 
-from grill_locust.config import Slo
+from grill_locust.config import Search, Slo
 from grill_locust.report import cli, load_run, summarize
 from grill_locust.report.aggregate import summarize_all
-from grill_locust.report.build import LabelledRun, assemble, load_runs
+from grill_locust.report.build import SEARCH_COLUMNS, LabelledRun, assemble, load_runs
 from grill_locust.report.capacity import capacity_at_slo, recommendations
 from grill_locust.report.figures import figure_count, figure_metrics, write_figures
 from grill_locust.report.load import phases_from_records
@@ -24,10 +24,12 @@ from grill_locust.report.tables import (
     MISSING,
     display_agent_steps,
     display_capacity,
+    display_searches,
     display_tiers,
     display_turns,
 )
 from grill_locust.run.arrivals import arrival_schedule
+from grill_locust.run.search import Bisection, Probe
 
 DURATION_S = 10.0
 E2E_S = 0.2
@@ -306,6 +308,14 @@ def test_a_request_rate_tiers_turns_are_in_req_per_s(tmp_path):
     records = session_records("sim", "dataset", [(0, 3.0)])
     turns = summarize_all(load_run(write_results_folder(tmp_path / "run", records))).turns
     assert list(display_turns(turns)["rate"]) == ["3 req/s"] * 3 and "users" not in display_turns(turns)
+
+
+def test_a_rate_search_says_its_brackets_unit():
+    bisection = Bisection.of(Search(rate=[2, 16]))
+    bisection.record(Probe(2, True))
+    found = {"run_label": "r", **bisection.as_json("a"), "by": "rate", "unit": "req/s", "bracket": [2, 16]}
+    shown = display_searches(pd.DataFrame([found], columns=SEARCH_COLUMNS)).iloc[0]
+    assert shown["searched"] == "rate 2 to 16 req/s" and shown["largest passing"] == "2 req/s"
 
 
 def test_a_mix_personas_turns_count_the_mixs_sessions(tmp_path):
