@@ -313,7 +313,7 @@ COMPARISON_COLUMNS: list[str] = [
     "baseline",  # the first run's label
     "run",  # the run compared with it
     "target",  # the run's target (`<baseline's> vs <run's>` when their names differ)
-    "tier",  # `<users> users` or `<rate>/s`
+    "tier",  # `<users> users`, or a rate tier's `<rate> req/s` or `<rate> sessions/s`
     "figure",
     "baseline_value",
     "value",
