@@ -4,8 +4,8 @@ A tier's conversations are resampled with replacement (every request of a drawn 
 with it: turns of one conversation are not independent) and each figure is computed again on the
 resample; the interval is the 2.5th and 97.5th percentiles of RESAMPLES such figures. Percentiles are
 exact on each resample (numpy's linear interpolation of the resampled requests, as the tier's own):
-each is looked for in a window of the sorted values around the tier's own, the whole range where the
-window misses. A tier of more than MAX_UNITS conversations deals them at random into MAX_UNITS groups
+each is looked for in a window of the sorted values around the tier's own (the window's blocks summed
+first, then the one block that holds it walked), the whole range where the window misses. A tier of more than MAX_UNITS conversations deals them at random into MAX_UNITS groups
 and resamples the groups (groups of independent conversations are independent: the same spread, at a
 bounded cost). The generator is seeded by the run, target and tier, so a report is reproducible and
 two runs' resamples are independent. Fewer than two conversations: no interval.
@@ -31,6 +31,8 @@ SEED = 21
 # the tier's own; the few resamples it misses (~0.3 %) are searched whole, which costs less than a wider window
 WINDOW_SIGMAS = 3.0
 WINDOW_MARGIN = 8
+WEIGHT_CHUNK_DRAWS = 1 << 18  # draws counted at once
+SEARCH_BLOCK = 16  # window positions summed together before the block holding a rank is walked
 
 # summary column -> (record column, quantile): percentiles of successful requests
 PERCENTILE_FIGURES: dict[str, tuple[str, float]] = {
@@ -128,10 +130,14 @@ def resample_tier(
     weights = _multinomial_weights(rng, resamples, units)  # units x resamples
     kept = ~frame["cancelled"].to_numpy(dtype=bool)
     ok = frame["ok"].to_numpy(dtype=bool) & kept
-    out: dict[str, np.ndarray] = {}
     sums = _unit_sums(frame, codes, units, ok, kept)
-    totals = np.vstack(list(sums.values())).astype(weights.dtype) @ weights
-    total = dict(zip(sums, totals.astype("float64"), strict=True))
+    columns = _sorted_columns(frame, codes, units, ok)
+    # every weighted sum the tier needs, in one product: the ratio figures' sums, then each percentile
+    # column's requests and its counts below each window
+    per_unit = [*sums.values(), *(row for column in columns for row in column.per_unit_rows())]
+    totals = np.vstack(per_unit).astype(weights.dtype) @ weights
+    out: dict[str, np.ndarray] = {}
+    total = dict(zip(sums, totals[: len(sums)].astype("float64"), strict=True))
     with np.errstate(divide="ignore", invalid="ignore"):
         for figure, (numerator, denominator, scale) in RATIO_FIGURES.items():
             if numerator not in total:  # no value in any request (reasoning tokens never counted)
@@ -139,31 +145,31 @@ def resample_tier(
             below = np.full(resamples, span_s) if denominator == "span" else total[denominator]
             below = np.where(below > 0, below, np.nan)
             out[figure] = scale * total[numerator] / below
-    done: list[tuple[np.ndarray, list[np.ndarray]]] = []  # TTFO is TTFT without reasoning: once is enough
-    for column in dict.fromkeys(column for column, _ in PERCENTILE_FIGURES.values()):
-        values = frame[column].to_numpy(dtype="float64")
-        present = ok & ~np.isnan(values)
-        if not present.any():
-            continue
-        wanted = {f: q for f, (c, q) in PERCENTILE_FIGURES.items() if c == column}
-        values = values[present]
-        found = next((same for seen, same in done if np.array_equal(seen, values)), None)
-        if found is None:
-            found = _resampled_quantiles(values, codes[present], units, weights, list(wanted.values()))
-            done.append((values, found))
-        out.update(zip(wanted, found, strict=True))
+    row = len(sums)
+    for column in columns:
+        rows = len(column.per_unit_rows())
+        found = column.resampled_quantiles(weights, totals[row : row + rows])
+        row += rows
+        for figures, quantile in zip(column.figures, found, strict=True):
+            out.update(dict.fromkeys(figures, quantile))
     return TierResamples(conversations, out)
 
 
 def _multinomial_weights(rng: np.random.Generator, resamples: int, units: int) -> np.ndarray:
     """How often each unit is drawn in each resample: units x resamples, each column summing to units
     (a unit's row is contiguous: the quantile search gathers rows)."""
-    # int32 throughout: units x resamples stays far below 2**31 (MAX_UNITS x RESAMPLES)
-    draws = rng.integers(0, units, size=(resamples, units), dtype=np.int32)
-    draws *= resamples
-    draws += np.arange(resamples, dtype=np.int32)[:, None]
-    counts = np.bincount(draws.ravel(), minlength=units * resamples)
-    return counts.reshape(units, resamples).astype("float32")  # counts: exact, and half the memory
+    weights = np.empty((units, resamples), dtype="float32")  # counts: exact, and half the memory
+    # drawn and counted a few resamples at a time: the counts stay in cache
+    chunk = max(1, WEIGHT_CHUNK_DRAWS // units)
+    for first in range(0, resamples, chunk):
+        count = min(chunk, resamples - first)
+        draws = rng.integers(0, units, size=(count, units), dtype=np.int64)
+        draws *= count
+        draws += np.arange(count)[:, None]  # unit u of resample first + b counts at u * count + b
+        weights[:, first : first + count] = np.bincount(draws.ravel(), minlength=units * count).reshape(
+            units, count
+        )
+    return weights
 
 
 def _unit_sums(
@@ -208,79 +214,153 @@ def _unit_sums(
     return sums
 
 
-def _resampled_quantiles(
-    values: np.ndarray, codes: np.ndarray, units: int, weights: np.ndarray, quantiles: list[float]
-) -> list[np.ndarray]:
-    """Each quantile of each resample, where resample b holds request i weights[codes[i], b] times."""
-    order = np.argsort(values, kind="stable")
-    sorted_values, sorted_codes = values[order], codes[order]
-    per_unit = np.bincount(codes, minlength=units).astype(weights.dtype)
-    drawn = (per_unit @ weights).astype("float64")  # requests in each resample (float32 counts: exact)
-    out = []
-    for q in quantiles:
-        position = (drawn - 1.0) * q
-        lower = np.floor(position)
-        # the (lower)th and (lower + 1)th value of the resample, 0-based, by cumulative weight
-        first, second = _order_statistics(
-            sorted_codes, weights, per_unit, q, [lower, np.minimum(lower + 1, drawn - 1)], units
-        )
-        first_value, second_value = sorted_values[first], sorted_values[second]
-        quantile = first_value + (position - lower) * (second_value - first_value)
-        out.append(np.where(drawn > 0, quantile, np.nan))
-    return out
+def _sorted_columns(
+    frame: pd.DataFrame, codes: np.ndarray, units: int, ok: np.ndarray
+) -> list[_SortedColumn]:
+    """Each percentile column's successful values in order, once per distinct column (TTFO is TTFT
+    without reasoning), with the figures each quantile of it gives."""
+    columns: list[_SortedColumn] = []
+    for name in dict.fromkeys(column for column, _ in PERCENTILE_FIGURES.values()):
+        values = frame[name].to_numpy(dtype="float64")
+        present = ok & ~np.isnan(values)
+        if not present.any():
+            continue
+        wanted = {f: q for f, (c, q) in PERCENTILE_FIGURES.items() if c == name}
+        values = values[present]
+        same = next((c for c in columns if np.array_equal(c.raw_values, values)), None)
+        if same is not None:
+            for figures, quantile in zip(same.figures, same.quantiles, strict=True):
+                figures += [f for f, q in wanted.items() if q == quantile]
+            continue
+        columns.append(_SortedColumn.of(values, codes[present], units, wanted))
+    return columns
 
 
-def _order_statistics(
-    sorted_codes: np.ndarray,
-    weights: np.ndarray,
-    per_unit: np.ndarray,
-    q: float,
-    ranks: list[np.ndarray],
-    units: int,
-) -> list[np.ndarray]:
-    """The sorted position of each 0-based rank in each resample: the first whose cumulative weight
-    passes it; searched in a window around the tier's own quantile, the whole range where it misses."""
+@dataclass
+class _SortedColumn:
+    """One column's values in order, each with its unit, and the window of sorted positions each
+    quantile is looked for in."""
+
+    raw_values: np.ndarray
+    values: np.ndarray  # sorted
+    codes: np.ndarray  # the unit of each sorted value
+    per_unit: np.ndarray  # values in each unit
+    quantiles: list[float]
+    figures: list[list[str]]  # the figures each quantile gives
+    windows: list[tuple[int, int]]  # [start, stop) of sorted positions, per quantile
+    below_windows: list[np.ndarray]  # per quantile: values of each unit below its window
+
+    @classmethod
+    def of(cls, values: np.ndarray, codes: np.ndarray, units: int, wanted: dict[str, float]) -> _SortedColumn:
+        order = np.argsort(values)  # ties hold one value: any order of them gives the same percentiles
+        sorted_codes = codes[order]
+        per_unit = np.bincount(codes, minlength=units)
+        quantiles = list(dict.fromkeys(wanted.values()))
+        figures = [[f for f, q in wanted.items() if q == quantile] for quantile in quantiles]
+        windows = [_window(sorted_codes, per_unit, q, units) for q in quantiles]
+        below = [np.bincount(sorted_codes[:start], minlength=units) for start, _ in windows]
+        return cls(values, values[order], sorted_codes, per_unit, quantiles, figures, windows, below)
+
+    def per_unit_rows(self) -> list[np.ndarray]:
+        """Per-unit counts whose weighted sums the search needs: the column's values, and those below
+        each window."""
+        return [self.per_unit, *self.below_windows]
+
+    def resampled_quantiles(self, weights: np.ndarray, totals: np.ndarray) -> list[np.ndarray]:
+        """Each quantile of each resample (numpy's linear interpolation), where resample b holds the
+        values of unit u weights[u, b] times; totals: per_unit_rows() weighted by each resample."""
+        drawn = totals[0].astype("float64")  # values in each resample (float32 counts: exact)
+        n = len(self.values)
+        out = []
+        for q, (start, stop), before in zip(self.quantiles, self.windows, totals[1:], strict=True):
+            position = (drawn - 1.0) * q
+            lower = np.floor(position)
+            # the (lower)th and (lower + 1)th value of the resample, 0-based, by cumulative weight (float32
+            # like the weights: whole numbers, exact)
+            ranks = [lower.astype("float32"), np.minimum(lower + 1, drawn - 1).astype("float32")]
+            found = _search_window(self.codes, weights, start, stop, before, ranks)
+            missed = np.flatnonzero((found < 0).any(axis=0))
+            if len(missed):
+                found[:, missed] = _search_whole(self.codes, weights, ranks, missed)
+            first, second = self.values[found.clip(0, n - 1)]
+            quantile = first + (position - lower) * (second - first)
+            out.append(np.where(drawn > 0, quantile, np.nan))
+        return out
+
+
+def _window(sorted_codes: np.ndarray, per_unit: np.ndarray, q: float, units: int) -> tuple[int, int]:
+    """The sorted positions quantile q of a resample lies in but for ~0.3 % of resamples: WINDOW_SIGMAS
+    standard deviations of its rank around the column's own quantile."""
     n = len(sorted_codes)
     centre = int(round(q * (n - 1)))
     below_centre = np.bincount(sorted_codes[: centre + 1], minlength=units)
     spread = below_centre - q * per_unit  # how a resample's rank at the centre moves with its weights
     sigma = float(np.sqrt(max(0.0, (spread**2).sum() - spread.sum() ** 2 / units)))
     half = int(WINDOW_SIGMAS * sigma) + WINDOW_MARGIN
-    start, stop = max(0, centre - half), min(n, centre + half + 1)
-    found = _search(sorted_codes, weights, start, stop, ranks, units)
-    missed = np.zeros(weights.shape[1], dtype=bool)
-    for positions in found:
-        missed |= positions < 0
-    if missed.any():
-        again = _search(sorted_codes, weights[:, missed], 0, n, [rank[missed] for rank in ranks], units)
-        for positions, whole in zip(found, again, strict=True):
-            positions[missed] = whole
-    return [positions.clip(0, n - 1) for positions in found]
+    return max(0, centre - half), min(n, centre + half + 1)
 
 
-def _search(
-    sorted_codes: np.ndarray, weights: np.ndarray, start: int, stop: int, ranks: list[np.ndarray], units: int
-) -> list[np.ndarray]:
-    """Per resample and rank, the first position in [start, stop) whose cumulative weight exceeds the
-    rank (-1 where it is not in the window)."""
-    resamples = weights.shape[1]
-    before = (
-        np.bincount(sorted_codes[:start], minlength=units).astype(weights.dtype) @ weights
-        if start
-        else np.zeros(resamples, dtype=weights.dtype)
-    )
+def _search_window(
+    sorted_codes: np.ndarray,
+    weights: np.ndarray,
+    start: int,
+    stop: int,
+    before: np.ndarray,
+    ranks: list[np.ndarray],
+) -> np.ndarray:
+    """Per rank and resample, the first position in [start, stop) whose cumulative weight exceeds the
+    rank (-1 where it is not in the window); before: each resample's weight below start."""
+    found = np.full((len(ranks), weights.shape[1]), -1)
     if stop <= start:
-        return [np.full(resamples, -1) for _ in ranks]
-    # positions down, resamples across: the running sum adds whole rows (float32 counts stay exact)
-    cumulative = weights[sorted_codes[start:stop]]
-    np.add.accumulate(cumulative, axis=0, out=cumulative)  # in place: numpy's cumsum is slower here
-    cumulative += before[None, :]
-    out = []
-    for rank in ranks:
-        index = (cumulative <= rank[None, :]).sum(axis=0)
-        inside = (before <= rank) & (cumulative[-1] > rank)
-        out.append(np.where(inside, start + index, -1))
-    return out
+        return found
+    # positions down, resamples across; the window's blocks are summed first and only the block that
+    # holds a rank is walked position by position (float32 counts stay exact)
+    rows = weights[sorted_codes[start:stop]]
+    ends = np.add.reduceat(rows, np.arange(0, len(rows), SEARCH_BLOCK), axis=0)
+    np.cumsum(ends, axis=0, out=ends)
+    ends += before  # the cumulative weight at each block's last position
+    blocks = [np.count_nonzero(ends <= rank, axis=0) for rank in ranks]
+    resamples = np.arange(weights.shape[1])
+    found[:] = _walk_block(rows, ends, before, blocks[0], resamples, ranks)
+    for i in range(1, len(ranks)):  # a later rank is mostly in the first one's block
+        apart = np.flatnonzero(blocks[i] != blocks[0])
+        found[i, apart] = _walk_block(rows, ends, before, blocks[i][apart], apart, [ranks[i][apart]])[0]
+    for row, rank, block in zip(found, ranks, blocks, strict=True):
+        row += start
+        row[(before > rank) | (block == len(ends))] = -1
+    return found
+
+
+def _walk_block(
+    rows: np.ndarray,
+    ends: np.ndarray,
+    before: np.ndarray,
+    blocks: np.ndarray,
+    resamples: np.ndarray,
+    ranks: list[np.ndarray],
+) -> list[np.ndarray]:
+    """For the given resamples, the window position of each rank inside that resample's block (ranks
+    whose cumulative weight is not reached inside it come out at a block edge: the caller sorts out)."""
+    blocks = np.minimum(blocks, len(ends) - 1)
+    positions = blocks * SEARCH_BLOCK + np.arange(SEARCH_BLOCK)[:, None]  # block's positions x resamples
+    outside = positions >= len(rows)
+    within = rows.ravel().take(np.minimum(positions, len(rows) - 1) * rows.shape[1] + resamples)
+    within[outside] = 0
+    within[0] += np.where(blocks > 0, ends[blocks - 1, resamples], before[resamples])
+    np.cumsum(within, axis=0, out=within)
+    return [blocks * SEARCH_BLOCK + np.count_nonzero(within <= rank, axis=0) for rank in ranks]
+
+
+def _search_whole(
+    sorted_codes: np.ndarray, weights: np.ndarray, ranks: list[np.ndarray], resamples: np.ndarray
+) -> np.ndarray:
+    """Per rank and each of the given resamples, the first of all positions whose cumulative weight
+    exceeds the rank."""
+    cumulative = np.cumsum(weights[:, resamples].T[:, sorted_codes], axis=1)  # resamples x positions
+    found = np.empty((len(ranks), len(resamples)), dtype=np.int64)
+    for i, (row, resample) in enumerate(zip(cumulative, resamples, strict=True)):
+        found[:, i] = np.searchsorted(row, [rank[resample] for rank in ranks], side="right")
+    return found
 
 
 def interval(values: np.ndarray, confidence: float = CONFIDENCE) -> tuple[float, float]:

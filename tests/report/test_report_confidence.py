@@ -16,6 +16,8 @@ from grill_locust.report.cli import print_tables
 from grill_locust.report.confidence import (
     FIGURES,
     NO_SIGNIFICANT_DIFFERENCE,
+    _multinomial_weights,
+    _SortedColumn,
     resample_tier,
 )
 from grill_locust.report.load import load_run
@@ -75,6 +77,29 @@ def test_intervals_narrow_with_more_conversations() -> None:
 
     # 16 times the conversations: a quarter of the width, give or take the draw
     assert width(800) < 0.4 * width(50)
+
+
+def test_resampled_percentiles_are_numpys_of_the_resampled_requests() -> None:
+    """The windowed search gives each resample's exact percentile: numpy's of its requests repeated as
+    drawn, ties, a resample far outside the window (all of the fastest or slowest unit) and an empty
+    one included."""
+    rng = np.random.default_rng(5)
+    units = 400
+    codes = rng.integers(0, units, 3000)
+    values = np.round(rng.exponential(1.0, len(codes)), 2)  # rounded: many ties
+    weights = _multinomial_weights(rng, 300, units)
+    weights[:, :3] = 0.0
+    weights[codes[np.argmin(values)], 0] = units  # only the unit holding the fastest request
+    weights[codes[np.argmax(values)], 1] = units
+    quantiles = {"p50": 0.5, "p90": 0.9, "p95": 0.95, "p99": 0.99}
+    column = _SortedColumn.of(values, codes, units, quantiles)
+    totals = np.vstack(column.per_unit_rows()).astype("float32") @ weights
+    found = column.resampled_quantiles(weights, totals)
+    for b in range(weights.shape[1]):
+        drawn = np.repeat(values, weights[codes, b].astype(int))
+        for q, resampled in zip(quantiles.values(), found, strict=True):
+            expected = np.percentile(drawn, 100.0 * q) if len(drawn) else np.nan
+            assert resampled[b] == pytest.approx(expected, rel=1e-12, abs=1e-12, nan_ok=True), (b, q)
 
 
 def test_summary_has_an_interval_beside_each_figure_holding_the_figure(tmp_path: Path) -> None:
