@@ -80,7 +80,9 @@ def test_a_poisson_tier_sends_at_its_rate_on_time_and_records_every_send(
     # a tier whose lag p99 (nearest rank) passes 10 ms says so, and only such a tier (a loaded machine)
     ordered = np.sort(sent["schedule_lag_s"].to_numpy())
     p99_s = ordered[int(np.ceil(0.99 * len(ordered))) - 1]
-    assert ("LOAD-GENERATOR-BOUND" in str(phases["note"].astype("string").fillna("").iloc[0])) == (p99_s > 0.010), p99_s
+    assert ("LOAD-GENERATOR-BOUND" in str(phases["note"].astype("string").fillna("").iloc[0])) == (
+        p99_s > 0.010
+    ), p99_s
     start = sent["scheduled_wall"].min()
     assert sent["scheduled_wall"].max() - start < duration_s
     # the requests that ended after the tier's sending time are cooldown, the others not
