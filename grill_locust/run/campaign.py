@@ -107,9 +107,10 @@ class PhaseProgress:
     dispatched: dict[str, dict[str, int]] = field(default_factory=dict)
     schedule_lags_s: list[float] = field(default_factory=list)
     max_in_flight: int = 0  # the scenario's load.max_in_flight, which the flag names
-    # a rate tier: when each worker's latest records of it arrived (wall); what each worker lost took with it
-    last_records_wall: dict[str, float] = field(default_factory=dict)
-    losses: list[str] = field(default_factory=list)
+    last_records_wall: dict[str, float] = field(default_factory=dict)  # each worker's latest, as they came
+    losses: list[str] = field(
+        default_factory=list
+    )  # a rate tier: what each worker lost mid-tier took with it
 
     @property
     def iterations_target(self) -> int:
@@ -538,7 +539,8 @@ class Campaign:
                     f"{' (its rows from then dealt to them)' if replays_trace(target) else ''}"
                 )
             else:
-                taken_up = "to the end of the tier's sends (nothing left to re-split)"
+                why = "its sending time was over" if remaining else "no worker remained to take it up"
+                taken_up = f"to the end of the tier's sends ({why})"
             loss = (
                 f"worker {name} lost at {tier_s:.1f} s: {share} unsent or unrecorded from {last_s:.1f} s "
                 f"(its last records) {taken_up}"
