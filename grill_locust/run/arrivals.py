@@ -3,19 +3,27 @@
 A schedule is an iterable of `Send(at_s, iteration)`: the send's time in seconds after the tier began,
 and the iteration the workload plays for it (`Workload.script(..., iteration, ...)`). The dispatcher
 (run/openloop.py) takes any such iterable: an arrival process's here, or a trace's own timestamps.
+
+A tier's rate is split over its dispatchers (one per worker), and split again over the remaining ones
+when a worker is lost mid-tier (`Split`s): each dispatcher's share is a pure function of the splits, so
+every dispatcher, hearing of a re-split, computes the same division of the sends from then on.
 """
 
 from __future__ import annotations
 
 import random
 import time
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple
 
 from grill_locust.workload.trace import TraceRow, trace_schedule
 
 Arrival = Literal["poisson", "constant", "gamma"]
+# (seconds after the tier's start from which it holds, the dispatchers that split the tier's rate from
+# then): a tier's first split is at 0; the master adds one each time it loses a dispatcher mid-tier
+Split = tuple[float, tuple[str, ...]]
 
 
 class Send(NamedTuple):
@@ -84,7 +92,47 @@ def rate_unit(kind: str) -> str:
     return "sessions/s" if kind in SESSION_KINDS else "req/s"
 
 
-def trace_share(rows: tuple[TraceRow, ...], place: int, dispatchers: int) -> list[Send]:
-    """The sends of a trace replay that dispatcher `place` of `dispatchers` makes: rows place,
-    place + dispatchers, ... at their own times (the dispatchers' shares add up to the trace)."""
-    return [Send(*send) for send in trace_schedule(rows)[place::dispatchers]]
+def arrival_share(
+    arrival: Arrival,
+    rate: float,
+    duration_s: float,
+    burstiness: float,
+    seed_key: str,
+    dispatcher: str,
+    splits: Sequence[Split],
+) -> Iterator[Send]:
+    """The sends of a rate tier that `dispatcher` makes: in each split it is part of, its even share of
+    the rate (the dispatchers' sum is the tier's), drawn anew from the split's time with a seed of its
+    own (`seed_key`, its place, the split's index), the first send one gap after it, numbered on from
+    the sends before. Poisson arrivals stay exact across a re-split (they have no memory); constant and
+    gamma ones restart their gaps there. A dispatcher left out of a split sends nothing from its time."""
+    iteration = 0
+    for index, (from_s, dispatchers) in enumerate(splits):
+        if dispatcher not in dispatchers:
+            return
+        until_s = min(duration_s, splits[index + 1][0]) if index + 1 < len(splits) else duration_s
+        if until_s <= from_s:
+            continue
+        place = dispatchers.index(dispatcher)
+        seed = zlib.crc32(f"{seed_key}/{place}{f'/{index}' if index else ''}".encode())
+        share = rate / len(dispatchers)
+        for send in arrival_schedule(arrival, share, until_s - from_s, burstiness, seed):
+            yield Send(from_s + send.at_s, iteration)
+            iteration += 1
+
+
+def trace_share(rows: tuple[TraceRow, ...], dispatcher: str, splits: Sequence[Split]) -> list[Send]:
+    """The sends of a trace replay that `dispatcher` makes, at the rows' own times: row i goes to the
+    (i mod n)-th of the first split's n dispatchers (their shares add up to the trace); at each re-split,
+    the rows from its time on whose dispatcher is not in it are dealt in turn to the ones that are."""
+    first = splits[0][1]
+    owners = [first[i % len(first)] for i in range(len(rows))]
+    for from_s, dispatchers in splits[1:]:
+        dealt = 0
+        for i, row in enumerate(rows):
+            if row.at_s >= from_s and owners[i] not in dispatchers:
+                owners[i] = dispatchers[dealt % len(dispatchers)]
+                dealt += 1
+    return [
+        Send(*send) for send, owner in zip(trace_schedule(rows), owners, strict=True) if owner == dispatcher
+    ]

@@ -72,6 +72,9 @@ OUTAGE_FAILED_SHARE = 0.5
 ENGINE_PROBE_INTERVAL_S = 2.0
 ENGINE_PROBE_TIMEOUT_S = 2.0
 STOPPED_NOTE = "run stopped"
+# A rate tier re-split over the remaining workers (a worker lost) holds from this long after the master
+# decides it: time for every dispatcher to hear of it (openloop.RESPLIT_POLL_S), so none sends late for it.
+RESPLIT_LEAD_S = 0.5
 
 
 @dataclass
@@ -104,13 +107,21 @@ class PhaseProgress:
     dispatched: dict[str, dict[str, int]] = field(default_factory=dict)
     schedule_lags_s: list[float] = field(default_factory=list)
     max_in_flight: int = 0  # the scenario's load.max_in_flight, which the flag names
+    last_records_wall: dict[str, float] = field(default_factory=dict)  # each worker's latest, as they came
+    losses: list[str] = field(
+        default_factory=list
+    )  # a rate tier: what each worker lost mid-tier took with it
 
     @property
     def iterations_target(self) -> int:
-        """Iterations to do: N x k in a tier of users; in a rate tier, the sends its dispatchers reported."""
+        """Iterations to do: N x k in a tier of users; in a rate tier, the sends its dispatchers reported,
+        and those of a lost worker (which reports none) that its records show."""
         if self.phase.tier_rate is None:
             return self.phase.iterations_target
-        return sum(share["sends"] for share in self.dispatched.values())
+        reported = sum(share["sends"] for share in self.dispatched.values())
+        return reported + sum(
+            n for client_id, n in self.by_worker.items() if client_id not in self.dispatched
+        )
 
     @property
     def open_loop_flags(self) -> str:
@@ -271,6 +282,7 @@ class Campaign:
             if progress is not None:
                 progress.iterations_done += count
                 progress.by_worker[client_id] += count
+                progress.last_records_wall[client_id] = time.time()
                 if progress.lost_by_worker.get(worker):
                     self._delivered_late(progress, worker, count)
         for phase_key, share in (dispatched or {}).items():
@@ -461,7 +473,8 @@ class Campaign:
         return now < self._final_wait_until
 
     def _watch_workers(self, current: PhaseProgress) -> None:
-        """A worker that went missing or quit mid-tier: log it, count what it lost, respread its users."""
+        """A worker that went missing or quit mid-tier: log it and count what it lost; its users are
+        spread over the remaining workers (a tier of users), or its share of the sends (a rate tier)."""
         runner = self.environment.runner
         if not isinstance(runner, MasterRunner):
             return
@@ -469,8 +482,11 @@ class Campaign:
         for client_id, client in present.items():
             self._users_seen[client_id] = max(self._users_seen.get(client_id, 0), client.user_count)
         lost_now = [cid for cid in self._users_seen if cid not in present and cid not in self._gone]
+        self._gone.update(lost_now)
+        if lost_now and current.phase.tier_rate is not None:
+            self._resplit(current, lost_now)
+            return
         for client_id in lost_now:
-            self._gone.add(client_id)
             phase = current.phase
             quota = self._users_seen[client_id] * phase.iterations_per_user
             lost = max(0, quota - current.by_worker[client_id])
@@ -487,10 +503,55 @@ class Campaign:
                 lost,
                 quota,
             )
-            if present and runner.state in (STATE_RUNNING, STATE_SPAWNING) and phase.tier_rate is None:
+            if present and runner.state in (STATE_RUNNING, STATE_SPAWNING):
                 # Locust re-spreads users itself when a worker quits, but for a missing one only
                 # with --enable-rebalancing: ask for the tier's users again either way.
                 runner.start(phase.tier_users, self._spawn_rate(phase))
+
+    def _resplit(self, current: PhaseProgress, lost: list[str]) -> None:
+        """Workers lost mid rate tier: RESPLIT_LEAD_S from now, the remaining dispatchers split the tier's
+        sends among them (Phase.resplits, broadcast), so that their sum keeps the tier's rate. What a lost
+        worker had not sent or shipped by then is gone: the tier's note says from when to when."""
+        phase = current.phase
+        tier_s = time.time() - current.started_wall
+        dispatchers = phase.splits[-1][1]
+        remaining = tuple(d for d in dispatchers if d not in self._gone)
+        cut_s = tier_s + RESPLIT_LEAD_S
+        resplit = bool(remaining) and cut_s < (phase.duration_s or 0.0)
+        target = self.targets[phase.target]
+        assert phase.tier_rate is not None
+        share = (
+            "its rows"
+            if replays_trace(target)
+            else f"its share ({phase.tier_rate / len(dispatchers):.4g} {rate_unit(target.kind_label)})"
+        )
+        for client_id in lost:
+            name = self.worker_names.get(client_id, client_id)
+            if client_id not in dispatchers:
+                log.warning(
+                    "worker %s lost during tier %d: it had no share of its sends", name, phase.phase_id + 1
+                )
+                continue
+            last_s = current.last_records_wall.get(client_id, current.started_wall) - current.started_wall
+            if resplit:
+                taken_up = (
+                    f"to {cut_s:.1f} s, then sent by the {len(remaining)} remaining workers"
+                    f"{' (its rows from then dealt to them)' if replays_trace(target) else ''}"
+                )
+            else:
+                why = "its sending time was over" if remaining else "no worker remained to take it up"
+                taken_up = f"to the end of the tier's sends ({why})"
+            loss = (
+                f"worker {name} lost at {tier_s:.1f} s: {share} unsent or unrecorded from {last_s:.1f} s "
+                f"(its last records) {taken_up}"
+            )
+            current.losses.append(loss)
+            log.warning(
+                "tier %s (%s at %s): %s", self.tier_label(phase), phase.target, self.load_label(phase), loss
+            )
+        if resplit and remaining != dispatchers:
+            current.phase = dataclasses.replace(phase, resplits=(*phase.resplits, (cut_s, remaining)))
+            self.broadcast()
 
     def _engine_gone(self, now: float) -> bool:
         """Probe the backend the campaign waits for (every ENGINE_PROBE_INTERVAL_S); True once the wait
@@ -715,7 +776,8 @@ class Campaign:
         lost = "; ".join(
             f"{n} iterations lost on worker {w}" for w, n in progress.lost_by_worker.items() if n
         )
-        return "; ".join(part for part in (progress.end_reason, lost, progress.open_loop_flags) if part)
+        parts = (progress.end_reason, lost, *progress.losses, progress.open_loop_flags)
+        return "; ".join(part for part in parts if part)
 
     def _write_tier_row(self, progress: PhaseProgress) -> None:
         """The finished tier's summary row, from the records it received, to the sinks read live."""

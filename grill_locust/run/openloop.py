@@ -2,7 +2,8 @@
 a trace replay.
 
 Sends leave at the times of a schedule (run/arrivals.py: an arrival process; or a trace's rows, row i
-on dispatcher i mod the dispatchers), whatever the engine's answers do; each plays one iteration of the target's
+on dispatcher i mod the dispatchers; re-split over the remaining dispatchers when a worker is lost
+mid-tier), whatever the engine's answers do; each plays one iteration of the target's
 conversation in a greenlet of its own (a session's turns closed-loop inside it), with GrillUser's send
 and record code. At most `max_in_flight` (this worker's part) play at once: a send past it waits for a
 free slot, late, and is counted, never dropped.
@@ -11,7 +12,6 @@ free slot, late, and is counted, never dropped.
 from __future__ import annotations
 
 import time
-import zlib
 from collections.abc import Iterable
 
 import gevent
@@ -20,11 +20,15 @@ import gevent.pool
 from locust import task
 
 from grill_locust.client import EngineClient
-from grill_locust.config import Target
-from grill_locust.run.arrivals import ScheduledSend, Send, arrival_schedule, trace_share
+from grill_locust.config import Scenario, Target
+from grill_locust.run.arrivals import ScheduledSend, Send, arrival_share, trace_share
 from grill_locust.run.phase import Phase, replays_trace
 from grill_locust.run.user import IDLE_POLL_S, GrillUser
 from grill_locust.workload.trace import conversation_trace
+
+# how often a dispatcher waiting for its next send looks for a re-split of its tier (a worker lost): well
+# within the lead the master gives a re-split (campaign.RESPLIT_LEAD_S), so no send of it leaves late
+RESPLIT_POLL_S = 0.05
 
 
 class OpenLoopUser(GrillUser):
@@ -32,7 +36,6 @@ class OpenLoopUser(GrillUser):
 
     def on_start(self) -> None:
         super().on_start()
-        self._dispatched_key: str | None = None  # the phase whose share this user has sent
         self._idle_clients: list[EngineClient] = []  # connections of sends that ended, for the next ones
 
     def on_stop(self) -> None:
@@ -44,55 +47,79 @@ class OpenLoopUser(GrillUser):
     def dispatch_tier(self) -> None:
         grill = self.grill
         phase, scenario = grill.phase, grill.scenario
-        share = phase.rate_share(grill.client_id) if phase is not None else None
-        if phase is None or scenario is None or share is None or phase.key == self._dispatched_key:
+        if (
+            phase is None
+            or scenario is None
+            or grill.client_id not in phase.dispatchers
+            or phase.key == grill.dispatched_phase_key  # a user Locust starts here after a worker quit
+        ):
             gevent.sleep(IDLE_POLL_S)
             return
-        self._dispatched_key = phase.key
-        rate, place = share
-        target, load, dispatchers = grill.target(phase.target), scenario.load, len(phase.dispatchers)
+        grill.dispatched_phase_key = phase.key
+        target = grill.target(phase.target)
+        max_in_flight = max(1, scenario.load.max_in_flight // len(phase.dispatchers))
+        self.dispatch(target, scenario, phase, max_in_flight)
+
+    def schedule(self, target: Target, scenario: Scenario, phase: Phase) -> Iterable[Send]:
+        """This worker's sends in the phase as its splits now stand (run/arrivals.py)."""
+        client_id = self.grill.client_id
+        if replays_trace(target):
+            return trace_share(conversation_trace(target.conversation), client_id, phase.splits)
+        assert phase.tier_rate is not None and phase.duration_s is not None
+        load = scenario.load
+        # the same arrivals at every run of the scenario, each worker's its own
+        seed_key = f"{phase.target}/{phase.tier_index}/{phase.attempt}"
+        return arrival_share(
+            load.arrival,
+            phase.tier_rate,
+            phase.duration_s,
+            load.burstiness,
+            seed_key,
+            client_id,
+            phase.splits,
+        )
+
+    def dispatch(self, target: Target, scenario: Scenario, phase: Phase, max_in_flight: int) -> None:
+        """Send at each scheduled time up to the phase's `duration_s`, then let the sends still playing
+        finish (their requests are cooldown) and tell the master how many there were. A re-split (a
+        worker lost) is heard within RESPLIT_POLL_S: the sends of the new schedule not made yet follow
+        (heard after its time, those already due leave at once, late, as their lag shows)."""
         duration_s = phase.duration_s
         assert duration_s is not None, "a rate tier sends for a time"
-        schedule: Iterable[Send]
-        if replays_trace(target):
-            schedule = trace_share(conversation_trace(target.conversation), place, dispatchers)
-        else:
-            # the same arrivals at every run of the scenario, each worker's its own
-            seed = zlib.crc32(f"{phase.target}/{phase.tier_index}/{phase.attempt}/{place}".encode())
-            schedule = arrival_schedule(load.arrival, rate, duration_s, load.burstiness, seed)
-        max_in_flight = max(1, load.max_in_flight // dispatchers)
-        self.dispatch(target, phase, schedule, duration_s, max_in_flight)
-
-    def dispatch(
-        self, target: Target, phase: Phase, schedule: Iterable[Send], duration_s: float, max_in_flight: int
-    ) -> None:
-        """Send at each scheduled time up to `duration_s`, then let the sends still playing finish (their
-        requests are cooldown) and tell the master how many there were."""
         start, start_wall = time.perf_counter(), time.time()
         end_wall = start_wall + duration_s
         slots = gevent.lock.BoundedSemaphore(max_in_flight)
         playing = gevent.pool.Group()
-        sends = waited = 0
+        made: set[int] = set()  # the iterations sent: a new schedule skips them
+        waited = 0
+        schedule = iter(self.schedule(target, scenario, phase))
         try:
-            for send in schedule:
-                if send.at_s > duration_s:  # a trace's last row leaves at duration_s
-                    break
+            send = next(schedule, None)
+            while send is not None and send.at_s <= duration_s:  # a trace's last row leaves at duration_s
+                heard = self.grill.phase
+                if heard is not None and heard.key == phase.key and heard.resplits != phase.resplits:
+                    phase = heard
+                    schedule = (s for s in self.schedule(target, scenario, phase) if s.iteration not in made)
+                    send = next(schedule, None)
+                    continue
                 wait_s = start + send.at_s - time.perf_counter()
                 if wait_s > 0:
-                    gevent.sleep(wait_s)
+                    gevent.sleep(min(wait_s, RESPLIT_POLL_S))
+                    continue
                 if not slots.acquire(blocking=False):
                     waited += 1
                     slots.acquire()
                 scheduled = ScheduledSend(start_wall + send.at_s, end_wall)
                 playing.spawn(self._play, target, phase, send.iteration, scheduled, slots)
-                sends += 1
+                made.add(send.iteration)
+                send = next(schedule, None)
             gevent.sleep(max(0.0, start + duration_s - time.perf_counter()))
             playing.join()
         except BaseException:  # the user stopped (GreenletExit): no send outlives it
             playing.kill()
             raise
         finally:
-            self.grill.dispatch_done(phase.key, sends, waited)
+            self.grill.dispatch_done(phase.key, len(made), waited)
 
     def _play(
         self,

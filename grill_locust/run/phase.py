@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from grill_locust.config import Scenario, Target
+from grill_locust.run.arrivals import Split
 from grill_locust.workload.trace import TraceRow, conversation_trace
 
 TRACE_KIND = "trace"
@@ -61,6 +62,9 @@ class Phase:
     # finish after), a search probe's users loop conversations until then (it ends complete)
     duration_s: float | None = None
     repeat: int = 0  # which of `--repeat N` walks of the campaign's tiers (0-based)
+    # an open-loop tier's re-splits, one each time the master lost a dispatcher mid-tier: the remaining
+    # dispatchers take up its share from then on (run/arrivals.py, `Split`)
+    resplits: tuple[Split, ...] = ()
 
     @property
     def key(self) -> str:
@@ -83,16 +87,17 @@ class Phase:
         return self.duration_s is None and iterations_done >= self.iterations_per_user
 
     @property
-    def users(self) -> int:
-        """The Locust users this phase runs: its developers, or one dispatcher per worker of a rate tier."""
-        return self.tier_users if self.tier_rate is None else len(self.dispatchers)
+    def splits(self) -> tuple[Split, ...]:
+        """How an open-loop tier's sends are split over its dispatchers: at its start, then at each re-split."""
+        return ((0.0, self.dispatchers), *self.resplits)
 
-    def rate_share(self, client_id: str) -> tuple[float, int] | None:
-        """A dispatcher's share of this rate tier: its rate (the tier's split evenly, so that the workers'
-        sum is the tier's) and its 0-based place; None for a worker not in the split."""
-        if self.tier_rate is None or client_id not in self.dispatchers:
-            return None
-        return self.tier_rate / len(self.dispatchers), self.dispatchers.index(client_id)
+    @property
+    def users(self) -> int:
+        """The Locust users this phase runs: its developers, or one dispatcher per worker of a rate tier.
+        A lost worker's stays counted: a changed count would send the other workers a spawn message
+        mid-tier, which stalls a worker for a few hundred ms (late sends); a user Locust puts on a worker
+        that has its dispatcher idles (WorkerState.dispatched_phase_key)."""
+        return self.tier_users if self.tier_rate is None else len(self.dispatchers)
 
     def labels(self, target: Target) -> dict[str, Any]:
         """The labels every record and tier row of this phase carries: LABEL_COLUMNS, the tier, its
@@ -119,7 +124,8 @@ class Phase:
 
     @classmethod
     def from_wire(cls, data: dict[str, Any]) -> Phase:
-        return cls(**{**data, "dispatchers": tuple(data.get("dispatchers") or ())})
+        resplits = tuple((from_s, tuple(ids)) for from_s, ids in data.get("resplits") or ())
+        return cls(**{**data, "dispatchers": tuple(data.get("dispatchers") or ()), "resplits": resplits})
 
 
 def campaign_phases(scenario: Scenario, run_id: str, session: str = "", repeats: int = 1) -> list[Phase]:

@@ -85,6 +85,8 @@ class WorkerState:
         self._records: list[dict[str, Any]] = []
         self._iterations: Counter[str] = Counter()
         self._dispatched: dict[str, dict[str, int]] = {}
+        # the open-loop phase (Phase.key) whose share a user of this process took: one dispatcher a worker
+        self.dispatched_phase_key: str | None = None
         self._record_seq = 0
         # unique across workers, processes and resumed runs of the same results folder
         self._record_prefix = f"{self.worker_id}-{uuid.uuid4().hex[:8]}"

@@ -16,6 +16,7 @@ import pytest
 
 from tests.run.conftest import (
     LOCUSTFILE,
+    TRUTH_WAIT_S,
     only_run_dir,
     read_truth,
     run_locust,
@@ -209,3 +210,51 @@ def test_requests_in_flight_when_the_last_tier_hits_its_time_cap_reach_the_resul
     records = pd.read_parquet(only_run_dir(tmp_path / "r") / "records.parquet")
     seen = {row["request_id"] for row in read_truth(truth)}
     assert len(seen) == 2 and set(records["record_id"]) == seen
+
+
+def test_worker_killed_mid_rate_tier_its_share_is_taken_up_and_the_tier_keeps_its_rate(
+    tmp_path: Path,
+) -> None:
+    rate, duration_s = 8.0, 12.0  # constant arrivals: each worker's gaps add up exactly
+    truth = tmp_path / "truth.jsonl"
+    data = sim_scenario(conversation=SHORT, tiers=[1], sim_args={"truth_log": str(truth)})
+    data["load"] = {"rates": [rate], "arrival": "constant", "duration_s": duration_s, "pause_s": 0.2}
+    master, workers = start_cluster(tmp_path, write_scenario(tmp_path / "s.yaml", data), workers=2)
+    _wait_for_records(tmp_path / "results", 4)
+    workers[1].kill()  # SIGKILL: no goodbye, no last flush
+    code = finish(master, workers)
+    log = (tmp_path / "master.log").read_text()
+    assert code in (0, 1), log[-3000:]
+    run_dir = only_run_dir(tmp_path / "results")
+    phases = pd.read_csv(run_dir / "phases.csv")
+    note = str(phases["note"].iloc[0])
+    assert bool(phases["complete"].iloc[0]), note
+    # the tier's sends: the survivor's, and those of the dead worker that its shipped records show
+    assert phases["iterations_target"].iloc[0] == phases["iterations_done"].iloc[0]
+    lost = re.search(
+        r"worker (\S+) lost at [\d.]+ s: .* to ([\d.]+) s, then sent by the 1 remaining workers", note
+    )
+    assert lost is not None, note
+    assert lost[0] in log  # the master's log says the same
+    dead_worker, resplit_s = lost[1], float(lost[2])
+    records = pd.read_parquet(run_dir / "records.parquet")
+    assert records["record_id"].is_unique
+    survivor = records[records["worker_id"] != dead_worker]
+    assert survivor["worker_id"].nunique() == 1
+    # every request the surviving worker sent is one record; the dead one's records are requests it sent
+    # (the truth has more: those the dead worker never shipped)
+    deadline = time.monotonic() + TRUTH_WAIT_S
+    truth_ids = {t["request_id"] for t in read_truth(truth)}
+    while not set(records["record_id"]) <= truth_ids and time.monotonic() < deadline:
+        time.sleep(0.1)
+        truth_ids = {t["request_id"] for t in read_truth(truth)}
+    prefix = f"{survivor['worker_id'].iloc[0]}-"
+    assert {i for i in truth_ids if i.startswith(prefix)} == set(survivor["record_id"])
+    assert set(records["record_id"]) <= truth_ids
+    # the survivor's tier starts one gap of its half share before its first send; from the re-split on
+    # (that many seconds after its start) it sends at the whole rate: one send every 1/rate s
+    scheduled = survivor["scheduled_wall"].sort_values()
+    start_wall = scheduled.iloc[0] - 2 / rate
+    taken_up = scheduled[scheduled >= start_wall + resplit_s]
+    assert abs(len(taken_up) - rate * (duration_s - resplit_s)) <= 1.5, (len(taken_up), resplit_s)
+    assert (taken_up.diff().dropna() - 1 / rate).abs().max() < 1e-3

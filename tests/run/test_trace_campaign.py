@@ -194,7 +194,8 @@ def test_a_trace_target_is_one_tier_beside_the_loads_tiers() -> None:
 
 
 def test_the_dispatchers_shares_of_a_trace_add_up_to_it() -> None:
-    shares = [trace_share(ROWS, place, 3) for place in range(3)]
+    dispatchers = ("a", "b", "c")
+    shares = [trace_share(ROWS, dispatcher, [(0.0, dispatchers)]) for dispatcher in dispatchers]
     assert [len(share) for share in shares] == [14, 13, 13]
     sends = sorted((send for share in shares for send in share), key=lambda send: send.iteration)
     assert [send.iteration for send in sends] == list(range(len(ROWS)))
