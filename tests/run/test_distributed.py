@@ -257,4 +257,8 @@ def test_worker_killed_mid_rate_tier_its_share_is_taken_up_and_the_tier_keeps_it
     start_wall = scheduled.iloc[0] - 2 / rate
     taken_up = scheduled[scheduled >= start_wall + resplit_s]
     assert abs(len(taken_up) - rate * (duration_s - resplit_s)) <= 1.5, (len(taken_up), resplit_s)
-    assert (taken_up.diff().dropna() - 1 / rate).abs().max() < 1e-3
+    # the note rounds the re-split's time to 0.1 s: the first gap may join the old schedule's last send
+    # (at half the rate) to the new schedule's first; every later one is the whole rate's
+    gaps = taken_up.diff().dropna()
+    assert (gaps.iloc[1:] - 1 / rate).abs().max() < 1e-3, gaps.iloc[:3]
+    assert 1 / rate - 1e-3 < gaps.iloc[0] < 1 / rate + 0.05 + 1e-3, gaps.iloc[:3]
