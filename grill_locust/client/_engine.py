@@ -537,9 +537,10 @@ class EngineClient:
             timer.close(done_at)
             return
         # stamped, what arrived by the keystroke is known (the poller and `Watch.drain` read no later
-        # bytes): the request ends there; unstamped (TLS), a read's time is its own: it ends now
-        end = max(abandon_at, timer.raw.t0) if self._stamped else time.perf_counter()
-        timer.fail(end, STATUS_ABANDONED, "")
+        # bytes): the request ends there; sent after its keystroke, or unstamped (TLS: a read's time is
+        # its own), it ends now, when it is closed
+        at_keystroke = self._stamped and abandon_at > timer.raw.t0
+        timer.fail(abandon_at if at_keystroke else time.perf_counter(), STATUS_ABANDONED, "")
 
     def _deadline_passed(self, timer: StreamTimer, reader: StreamReader, deadline: float | None) -> None:
         """Record which limit `deadline` was; the connection is dropped (the rest of its reply is unread)."""
