@@ -12,7 +12,8 @@ replies and the standard library's blocking sockets (`grill ping`, plain Python)
 
 A request may be abandoned at a given time (`abandon_at`: an editor's next keystroke): under gevent,
 one more timer that, if the stream has not ended by then, closes the connection at once; the record
-is `abandoned`, with the output received before it.
+is `abandoned`, with the output received before it. Received means by the kernel's stamps where it
+stamps: bytes that arrived in time count though still unread when the timer fires, later ones never.
 
 Deadlines (first token, idle between output events, total, the grace after `[DONE]`): with gevent's
 sockets, one `gevent.Timeout` per request phase and sockets without a timeout, because a socket
@@ -372,7 +373,7 @@ class EngineClient:
         try:
             if alarm is not None:
                 alarm.set(t0 + self.total_s)  # the send phase: only the total limit applies
-            self._loop(request, timer, t0, reader, alarm)
+            self._loop(request, timer, t0, reader, alarm, abandon_at)
         except _DeadlinePassed as error:
             passed = error
         except _Abandoned:
@@ -387,6 +388,7 @@ class EngineClient:
             if abandon_timer is not None:
                 abandon_timer.close()
         if abandoned:
+            assert abandon_at is not None
             self._abandoned(timer, reader, abandon_at)
         elif passed is not None:
             self._deadline_passed(timer, reader, passed.args[0])
@@ -396,7 +398,13 @@ class EngineClient:
             self.close()
 
     def _loop(
-        self, request: bytes, timer: StreamTimer, t0: float, reader: StreamReader, alarm: _PhaseAlarm | None
+        self,
+        request: bytes,
+        timer: StreamTimer,
+        t0: float,
+        reader: StreamReader,
+        alarm: _PhaseAlarm | None,
+        abandon_at: float | None,
     ) -> None:
         total_deadline = t0 + self.total_s
         first_token_deadline = min(t0 + self.first_token_s, total_deadline)
@@ -404,7 +412,7 @@ class EngineClient:
         self._request_sent = True
         if alarm is not None and _pollable(sock):
             self._await_polled(
-                sock, reused, request, timer, reader, alarm, first_token_deadline, total_deadline
+                sock, reused, request, timer, reader, alarm, first_token_deadline, total_deadline, abandon_at
             )
             return
         armed_phase = -1  # the phase whose deadline the alarm holds
@@ -453,16 +461,21 @@ class EngineClient:
         alarm: _PhaseAlarm,
         first_token_deadline: float,
         total_deadline: float,
+        abandon_at: float | None,
     ) -> None:
         """Sleep while the process's poller reads the reply; wake at each phase change to move the
-        deadline."""
+        deadline. Abandoned, the reply is what arrived by `abandon_at` by the kernel's stamps, read
+        or not when the abandon timer fired."""
         while True:
-            watch = poller().watch(sock._sock, self._stamped, reader, reused)  # type: ignore[attr-defined]
+            watch = poller().watch(sock._sock, self._stamped, reader, reused, abandon_at)  # type: ignore[attr-defined]
             try:
                 while watch.phase != SETTLED:
                     alarm.set(self._deadline(watch.phase, reader, first_token_deadline, total_deadline))
                     try:
                         watch.wait()
+                    except _Abandoned:
+                        watch.drain()
+                        raise
                     except BaseException as error:
                         if not alarm.fired(error):
                             raise
@@ -471,6 +484,8 @@ class EngineClient:
                 watch.close()
             if watch.error is not None:
                 raise watch.error
+            if watch.late:  # the poller read past the keystroke before its timer fired
+                raise _Abandoned
             if not watch.closed_early:
                 return
             sock = self._send_again(request, timer, total_deadline, alarm)
@@ -511,17 +526,21 @@ class EngineClient:
         self._request_sent = True
         return sock
 
-    def _abandoned(self, timer: StreamTimer, reader: StreamReader, abandon_at: float | None) -> None:
-        """The abandon timer fired: the connection is dropped; a request whose `[DONE]` had arrived in
-        time is complete (only its framing was late), any other is abandoned now."""
-        if reader.finished:  # read to its end before this greenlet was woken: the result stands
+    def _abandoned(self, timer: StreamTimer, reader: StreamReader, abandon_at: float) -> None:
+        """The keystroke came first: the connection is dropped; a request whose `[DONE]` had arrived in
+        time is complete (only its framing was late), any other is abandoned at the keystroke."""
+        if reader.finished:  # read to its end in time: the result stands
             return
         reader.keep_alive = False
         done_at = reader.done_at
-        if done_at is not None and abandon_at is not None and done_at <= abandon_at:
+        if done_at is not None and done_at <= abandon_at:
             timer.close(done_at)
             return
-        timer.fail(time.perf_counter(), STATUS_ABANDONED, "")
+        # stamped, what arrived by the keystroke is known (the poller and `Watch.drain` read no later
+        # bytes): the request ends there; sent after its keystroke, or unstamped (TLS: a read's time is
+        # its own), it ends now, when it is closed
+        at_keystroke = self._stamped and abandon_at > timer.raw.t0
+        timer.fail(abandon_at if at_keystroke else time.perf_counter(), STATUS_ABANDONED, "")
 
     def _deadline_passed(self, timer: StreamTimer, reader: StreamReader, deadline: float | None) -> None:
         """Record which limit `deadline` was; the connection is dropped (the rest of its reply is unread)."""

@@ -41,7 +41,7 @@ def phase_of(reader: StreamReader) -> int:
 
 class Watch:
     """One request's registration: the poller feeds `reader` and wakes the waiting greenlet when
-    the phase changes."""
+    the phase changes; a read that arrived after `until` is not fed and settles it (`late`)."""
 
     __slots__ = (
         "fd",
@@ -51,6 +51,8 @@ class Watch:
         "reused",
         "phase",
         "closed_early",
+        "until",
+        "late",
         "reason",
         "error",
         "_waiter",
@@ -58,7 +60,14 @@ class Watch:
     )
 
     def __init__(
-        self, poller: Poller, raw_socket: Any, stamped: bool, reader: StreamReader, reused: bool, waiter: Any
+        self,
+        poller: Poller,
+        raw_socket: Any,
+        stamped: bool,
+        reader: StreamReader,
+        reused: bool,
+        waiter: Any,
+        until: float | None,
     ) -> None:
         self.fd: int = raw_socket.fileno()
         self.socket = raw_socket
@@ -67,6 +76,10 @@ class Watch:
         self.reused = reused  # a kept-alive connection: closed before any reply means "send again"
         self.phase = phase_of(reader)
         self.closed_early = False  # a kept-alive connection the server had closed: nothing was read
+        # a stamped stream's abandon time (perf_counter): bytes that arrived later are not the reply's
+        # (the request was abandoned first); without stamps a read's time is its own, so none applies
+        self.until = until if stamped else None
+        self.late = False  # a read arrived after `until`: it was left out and the watch settled
         self.reason = ""  # why the connection broke, when it did
         self.error: BaseException | None = None  # a bug met while parsing: re-raised in the user's greenlet
         self._waiter = waiter
@@ -80,6 +93,50 @@ class Watch:
 
     def close(self) -> None:
         self._poller.unwatch(self)
+
+    def read(self, offset: float) -> bool:
+        """One non-blocking read of the socket, fed to the reader with its arrival time (`offset`: a
+        recent `wall_offset()`), and `phase` updated; False when nothing was waiting."""
+        reader = self.reader
+        event = None
+        try:
+            if self.stamped and read_event is not None:
+                data, t, event = read_event(self.fd, offset, reader.between_events)
+            else:
+                data, t = read(self.socket, RECV_BYTES, self.stamped, offset)
+        except BlockingIOError:
+            return False
+        except OSError as error:
+            data, t = b"", time.perf_counter()
+            self.reason = error.strerror or type(error).__name__
+        note_read(self.stamped, t)
+        if self.until is not None and t > self.until:
+            self.late = True
+            self.phase = SETTLED
+            return True
+        try:
+            if event is not None:
+                reader.feed_event(t, event)
+            elif data:
+                reader.feed(t, data)
+            elif self.reused and not reader.got_bytes:
+                self.closed_early = True
+            else:
+                reader.feed_eof(t, self.reason)
+        except Exception as error:  # noqa: BLE001 - a parser bug must not stop the hub
+            self.error = error
+        self.phase = SETTLED if self.closed_early or self.error is not None else phase_of(reader)
+        return True
+
+    def drain(self) -> None:
+        """Read what the socket already holds, up to `until`: the greenlet's last reads when its abandon
+        timer fired before the poller came to the bytes that arrived in time (a busy process, or a
+        reply longer than one read)."""
+        if self.until is None:
+            return
+        offset = wall_offset()
+        while self.phase != SETTLED and self.read(offset):
+            pass
 
 
 class Poller:
@@ -95,9 +152,12 @@ class Poller:
         self.wakeups = 0  # for the benchmark and tests: hub callbacks that found something to read
         self.reads = 0
 
-    def watch(self, raw_socket: Any, stamped: bool, reader: StreamReader, reused: bool) -> Watch:
-        """Start reading `raw_socket` (non-blocking; gevent's `_sock`) into `reader`."""
-        watch = Watch(self, raw_socket, stamped, reader, reused, self._waiter_class(self._hub))
+    def watch(
+        self, raw_socket: Any, stamped: bool, reader: StreamReader, reused: bool, until: float | None
+    ) -> Watch:
+        """Start reading `raw_socket` (non-blocking; gevent's `_sock`) into `reader`, leaving out what
+        arrives after `until` (see `Watch`)."""
+        watch = Watch(self, raw_socket, stamped, reader, reused, self._waiter_class(self._hub), until)
         self._epoll.register(watch.fd, 1)  # EPOLLIN, level-triggered
         self._watches[watch.fd] = watch
         if len(self._watches) == 1:
@@ -135,35 +195,12 @@ class Poller:
             watch = watches.get(fd)
             if watch is None:
                 continue
-            reader = watch.reader
-            event = None
-            try:
-                if watch.stamped and read_event is not None:
-                    data, t, event = read_event(fd, offset, reader.between_events)
-                else:
-                    data, t = read(watch.socket, RECV_BYTES, watch.stamped, offset)
-            except BlockingIOError:
+            phase = watch.phase
+            if not watch.read(offset):
                 continue
-            except OSError as error:
-                data, t = b"", time.perf_counter()
-                watch.reason = error.strerror or type(error).__name__
             self.reads += 1
-            note_read(watch.stamped, t)
-            try:
-                if event is not None:
-                    reader.feed_event(t, event)
-                elif data:
-                    reader.feed(t, data)
-                elif watch.reused and not reader.got_bytes:
-                    watch.closed_early = True
-                else:
-                    reader.feed_eof(t, watch.reason)
-            except Exception as error:  # noqa: BLE001 - a parser bug must not stop the hub
-                watch.error = error
-            phase = SETTLED if watch.closed_early or watch.error is not None else phase_of(reader)
-            if phase != watch.phase:
-                watch.phase = phase
-                if phase == SETTLED:
+            if watch.phase != phase:
+                if watch.phase == SETTLED:
                     self.unwatch(watch)
                 self._run_callback(watch._waiter.switch, None)
 

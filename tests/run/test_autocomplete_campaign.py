@@ -94,9 +94,9 @@ def test_abandoned_requests_keep_their_time_in_flight_and_output_and_the_engine_
             assert record["output_tokens"] == 0
             continue
         if engine["outcome"] == "ok":
-            # a photo finish: the engine wrote its end within 1 ms of the close, before the client read it
-            # (the client decides on what it has read; a full run saw 0.19 ms); never earlier than that
-            assert engine["end"] > record["wall_start"] + record["e2e_s"] - 0.001, (record, engine)
+            # the engine finished it, but its end arrived after the keystroke (the record's end: what the
+            # kernel received by then counts, read or not), so the engine wrote it after the keystroke
+            assert engine["end"] > record["wall_start"] + record["e2e_s"], (record, engine)
             continue
         assert engine["outcome"] == "client_closed"
         # what the client read before it closed, at most what the engine wrote before it heard of the
