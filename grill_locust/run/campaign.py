@@ -681,6 +681,10 @@ class Campaign:
             self._probe_to_judge = progress
         else:
             progress.tier_records = []
+        if self._next_index >= len(self.phases) or self._probe_to_judge is not None:
+            # the pause lets the engine drain before a next tier: none follows (a probe's judge holds
+            # it when it adds one)
+            self._pause_until = None
 
     def _judge_probe(self) -> None:
         """Judge the probe that ended by the run's SLO (as `grill report` judges tiers), keep its verdict
@@ -720,6 +724,7 @@ class Campaign:
                 self.phases.append(probe)
                 self.progress[probe.key] = PhaseProgress(probe)
                 self.tier_count += 1
+                self._pause_until = progress.ended_monotonic + self.scenario.load.pause_s
                 return
 
     def search_summary(self) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -275,3 +276,20 @@ def test_a_multi_turn_conversation_runs_over_the_completions_api(tmp_path: Path)
     # turn 1 carries the system prompt, turn 0, its reply and a role label per message
     first, second = records["prompt_tokens"].tolist()
     assert second > first + 8 + 40
+
+
+def test_the_pause_is_held_between_tiers_and_not_after_the_last(tmp_path: Path) -> None:
+    pause_s = 8.0
+    data = sim_scenario(
+        conversation={"name": "short", "kind": "short-baseline", "prompt_tokens": 40}, tiers=[1, 2]
+    )
+    data["load"]["pause_s"] = pause_s
+    scenario = write_scenario(tmp_path / "s.yaml", data)
+    done = run_locust(["--scenario", str(scenario), "--results-dir", str(tmp_path / "r")], tmp_path)
+    exited_wall = time.time()
+    assert done.returncode == 0, done.stderr[-3000:]
+    phases = pd.read_csv(only_run_dir(tmp_path / "r") / "phases.csv")
+    assert phases["complete"].all() and len(phases) == 2
+    # the engine drains for the pause before the next tier; after the last one the run ends
+    assert phases["start_wall"].iloc[1] - phases["end_wall"].iloc[0] >= pause_s - 0.1
+    assert exited_wall - phases["end_wall"].iloc[1] < pause_s / 2

@@ -29,7 +29,6 @@ from tests.run.test_distributed import finish, start_cluster
 TRACE = Path(__file__).with_name("traces") / "mooncake_40.jsonl"
 ROWS = read_trace(str(TRACE), "mooncake")
 SHORT = {"name": "short", "kind": "short-baseline", "prompt_tokens": 40}
-NO_PAUSE = ("--pause", "0.2")  # the load's default pause holds 30 s at 0 users after the tier
 # the simulator caches whole blocks of this many tokens
 SIM_BLOCK_TOKENS = 16
 # a row's blocks are in the engine's cache once the earlier row that holds them was prefilled: rows sent
@@ -117,7 +116,7 @@ def test_a_mooncake_trace_replays_once_at_its_times_with_its_sizes_and_prefix_sh
     sim: SimProcess, tmp_path: Path
 ) -> None:
     path = write_scenario(tmp_path / "s.yaml", trace_scenario(sim.url))  # no load section
-    args = ["--scenario", str(path), "--results-dir", str(tmp_path / "results"), *NO_PAUSE]
+    args = ["--scenario", str(path), "--results-dir", str(tmp_path / "results")]
     done = run_locust(args, tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     run_dir = only_run_dir(tmp_path / "results")
@@ -155,7 +154,7 @@ def test_a_mooncake_trace_replays_once_at_its_times_with_its_sizes_and_prefix_sh
 @pytest.mark.slow
 def test_two_workers_split_the_rows_and_together_send_the_trace(sim: SimProcess, tmp_path: Path) -> None:
     path = write_scenario(tmp_path / "s.yaml", trace_scenario(sim.url))
-    master, workers = start_cluster(tmp_path, path, workers=2, master_args=NO_PAUSE)
+    master, workers = start_cluster(tmp_path, path, workers=2)
     code = finish(master, workers)
     assert code == 0, (tmp_path / "master.log").read_text()[-3000:]
     records = pd.read_parquet(only_run_dir(tmp_path / "results") / "records.parquet")
