@@ -108,9 +108,8 @@ class PhaseProgress:
     schedule_lags_s: list[float] = field(default_factory=list)
     max_in_flight: int = 0  # the scenario's load.max_in_flight, which the flag names
     last_records_wall: dict[str, float] = field(default_factory=dict)  # each worker's latest, as they came
-    losses: list[str] = field(
-        default_factory=list
-    )  # a rate tier: what each worker lost mid-tier took with it
+    # a rate tier: what each worker lost mid-tier took with it
+    losses: list[str] = field(default_factory=list)
 
     @property
     def iterations_target(self) -> int:
