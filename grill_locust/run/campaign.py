@@ -10,7 +10,10 @@ adds the next probe the search picks (run/search.py), or the next target's first
 
 A tier that measured an engine outage (connections refused, or most requests failed) is incomplete:
 the campaign holds at 0 users, probing the backend, until it answers (then the tier runs once more) or
-`engine_wait_s` passes (then the campaign stops, exit code ENGINE_GONE).
+`engine_wait_s` passes (then the campaign stops, exit code ENGINE_GONE). A tier whose failures are the
+engine refusing the request as sent (errors.is_refusal, or one server error message on every failed
+request while the engine answers its probe) is no outage: it is marked `refused: <message>`, not run
+again, the target's other tiers are skipped, and the run exits ENGINE_REFUSED, saying what to change.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ import gevent
 import gevent.event
 from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
+from grill_locust.errors import RETRY_LATER_STATUSES, http_code, is_refusal, refusal_advice
 from grill_locust.record import (
     CANCELLED,
     SATURATION_CPU_PCT,
@@ -69,6 +73,9 @@ DISK_FULL_GIVE_UP_S = 60.0
 # A tier measured an outage, not the engine, when the backend refused a connection during it or when more
 # than this share of its requests failed (a request cut by our own stop, or abandoned by typing, is not counted).
 OUTAGE_FAILED_SHARE = 0.5
+# Fewer failed requests than this are no evidence of an outage (nor one message on each of a refusal)
+# unless the backend also fails its probe: one request that failed says nothing of the engine's state.
+OUTAGE_MIN_FAILED = 3
 ENGINE_PROBE_INTERVAL_S = 2.0
 ENGINE_PROBE_TIMEOUT_S = 2.0
 STOPPED_NOTE = "run stopped"
@@ -110,6 +117,10 @@ class PhaseProgress:
     last_records_wall: dict[str, float] = field(default_factory=dict)  # each worker's latest, as they came
     # a rate tier: what each worker lost mid-tier took with it
     losses: list[str] = field(default_factory=list)
+    # the failed requests (not cut by our stop) by (status, the engine's message)
+    failed_replies: Counter[tuple[str, str]] = field(default_factory=Counter)
+    refusal: str = ""  # the engine's message when it refused the tier's requests (Campaign._judge_failures)
+    remark: str = ""  # why failures that looked like an outage were not taken for one
 
     @property
     def iterations_target(self) -> int:
@@ -145,18 +156,45 @@ class PhaseProgress:
         return max((lag for _, lag in self.worker_lag_p99_ms.values()), default=0.0)
 
     @property
+    def failed_and_sent(self) -> tuple[int, int]:
+        """Requests that failed, and requests sent (neither counts one cut by our stop or by typing)."""
+        return self.errors - self.cancelled, self.records - self.cancelled - self.abandoned
+
+    @property
     def outage(self) -> str:
-        """Why this tier measured an engine outage rather than the engine, or "". Warmup requests count:
-        the engine failed them as it would any other."""
+        """Why this tier's failures look like an engine outage rather than the engine, or "" (before
+        Campaign._judge_failures tells a refusal or too few failures apart). Warmup requests count: the
+        engine failed them as it would any other."""
         if self.refused:
             return f"engine outage: {self.refused} requests could not connect to the backend"
-        failed, sent = self.errors - self.cancelled, self.records - self.cancelled - self.abandoned
+        failed, sent = self.failed_and_sent
         if sent and failed / sent > OUTAGE_FAILED_SHARE:
             return (
                 f"engine outage: {failed} of {sent} requests failed "
                 f"(more than {OUTAGE_FAILED_SHARE * 100:g} %)"
             )
         return ""
+
+    @property
+    def refusal_by_status(self) -> str:
+        """The engine's (most frequent) message when every failed request was refused by its status
+        (errors.is_refusal), else "": the engine will never serve these requests as sent."""
+        if not self.failed_replies or not all(is_refusal(status) for status, _ in self.failed_replies):
+            return ""
+        (status, message), _ = self.failed_replies.most_common(1)[0]
+        return message or status
+
+    @property
+    def one_server_error(self) -> tuple[str, str] | None:
+        """(status, message) when every failed request, at least OUTAGE_MIN_FAILED of them, got one server
+        error with one message from the engine, of no "not now" kind (503...), else None."""
+        if len(self.failed_replies) != 1:
+            return None
+        (status, message), count = next(iter(self.failed_replies.items()))
+        code = http_code(status)
+        if code is None or code < 500 or code in RETRY_LATER_STATUSES or not message:
+            return None
+        return (status, message) if count >= OUTAGE_MIN_FAILED else None
 
     @property
     def saturation(self) -> str:
@@ -234,6 +272,10 @@ class Campaign:
         self.disk_full_give_up_s = disk_full_give_up_s
         self.gave_up_on_disk = False  # the results folder refused writes too long: the run was stopped
         self.refusals: list[str] = []  # workers that could not run the scenario, and why
+        # targets whose engine refused a tier's requests -> why (their later tiers are skipped)
+        self.refused_targets: dict[str, str] = {}
+        # what the run's last lines say (a refusal: the backend and what to change)
+        self.final_lines: list[str] = []
         self._engine_wait: EngineWait | None = None
         # records of another session (workers of a killed master, still sending): neither written nor counted
         self.foreign_records = 0
@@ -250,9 +292,12 @@ class Campaign:
         records = self._own_session(worker, records)
         fresh = self.results.unseen(records)
         self.results.write_records(fresh)
+        ended: dict[str, PhaseProgress] = {}  # phases whose row was written: written again with these
         for record in fresh:
             progress = self._progress_of(record)
             if progress is not None:
+                if progress.ended_wall is not None:
+                    ended[progress.phase.key] = progress
                 progress.records += 1
                 progress.records_by_conversation[record["conversation"]] += 1
                 if (progress is self.current or progress is self._probe_to_judge) and (
@@ -265,7 +310,10 @@ class Campaign:
                     progress.errors += 1
                     progress.errors_by_conversation[record["conversation"]] += 1
                     progress.refused += record["status"] == STATUS_CONNECT
-                    progress.cancelled += record["error"] == CANCELLED
+                    if record["error"] == CANCELLED:
+                        progress.cancelled += 1
+                    else:
+                        progress.failed_replies[(record["status"], record["error"] or "")] += 1
                 cpu = record.get("worker_cpu")
                 if record.get("worker_lag_p99_ms") is not None:
                     lag = timing_lag_ms(record["worker_lag_p99_ms"], record.get("worker_read_lag_p99_ms"))
@@ -284,10 +332,19 @@ class Campaign:
                 progress.last_records_wall[client_id] = time.time()
                 if progress.lost_by_worker.get(worker):
                     self._delivered_late(progress, worker, count)
+                if progress.ended_wall is not None:
+                    ended[phase_key] = progress
         for phase_key, share in (dispatched or {}).items():
             progress = self.progress.get(phase_key)
             if progress is not None:
                 progress.dispatched[client_id] = share
+                if progress.ended_wall is not None:
+                    ended[phase_key] = progress
+        for progress in ended.values():
+            # iterations in flight when the tier ended (its time cap, a stop) finish after its row was
+            # written: phases.csv counts them as records.jsonl holds them (live sinks had their "end")
+            progress.note = self._note(progress)
+            self.results.write_phase("end", self._phase_row(progress))
         self.worker_names[client_id] = worker
         if iterations or dispatched:
             self._changed.set()
@@ -308,12 +365,10 @@ class Campaign:
         if progress is not None:
             progress.developers.release((client_id, data["user"]))
 
-    def _delivered_late(self, progress: PhaseProgress, worker: str, iterations: int) -> None:
+    @staticmethod
+    def _delivered_late(progress: PhaseProgress, worker: str, iterations: int) -> None:
         """A worker counted lost was cut off, not gone: the iterations it delivers were not lost."""
         progress.lost_by_worker[worker] = max(0, progress.lost_by_worker[worker] - iterations)
-        if progress.ended_wall is not None:  # phases.csv has its row: correct it (live sinks had their "end")
-            progress.note = self._note(progress)
-            self.results.write_phase("end", self._phase_row(progress))
 
     def _own_session(self, worker: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The records sent in this session; the others (a killed master's workers, still running when
@@ -644,9 +699,11 @@ class Campaign:
             if held + lost_records
             else ""
         )
-        outage = progress.outage if not stopped else ""
-        progress.complete = complete and not outage and not unwritten
-        progress.end_reason = "; ".join(part for part in (outage, note, unwritten) if part)
+        outage, refusal = self._judge_failures(progress) if not stopped else ("", "")
+        progress.refusal = refusal
+        refused = f"refused: {refusal}" if refusal else ""
+        progress.complete = complete and not outage and not refusal and not unwritten
+        progress.end_reason = "; ".join(part for part in (refused, outage, note, unwritten) if part)
         progress.note = note = self._note(progress)
         self.current = None
         self.broadcast()
@@ -671,7 +728,9 @@ class Campaign:
                 log.warning("tier %s: %s", self.tier_label(phase), warning)
         if self._live:
             self._write_tier_row(progress)
-        if outage:
+        if refusal:
+            self._skip_refused_target(progress)
+        elif outage:
             self._wait_for_engine(phase)
         run_again = (
             self._next_index < len(self.phases) and self.phases[self._next_index].attempt > phase.attempt
@@ -693,27 +752,32 @@ class Campaign:
         progress, self._probe_to_judge = self._probe_to_judge, None
         assert progress is not None
         phase = progress.phase
-        slo = slo_of_run(self.results.meta)
-        misses = tier_misses(
-            self._tier_summary(progress), slo, conversation_slos_of_run(self.results.meta, slo)
-        )
+        if not progress.refusal:  # a refused probe measured nothing: its target's search ends there
+            slo = slo_of_run(self.results.meta)
+            misses = tier_misses(
+                self._tier_summary(progress), slo, conversation_slos_of_run(self.results.meta, slo)
+            )
+            load = float(phase.tier_users) if phase.tier_rate is None else phase.tier_rate
+            persona, metric = misses[0] if misses else ("", "")
+            self.searches[phase.target].record(Probe(load, not misses, metric, persona))
+            log.info(
+                "probe %s: %s at %s %s",
+                self.tier_label(phase),
+                phase.target,
+                self.load_label(phase),
+                f"misses the SLO on {metric}{f' ({persona})' if persona else ''}"
+                if misses
+                else "meets the SLO",
+            )
         progress.tier_records = []
-        load = float(phase.tier_users) if phase.tier_rate is None else phase.tier_rate
-        persona, metric = misses[0] if misses else ("", "")
-        self.searches[phase.target].record(Probe(load, not misses, metric, persona))
-        log.info(
-            "probe %s: %s at %s %s",
-            self.tier_label(phase),
-            phase.target,
-            self.load_label(phase),
-            f"misses the SLO on {metric}{f' ({persona})' if persona else ''}" if misses else "meets the SLO",
-        )
         self.results.meta["search"] = self.search_summary()
         self.results.write_meta()
         if self.refusals or self.gave_up_on_disk or self.ended:
             return
         names = list(self.searches)
         for target in names[names.index(phase.target) :]:
+            if target in self.refused_targets:
+                continue
             next_load = self.searches[target].next_load()
             if next_load is not None:
                 tier_index = len(self.searches[target].probes)
@@ -744,6 +808,76 @@ class Campaign:
     def _search_unit(self, by: str, target: str) -> str:
         """What a search's loads count: users, or the rate's unit for the target's kind."""
         return "users" if by == "users" else rate_unit(self.targets[target].kind_label)
+
+    def _judge_failures(self, progress: PhaseProgress) -> tuple[str, str]:
+        """(why the tier measured an outage, the engine's message if it refused the tier's requests), each
+        "" when not. Refused connections are an outage. Failures refused by their status are a refusal. One
+        server error message on every failed request is a refusal when the backend answers its probe;
+        too few failures to tell are an outage only when it does not (progress.remark says so)."""
+        outage = progress.outage
+        if not outage or progress.refused:
+            return outage, ""
+        if progress.refusal_by_status:
+            return "", progress.refusal_by_status
+        failed, sent = progress.failed_and_sent
+        one_error = progress.one_server_error
+        if one_error is None and failed >= OUTAGE_MIN_FAILED:
+            return outage, ""
+        backend = self.targets[progress.phase.target].backend
+        if not engine_answers(backend):
+            return f"{outage}; backend {backend.name} does not answer its model list", ""
+        if one_error is not None:
+            return "", one_error[1]
+        progress.remark = (
+            f"{failed} of {sent} requests failed: too few to call an outage, and backend {backend.name} "
+            "answers its model list"
+        )
+        return "", ""
+
+    def _skip_refused_target(self, progress: PhaseProgress) -> None:
+        """The engine refused the tier's requests: the target's tiers still to run are skipped (another
+        attempt would be refused the same way), the run will exit ENGINE_REFUSED, and its last line and
+        run.json's `refused` name the backend, the message and what to change."""
+        phase = progress.phase
+        backend = self.targets[phase.target].backend
+        ahead = self.phases[self._next_index :]
+        skipped = [p for p in ahead if p.target == phase.target]
+        self.phases[self._next_index :] = [p for p in ahead if p.target != phase.target]
+        for skipped_phase in skipped:
+            del self.progress[skipped_phase.key]
+        self.refused_targets[phase.target] = progress.refusal
+        (status, _), _ = progress.failed_replies.most_common(1)[0]
+        advice = refusal_advice(progress.refusal, status)
+        failed, sent = progress.failed_and_sent
+        self.results.meta.setdefault("refused", []).append(
+            {
+                "target": phase.target,
+                "backend": backend.name,
+                "tier_index": phase.tier_index,
+                "repeat": phase.repeat,
+                "status": status,
+                "message": progress.refusal,
+                "failed": failed,
+                "sent": sent,
+                "advice": advice,
+                "skipped_tiers": [p.tier_index for p in skipped],
+            }
+        )
+        self.results.write_meta()
+        if skipped:
+            log.warning(
+                "target %s: %d more tiers skipped: the engine refused tier %s",
+                phase.target,
+                len(skipped),
+                self.tier_label(phase),
+            )
+        line = (
+            f"backend {backend.name}: the engine refused {failed} of {sent} requests of tier "
+            f"{self.tier_label(phase)} ({phase.target}): {progress.refusal!r} — {advice}"
+        )
+        log.error(line)
+        self.final_lines.append(line)
+        self.environment.process_exit_code = exit_codes.ENGINE_REFUSED
 
     def _wait_for_engine(self, phase: Phase) -> None:
         """After an outage: hold before the next tier until the backend answers, then run this tier once
@@ -780,7 +914,7 @@ class Campaign:
         lost = "; ".join(
             f"{n} iterations lost on worker {w}" for w, n in progress.lost_by_worker.items() if n
         )
-        parts = (progress.end_reason, lost, *progress.losses, progress.open_loop_flags)
+        parts = (progress.end_reason, progress.remark, lost, *progress.losses, progress.open_loop_flags)
         return "; ".join(part for part in parts if part)
 
     def _write_tier_row(self, progress: PhaseProgress) -> None:
@@ -882,12 +1016,35 @@ class Campaign:
         if self.current is not None:
             self._end_phase(complete=False, note=STOPPED_NOTE)
 
+    def incomplete_tiers(self) -> list[PhaseProgress]:
+        """The tiers whose last attempt ended incomplete (a time cap, an outage not run again, a
+        refusal...), but for those the run's own stop cut."""
+        last: dict[tuple[str, int, int], PhaseProgress] = {}
+        for progress in self.progress.values():
+            phase = progress.phase
+            key = (phase.target, phase.tier_index, phase.repeat)
+            if progress.ended_wall is not None and (
+                key not in last or phase.attempt > last[key].phase.attempt
+            ):
+                last[key] = progress
+        return [p for p in last.values() if not p.complete and not p.end_reason.startswith(STOPPED_NOTE)]
+
     def close(self) -> None:
-        """The run is over: a tier cut short is marked, every sink writes what it holds."""
+        """The run is over: a tier cut short is marked, every sink writes what it holds. A tier left
+        incomplete makes the exit code TIER_INCOMPLETE where no other code says more."""
         self.closed = True
         self.end()
         if self._probe_to_judge is not None:  # the run stopped in the pause after a probe
             self._judge_probe()
+        incomplete = self.incomplete_tiers()
+        if incomplete:
+            log.warning(
+                "%d tiers incomplete: %s",
+                len(incomplete),
+                "; ".join(f"{self.tier_label(p.phase)} {p.phase.target}: {p.end_reason}" for p in incomplete),
+            )
+            if self.environment.process_exit_code is None:
+                self.environment.process_exit_code = exit_codes.TIER_INCOMPLETE
         for sink in self.sinks:
             sink.close()
 

@@ -442,6 +442,7 @@ def _finish(environment: Environment) -> None:
         f"{format_table(summary)}\n\n{results.record_count} requests recorded. Results: {results.run_dir}"
         f"{unwritten}\nReport: grill report {results.run_dir}"
     )
+    state.closing_words.extend(campaign.final_lines)  # what to change, after the table
 
 
 __all__ = ["on_records"]

@@ -9,7 +9,7 @@ import os
 from typing import Any
 
 from grill_locust.errors import GrillError
-from grill_locust.sim.faults import FAULT_KINDS, FaultSettings, parse_kinds
+from grill_locust.sim.faults import FAULT_KINDS, KNOWN_KINDS, FaultSettings, parse_kinds
 from grill_locust.sim.llamacpp import LlamaCppServer
 from grill_locust.sim.params import PROFILES, EngineParams, resolve_params
 from grill_locust.sim.server import SPIN_WINDOW_S, SimServer
@@ -64,7 +64,7 @@ def configure_parser(parser: argparse.ArgumentParser, name: str = "sim") -> None
         "--fault-rate", type=float, default=0.0, help="share of requests that get a fault (0..1)"
     )
     faults.add_argument(
-        "--fault-kinds", default=",".join(FAULT_KINDS), help=f"comma list from: {', '.join(FAULT_KINDS)}"
+        "--fault-kinds", default=",".join(FAULT_KINDS), help=f"comma list from: {', '.join(KNOWN_KINDS)}"
     )
     faults.add_argument("--fault-seed", type=int, default=0, help="seed of the fault draws")
     faults.add_argument(

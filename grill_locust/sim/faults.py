@@ -11,6 +11,10 @@ FAULT_HEADER = "x-grill-fault"
 # stall: accepted, then nothing; stall_mid: the first output event, then nothing (the connection stays open);
 # error_mid: some output, then the engine fails the request (an error event ends the stream; not streamed: a 500)
 FAULT_KINDS = ("500", "503", "429", "stall", "cut", "bad_json", "trickle", "stall_mid", "error_mid")
+# the engine refusing the request as sent (a setting or feature it lacks), not failing it: asked for by
+# name only, never drawn into the default mix
+REFUSAL_KINDS = ("400", "501")
+KNOWN_KINDS = FAULT_KINDS + REFUSAL_KINDS
 MIX = "mix"
 
 
@@ -26,8 +30,8 @@ class FaultSettings:
 def parse_kinds(text: str, source: str = "--fault-kinds") -> tuple[str, ...]:
     kinds = tuple(k.strip() for k in text.split(",") if k.strip())
     for kind in kinds:
-        if kind not in FAULT_KINDS:
-            raise GrillError(f"{source}: unknown fault {kind!r} (one of {', '.join(FAULT_KINDS)})")
+        if kind not in KNOWN_KINDS:
+            raise GrillError(f"{source}: unknown fault {kind!r} (one of {', '.join(KNOWN_KINDS)})")
     if not kinds:
         raise GrillError(f"{source}: name at least one fault kind")
     return kinds
@@ -48,7 +52,7 @@ class FaultPicker:
                 return self.rng.choice(self.settings.kinds)
             if value in ("none", "ok"):
                 return None
-            if value not in FAULT_KINDS:
+            if value not in KNOWN_KINDS:
                 raise ValueError(value)
             return value
         if self.settings.rate > 0 and self.rng.random() < self.settings.rate:

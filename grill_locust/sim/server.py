@@ -322,12 +322,14 @@ class SimServer:
         response_id = self._response_id(kind, request_id)
         headers = self._reply_headers(request_id)
 
-        if fault in ("500", "503", "429"):
+        if fault in ("500", "503", "429", "400", "501"):
             status = int(fault)
             messages = {
                 500: "Internal server error (simulated)",
                 503: "Service unavailable (simulated)",
                 429: "Too many requests (simulated)",
+                400: "This engine does not serve this request as sent (simulated)",
+                501: "This engine does not implement this request (simulated)",
             }
             if status == 429:
                 headers.append(("retry-after", str(self.faults.settings.retry_after_s)))

@@ -187,6 +187,13 @@ class ResultsWriter:
         if set_aside:
             with open(self.run_dir / RECORDS_INTERRUPTED_JSONL, "a", encoding="utf-8") as f:
                 f.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in set_aside))
+            tiers = sorted({(r["target"], r["tier_index"]) for r in set_aside})
+            log.info(
+                "--resume: %d records of %d tiers not complete (they run again) moved aside to %s",
+                len(set_aside),
+                len(tiers),
+                self.run_dir / RECORDS_INTERRUPTED_JSONL,
+            )
         if set_aside or renamed:
             with open(self.run_dir / RECORDS_JSONL, "w", encoding="utf-8") as f:
                 f.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in kept))
@@ -346,9 +353,11 @@ class ResultsWriter:
         self._held_telemetry = []
 
     def write_phase(self, event: PhaseEvent, phase: dict[str, Any]) -> None:
-        """Add or update the row of one target x tier in phases.csv (the row says whether it ended)."""
+        """Add or update the row of one target x tier in phases.csv (the row says whether it ended); an
+        updated row keeps its place (a tier's late records update it while the next tier runs)."""
         key = phase_key(phase)
-        self.phases = [p for p in self.phases if phase_key(p) != key] + [phase]
+        index = next((i for i, row in enumerate(self.phases) if phase_key(row) == key), len(self.phases))
+        self.phases[index : index + 1] = [phase]
         self._write_phases()
 
     def _write_phases(self) -> None:
