@@ -16,6 +16,7 @@ import pandas as pd
 import pytest
 from reliability_servers import UnansweredPort, closed_port
 
+from grill_locust.run import exit_codes
 from grill_locust.sim import SimProcess
 from tests.reliability.ledger import ledger
 from tests.run.conftest import (
@@ -103,18 +104,22 @@ def test_every_fault_is_one_record_with_its_status_and_none_is_lost(tmp_path: Pa
             timeout_s=180,
         )
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert done.returncode in (0, 1), done.stderr[-3000:]  # 1: Locust's exit code when requests failed
+    # f500's one message on every request, the engine answering: a refusal, which the exit code says
+    assert done.returncode == exit_codes.ENGINE_REFUSED, done.stderr[-3000:]
     run_dir = only_run_dir(tmp_path / "r")
     records = pd.read_parquet(run_dir / "records.parquet")
     truth = read_truth(truth_path)
 
-    # the run went on through every fault: each tier done, those that failed marked as an outage
+    # the run went on through every fault: each tier done, those that failed marked as an outage (f500:
+    # refused)
     phases = pd.read_csv(run_dir / "phases.csv", keep_default_na=False)
     assert len(phases) == len(MATRIX) and (phases["iterations_done"] == PER_TARGET).all()
     healthy = {name for name, (_, _, status) in MATRIX.items() if status == "ok"}
     complete = dict(zip(phases["backend"], phases["complete"], strict=True))
     assert complete == {name: name in healthy for name in MATRIX}, phases.to_dict("records")
-    assert all("engine outage" in note for note in phases.loc[~phases["complete"], "note"])
+    notes = dict(zip(phases["backend"], phases["note"], strict=True))
+    assert notes["f500"].startswith("refused: Internal server error (simulated)"), notes["f500"]
+    assert all("engine outage" in notes[name] for name in MATRIX if name not in healthy | {"f500"}), notes
 
     # each request one record with the status its fault calls for
     for name, (_, _, status) in MATRIX.items():
@@ -207,7 +212,8 @@ def test_a_seeded_fault_mix_on_a_simulated_engine_the_run_starts(tmp_path: Path)
         timeout_s=180,
     )
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    assert done.returncode in (0, 1), done.stderr[-3000:]
+    # 1: Locust's exit code when requests failed; TIER_INCOMPLETE: the draw made an outage, not run again
+    assert done.returncode in (0, 1, exit_codes.TIER_INCOMPLETE), done.stderr[-3000:]
     run_dir = only_run_dir(tmp_path / "r")
     records = pd.read_parquet(run_dir / "records.parquet")
     truth = read_truth(truth_path)
@@ -246,7 +252,9 @@ def test_a_429_storm_with_retries_records_every_attempt_once(tmp_path: Path) -> 
         tmp_path,
         timeout_s=180,
     )
-    assert "Traceback" not in done.stderr and done.returncode in (0, 1), done.stderr[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    # the storm is an outage (429: not now), not run again (engine_wait_s 0): the tier is incomplete
+    assert done.returncode == exit_codes.TIER_INCOMPLETE, done.stderr[-3000:]
     run_dir = only_run_dir(tmp_path / "r")
     records = pd.read_parquet(run_dir / "records.parquet")
     truth = truth_once_it_holds(truth_path, set(records["record_id"]))

@@ -293,3 +293,28 @@ def test_the_pause_is_held_between_tiers_and_not_after_the_last(tmp_path: Path) 
     # the engine drains for the pause before the next tier; after the last one the run ends
     assert phases["start_wall"].iloc[1] - phases["end_wall"].iloc[0] >= pause_s - 0.1
     assert exited_wall - phases["end_wall"].iloc[1] < pause_s / 2
+
+
+def test_a_tier_cut_by_its_time_cap_counts_its_late_iterations_and_exits_incomplete(tmp_path: Path) -> None:
+    """Sends in flight when the cap ends a rate tier finish after its phases.csv row was written: the row
+    counts them as records.jsonl holds them (one request per send), and the run exits TIER_INCOMPLETE."""
+    from grill_locust.run import exit_codes
+
+    data = sim_scenario(
+        conversation={"name": "short", "kind": "short-baseline", "prompt_tokens": 20},
+        tiers=[1],
+        max_tokens=32,
+        sim_args={"step_a_ms": 20},
+    )
+    data["load"] = {"rates": [200], "duration_s": 20, "pause_s": 0.2, "tier_timeout_s": 3}
+    scenario = write_scenario(tmp_path / "s.yaml", data)
+    done = run_locust(
+        ["--scenario", str(scenario), "--results-dir", str(tmp_path / "r"), "--telemetry-interval", "0"],
+        tmp_path,
+    )
+    assert done.returncode == exit_codes.TIER_INCOMPLETE, done.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path / "r")
+    phases = pd.read_csv(run_dir / "phases.csv")
+    records = pd.read_json(run_dir / "records.jsonl", lines=True)
+    assert not phases["complete"].iloc[0] and "time cap 3 s reached" in phases["note"].iloc[0]
+    assert phases["iterations_done"].iloc[0] == len(records), (phases.to_dict("records"), len(records))

@@ -180,7 +180,12 @@ def test_resume_runs_only_the_tiers_not_complete_into_the_same_folder(tmp_path: 
     phases = pd.read_csv(run_dir / "phases.csv")
     assert sorted(phases["complete"]) == [True, True]
     # what the interrupted attempt of tier 2 had sent is kept aside, not mixed into the statistics
-    assert (run_dir / "records.interrupted.jsonl").exists()
+    aside = run_dir / "records.interrupted.jsonl"
+    moved = len(aside.read_text().splitlines())
+    assert moved > 0
+    # and the resumed run's log says how many, and where
+    log = (tmp_path / "out.log").read_text()
+    assert f"--resume: {moved} records of 1 tiers not complete (they run again) moved aside to {aside}" in log
 
 
 def test_resume_of_a_folder_from_before_the_conversation_column(tmp_path: Path) -> None:
