@@ -23,7 +23,7 @@ from grill_locust.config import (
 from grill_locust.record import measure
 from grill_locust.sim import SimProcess
 from grill_locust.sim.text import render_chat
-from grill_locust.workload import build_workload
+from grill_locust.workload import backend_token_counter, build_workload
 from grill_locust.workload.generators import ConversationScript
 from grill_locust.workload.tokens import count_tokens
 from grill_locust.workload.trace import (
@@ -218,13 +218,21 @@ def send(backend: Backend, client: EngineClient, row: ConversationScript, ignore
 
 
 def test_trace_rows_on_the_simulator_exact_sizes_and_cached_blocks(sim_backend: Backend) -> None:
+    """The engine's prompt_tokens is the row's input length: the chat template's tokens, measured once
+    through the backend's /tokenize, are taken off the prompt."""
     conversation = replay(format="mooncake", path=MOONCAKE)
     rows = read_trace(MOONCAKE, "mooncake")
     client = EngineClient(sim_backend)
+    calibrated = backend_token_counter(sim_backend)
+    assert calibrated is not None
     template_tokens = count_tokens(render_chat([{"role": "user", "content": ""}]))
+    assert calibrated.turn_overhead_tokens == template_tokens  # the simulator's own template rule
     try:
-        sent = [send(sim_backend, client, script(conversation, index, "sim-1")) for index in range(len(rows))]
-        assert [m.prompt_tokens - template_tokens for m in sent] == [row.input_tokens for row in rows]
+        sent = [
+            send(sim_backend, client, script(conversation, index, "sim-1", token_counter=calibrated))
+            for index in range(len(rows))
+        ]
+        assert [m.prompt_tokens for m in sent] == [row.input_tokens for row in rows]
         assert [m.output_tokens for m in sent] == [row.output_tokens for row in rows]
         cached = [m.cached_tokens for m in sent]
         # hash ids [11, 12, 13], [11, 14], [11, 12, 15], [16], [16, 17]: the simulator caches 16-token blocks
@@ -233,10 +241,28 @@ def test_trace_rows_on_the_simulator_exact_sizes_and_cached_blocks(sim_backend: 
         assert 1024 <= cached[2] < 1024 + 32
         # row 3's prompt but the newline that ends its cut block, in whole 16-token blocks
         assert 299 - 15 <= cached[4] < 300 + template_tokens
-        another_run = send(sim_backend, client, script(conversation, 0, "sim-2"))
+        another_run = send(sim_backend, client, script(conversation, 0, "sim-2", token_counter=calibrated))
         assert another_run.cached_tokens < 16
     finally:
         client.close()
+
+
+def test_on_the_completions_api_the_role_labels_are_taken_off_too() -> None:
+    """A trace row sent as one plain-text prompt: its role labels are the API's overhead."""
+    with SimProcess.start(profile="vllm", served_model_name=MODEL) as process:
+        backend = Backend(name="sim-text", engine="sim", url=process.url, api="completions")
+        calibrated = backend_token_counter(backend)
+        assert calibrated is not None and calibrated.turn_overhead_tokens > 0
+        client = EngineClient(backend)
+        try:
+            conversation = replay(format="azure", path=AZURE)
+            sizes = []
+            for index in (0, 1, 3):
+                sent = send(backend, client, script(conversation, index, "text-1", token_counter=calibrated))
+                sizes.append(sent.prompt_tokens)
+            assert sizes == [374, 396, 500]  # tests/workload/traces/azure.csv
+        finally:
+            client.close()
 
 
 def test_without_ignore_eos_the_simulator_stops_early(sim_backend: Backend) -> None:
