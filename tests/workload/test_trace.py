@@ -28,6 +28,7 @@ from grill_locust.workload.generators import ConversationScript
 from grill_locust.workload.tokens import count_tokens
 from grill_locust.workload.trace import (
     BLOCK_TOKENS,
+    TraceError,
     TraceSend,
     TraceWindow,
     read_trace,
@@ -274,3 +275,67 @@ def test_without_ignore_eos_the_simulator_stops_early(sim_backend: Backend) -> N
         assert send(sim_backend, client, row).output_tokens == row.max_tokens == 44
     finally:
         client.close()
+
+
+# ---- hostile files: one line naming the place, never a traceback or a row that cannot be sent -----
+
+NESTED = "[" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("trace_format", "content", "said"),
+    [
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 1000000000, "output_length": 1}\n',
+            ":1: input_length",
+        ),
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 1, "output_length": 1000000000000}\n',
+            ":1: output_length",
+        ),
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 1, "output_length": 1}\n'
+            '{"timestamp": 1e15, "input_length": 1, "output_length": 1}\n',
+            ":2: sent",
+        ),
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 1, "hash_ids": ' + NESTED + "}\n",
+            ":1: not a JSON object",
+        ),
+        (
+            "azure",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n0001-01-01 00:00:00+14:00,1,1\n",
+            ":2: TIMESTAMP",
+        ),
+        (
+            "azure",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46+99:99,1,1\n",
+            ":2: TIMESTAMP",
+        ),
+        ("burstgpt", "Timestamp,Request tokens,Response tokens\n0," + "1" * 140_000 + ",1\n", ": not CSV"),
+    ],
+    ids=["input-1e9", "output-1e12", "gap-1e15-ms", "nested", "year-1-east", "zone-99", "cell-140k"],
+)
+def test_a_hostile_trace_is_one_line_naming_the_place(
+    tmp_path: Path, trace_format: str, content: str, said: str
+) -> None:
+    path = tmp_path / ("t.jsonl" if trace_format == "mooncake" else "t.csv")
+    path.write_text(content)
+    with pytest.raises(TraceError) as raised:
+        read_trace(str(path), trace_format)
+    message = str(raised.value)
+    assert message.startswith(f"{path}{said}") and "\n" not in message, message
+
+
+def test_bytes_that_are_not_utf8_are_named_by_line_and_byte_in_it(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    good = b'{"timestamp": 0, "input_length": 1, "output_length": 1}\n'
+    path.write_bytes(good * 3000 + b'{"timestamp": 1, "x": "\xff", "input_length": 1, "output_length": 1}\n')
+    with pytest.raises(
+        TraceError, match=rf"^{path}:3001: not UTF-8 text \(invalid start byte at byte 23 of the line\)"
+    ):
+        read_trace(str(path), "mooncake")
