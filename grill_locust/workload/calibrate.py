@@ -18,6 +18,13 @@ approximate tokenizer's (`tokens.py`) gives one ratio, and workloads aim at `tar
 approximate tokens. Exact against the simulated engine (ratio 1); on a real BPE tokenizer single
 messages are off by up to ~30 %.
 
+Turn overhead: what the engine adds around one user turn on the backend's API (the chat template's
+role tags and BOS; for the completions API the role labels and BOS), measured once with
+`REFERENCE_TURN`: llama.cpp renders it through `/apply-template` and counts the result with its special
+tokens, vLLM-like engines (the simulator too, with its own template rule) count it from `/tokenize` with
+`messages`. A trace row's prompt is that much shorter, so the engine's `prompt_tokens` is the row's
+input length (gemma-3 on llama-server: 9 tokens).
+
 The tokenize calls go through `client.backend_http.tokenize`, in the body shape the engine table
 gives each engine. Counters are cached per backend in the process.
 """
@@ -25,18 +32,28 @@ gives each engine. Counters are cached per backend in the process.
 from __future__ import annotations
 
 import bisect
+import json
 import logging
 import random
 import re
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
-from grill_locust.client.backend_http import TokenizeError, Tokens, headers_for, list_models, tokenize
+from grill_locust.client.backend_http import (
+    NoReply,
+    TokenizeError,
+    Tokens,
+    headers_for,
+    list_models,
+    request_once,
+    tokenize,
+)
+from grill_locust.client.payloads import completion_prompt
 from grill_locust.engines import engine_facts
-from grill_locust.workload.heads import HEAD_REFERENCE, QUESTIONS, measured_heads
+from grill_locust.workload.heads import HEAD_REFERENCE, ID_HEAD, QUESTIONS, measured_heads
 from grill_locust.workload.tokens import count_tokens
 
 if TYPE_CHECKING:
@@ -56,6 +73,8 @@ ID_RIGHT = ": x"  # an id is measured before the colon and space-led word that f
 SPAN_LEFT = "w"  # a variable span is measured between a word end and a space-led word, as it is used
 SPAN_RIGHT = " x"
 HEAD_RIGHT = "def x():"  # a head is measured before a code line, as it is used
+# a turn shaped as a trace row's prompt (an id head, code, a last newline), whose overhead is measured
+REFERENCE_TURN = ID_HEAD.format(**HEAD_REFERENCE) + "def x():\n    return 1\n"
 
 _cache: dict[tuple[str, str, str | None], TokenCounter | None] = {}
 _cache_lock = threading.Lock()
@@ -123,6 +142,8 @@ class TokenCounter:
     model: str | None = None
     headers: dict[str, str] = field(default_factory=dict, repr=False, compare=False)  # may hold the API key
     measured: MeasuredCorpus | None = field(default=None, repr=False, compare=False)
+    # backend tokens the engine counts around one user turn on the backend's API (see the module's doc)
+    turn_overhead_tokens: int = 0
 
     def count(self, text: str) -> int:
         """Estimated backend tokens in `text` (no network)."""
@@ -303,6 +324,7 @@ def backend_token_counter(backend: Backend, model: str | None = None) -> TokenCo
     counter: TokenCounter | None
     try:
         counter = _calibrate(backend.name, backend.tokenize_url, backend.engine, model, headers)
+        counter = replace(counter, turn_overhead_tokens=_turn_overhead(backend, model, headers))
     except TokenizeError as error:
         log.warning(
             "backend %s: tokenize failed (%s); prompt sizes use the approximate tokenizer",
@@ -358,6 +380,80 @@ def _calibrate(name: str, url: str, engine: str, model: str | None, headers: dic
         )
         return counter(ratio)
     return counter(ratio, measured)
+
+
+def _turn_overhead(backend: Backend, model: str | None, headers: dict[str, str]) -> int:
+    """Tokens the engine counts for a request of REFERENCE_TURN alone, less the turn's own; 0 (logged)
+    where the engine cannot render its template for us."""
+    url = backend.tokenize_url
+    assert url is not None  # a counter is calibrated only where there is one
+    messages = [{"role": "user", "content": REFERENCE_TURN}]
+    llamacpp = engine_facts(backend.engine).tokenize_body == "content"
+    try:
+        own = _tokenize(url, backend.engine, REFERENCE_TURN, model, headers).count
+        if backend.api == "completions":
+            sent = _count_sent(url, llamacpp, model, headers, prompt=completion_prompt(messages))
+        elif llamacpp:  # llama-server renders its template on /apply-template, beside /tokenize
+            root = url.removesuffix("/tokenize")
+            rendered = _post(f"{root}/apply-template", {"messages": messages}, headers).get("prompt")
+            if not isinstance(rendered, str):
+                raise TokenizeError(f"{root}/apply-template: no 'prompt' in the answer")
+            sent = _count_sent(url, llamacpp, model, headers, prompt=rendered)
+        else:
+            sent = _count_sent(url, llamacpp, model, headers, messages=messages)
+    except TokenizeError as error:
+        log.warning(
+            "backend %s: the chat template's tokens cannot be measured (%s); a trace row's prompt is "
+            "its input length and the engine's prompt_tokens that plus the template's",
+            backend.name,
+            error,
+        )
+        return 0
+    return max(0, sent - own)
+
+
+def _count_sent(
+    url: str,
+    llamacpp: bool,
+    model: str | None,
+    headers: dict[str, str],
+    prompt: str | None = None,
+    messages: list[dict[str, str]] | None = None,
+) -> int:
+    """Tokens the engine counts for `prompt` as sent (its special tokens added, as a request's are) or
+    for chat `messages` through its template."""
+    body: dict[str, Any]
+    if llamacpp:
+        body = {"content": prompt, "add_special": True}
+    elif messages is not None:
+        body = {"messages": messages, "add_generation_prompt": True}
+    else:
+        body = {"prompt": prompt, "add_special_tokens": True}
+    if model and not llamacpp:
+        body["model"] = model
+    answer = _post(url, body, headers)
+    count, tokens = answer.get("count"), answer.get("tokens")
+    if isinstance(count, int):
+        return count
+    if isinstance(tokens, list):
+        return len(tokens)
+    raise TokenizeError(f"{url}: no 'count' or 'tokens' in the answer")
+
+
+def _post(url: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
+    try:
+        reply = request_once(url, "POST", body, headers=headers, timeout_s=CALIBRATION_TIMEOUT_S)
+    except NoReply as error:
+        raise TokenizeError(f"{url}: {error}") from None
+    if reply.status != 200:
+        raise TokenizeError(f"{url}: HTTP {reply.status}")
+    try:
+        answer = json.loads(reply.body)
+    except ValueError:
+        raise TokenizeError(f"{url}: the answer is not JSON") from None
+    if not isinstance(answer, dict):
+        raise TokenizeError(f"{url}: the answer is not a JSON object")
+    return answer
 
 
 def _tokenize(

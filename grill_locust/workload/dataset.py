@@ -30,6 +30,7 @@ MESSAGE_ROLES = ("system", "user", "assistant")
 SHAREGPT_USER = frozenset({"human", "user"})
 SHAREGPT_SYSTEM = "system"
 SHAREGPT_REPLY = frozenset({"gpt", "assistant", "chatgpt", "bing", "bard"})
+MAX_ROW_TOKENS = 10_000_000  # a row's max_tokens at most (no engine's context is longer)
 
 
 class DatasetError(GrillError):
@@ -106,7 +107,8 @@ def _read_text(path: str) -> str:
 
 def _read_jsonl(path: str) -> list[DatasetRow]:
     rows = []
-    for index, text in enumerate(_read_text(path).splitlines()):
+    # split on newlines only: JSON text may hold U+2028 or U+0085 unescaped, which splitlines() cuts at
+    for index, text in enumerate(_read_text(path).split("\n")):
         if not text.strip():
             continue
         place = f"{path}:{index + 1}"  # as editors number lines
@@ -114,6 +116,8 @@ def _read_jsonl(path: str) -> list[DatasetRow]:
             data = json.loads(text)
         except json.JSONDecodeError as error:
             raise DatasetError(f"{place}: not JSON ({error.msg}, column {error.colno})") from None
+        except RecursionError:
+            raise DatasetError(f"{place}: not JSON (nested too deeply)") from None
         rows.append(_jsonl_row(data, index, place))
     if not rows:
         raise DatasetError(f"{path}: no rows (an empty file): give one JSON object per line")
@@ -126,9 +130,13 @@ def _jsonl_row(data: Any, index: int, place: str) -> DatasetRow:
         raise DatasetError(f"{place}: {expected}, got {_shown(data)}")
     max_tokens = data.get("max_tokens")
     if max_tokens is not None and (
-        isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+        isinstance(max_tokens, bool)
+        or not isinstance(max_tokens, int)
+        or not 1 <= max_tokens <= MAX_ROW_TOKENS
     ):
-        raise DatasetError(f"{place}: max_tokens: expected a positive whole number, got {_shown(max_tokens)}")
+        raise DatasetError(
+            f"{place}: max_tokens: expected a whole number from 1 to {MAX_ROW_TOKENS:,}, got {_shown(max_tokens)}"
+        )
     if "messages" in data and "prompt" in data:
         raise DatasetError(f"{place}: give messages or prompt, not both")
     if "prompt" in data:
@@ -172,6 +180,8 @@ def _read_sharegpt(path: str) -> list[DatasetRow]:
         data = json.loads(_read_text(path))
     except json.JSONDecodeError as error:
         raise DatasetError(f"{path}:{error.lineno}: not JSON ({error.msg}, column {error.colno})") from None
+    except RecursionError:
+        raise DatasetError(f"{path}: not JSON (nested too deeply)") from None
     if not isinstance(data, list):
         raise DatasetError(
             f"{path}: expected a list of {{conversations: [...]}} (ShareGPT), got {_shown(data)}"

@@ -280,8 +280,10 @@ class Workload:
     def _trace_prompt(self, replay_key: str, row: TraceRow) -> str:
         """BLOCK_TOKENS-token blocks, the last one cut: block k is the block of the row's k-th hash id
         (the same text wherever that id appears in the replay), or one of the row's own where the trace
-        gives no id for it."""
-        input_tokens = max(1, row.input_tokens)  # an engine takes no empty prompt
+        gives no id for it. The engine's template adds its own tokens to the turn (calibrate.py measures
+        them): the prompt is that much shorter, so the engine counts the row's input length."""
+        overhead = self.token_counter.turn_overhead_tokens if self.token_counter else 0
+        input_tokens = max(1, row.input_tokens - overhead)  # an engine takes no empty prompt
         hash_ids = row.hash_ids or ()
         blocks = []
         for block in range(block_count(input_tokens)):

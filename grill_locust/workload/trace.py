@@ -41,6 +41,11 @@ _AZURE_TIME = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[ T](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?\s*(Z|[+-]\d{2}:?\d{2})?"
 )
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# stated maxima, checked at load: a row's lengths (no engine's context is longer; a larger one would
+# build its prompt for minutes under load) and a replay's length in time
+MAX_ROW_TOKENS = 10_000_000
+MAX_REPLAY_S = 30 * 24 * 3600.0
+MAX_ZONE_HOURS = 14  # UTC-12:00 to UTC+14:00, the world's zones
 
 
 class TraceError(GrillError):
@@ -142,7 +147,9 @@ def _read_cached(
             raws = _mooncake(path, file) if trace_format == "mooncake" else _csv(path, file, trace_format)
             return _windowed(path, raws, window)
     except UnicodeDecodeError as error:
-        raise TraceError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
+        raise TraceError(_not_utf8(path, error)) from None
+    except csv.Error as error:  # e.g. a cell past the csv module's field size limit
+        raise TraceError(f"{path}: not CSV ({error})") from None
     except OSError as error:
         raise TraceError(f"{path}: cannot read: {error.strerror}") from None
 
@@ -170,6 +177,11 @@ def _windowed(path: str, raws: Iterator[_Raw], window: TraceWindow) -> tuple[Tra
         if first_s is None:
             first_s = raw.time_s
         at_s = (raw.time_s - first_s) / window.speedup
+        if at_s > MAX_REPLAY_S:
+            raise TraceError(
+                f"{path}:{raw.line_number}: sent {at_s:.6g} s after the first row: a replay is at most "
+                f"{MAX_REPLAY_S:g} s (30 days); give a window (duration_s) or a speedup"
+            )
         rows.append(TraceRow(raw.row_index, at_s, raw.input_tokens, raw.output_tokens, raw.hash_ids))
         if window.max_requests is not None and len(rows) >= window.max_requests:
             break
@@ -195,6 +207,8 @@ def _mooncake(path: str, file: Iterator[str]) -> Iterator[_Raw]:
             row = json.loads(text)
         except json.JSONDecodeError as error:
             raise TraceError(f"{path}:{line_number}: not a JSON object ({error.msg})") from None
+        except RecursionError:
+            raise TraceError(f"{path}:{line_number}: not a JSON object (nested too deeply)") from None
         if not isinstance(row, dict):
             raise TraceError(f"{path}:{line_number}: expected a JSON object, got {type(row).__name__}")
         where = f"{path}:{line_number}"
@@ -249,6 +263,20 @@ def _csv(path: str, file: Iterator[str], trace_format: str) -> Iterator[_Raw]:
         )
 
 
+def _not_utf8(path: str, error: UnicodeDecodeError) -> str:
+    """The line of the first bytes that are not UTF-8, and their offset in it (the decoder's offset is
+    into the chunk it was reading)."""
+    with open(path, "rb") as file:
+        for line_number, data in enumerate(file, 1):
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as found:
+                return (
+                    f"{path}:{line_number}: not UTF-8 text ({found.reason} at byte {found.start} of the line)"
+                )
+    return f"{path}: not UTF-8 text ({error.reason})"
+
+
 def _cell(cells: list[str], position: int) -> str | None:
     """A CSV cell's text, None where it is empty or the row is short."""
     text = cells[position].strip() if position < len(cells) else ""
@@ -284,6 +312,10 @@ def _length(value: object, name: str, where: str) -> int:
         raise TraceError(f"{where}: {name}: a length cannot be negative, got {number:g}")
     if number != int(number):
         raise TraceError(f"{where}: {name}: expected a whole number of tokens, got {number:g}")
+    if number > MAX_ROW_TOKENS:
+        raise TraceError(
+            f"{where}: {name}: {number:g} tokens is above the most a row can have ({MAX_ROW_TOKENS:,})"
+        )
     return int(number)
 
 
@@ -306,7 +338,13 @@ def _azure_seconds(value: str | None, name: str, where: str) -> float:
     if zone and zone != "Z":
         sign = -1 if zone[0] == "-" else 1
         digits = zone[1:].replace(":", "")
-        moment -= sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:]))
+        hours, minutes = int(digits[:2]), int(digits[2:])
+        if hours > MAX_ZONE_HOURS or minutes > 59:
+            raise TraceError(f"{where}: {name}: no such time zone {zone!r} in {value!r}")
+        try:
+            moment -= sign * timedelta(hours=hours, minutes=minutes)
+        except OverflowError:
+            raise TraceError(f"{where}: {name}: out of the calendar's range in {value!r}") from None
     seconds = (moment - _EPOCH).total_seconds()
     return seconds + (float(f"0.{fraction}") if fraction else 0.0)
 

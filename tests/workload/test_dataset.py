@@ -3,6 +3,7 @@ resolved from the scenario's folder (bad files: tests/config/broken/dataset_*.ya
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections import Counter
@@ -202,7 +203,10 @@ def test_a_file_is_read_once_per_process_and_again_when_it_changes(tmp_path: Pat
             '{"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}\n',
             "the last message is the request: expected role 'user', got 'assistant'",
         ),
-        ('{"prompt": "x", "max_tokens": true}\n', "max_tokens: expected a positive whole number, got True"),
+        (
+            '{"prompt": "x", "max_tokens": true}\n',
+            "max_tokens: expected a whole number from 1 to 10,000,000, got True",
+        ),
     ],
 )
 def test_each_bad_row_is_one_line_naming_file_and_line(tmp_path: Path, text: str, message: str) -> None:
@@ -240,3 +244,34 @@ def test_seed_draws_spread_over_rows() -> None:
     """A seeded draw is uniform over the rows: 400 draws leave no row under a tenth."""
     counts = Counter(s.trace_line for s in scripts(dataset_conversation(CHAT), users=200, iterations=2))
     assert set(counts) == set(CHAT_LINES) and min(counts.values()) > 40
+
+
+def test_unicode_line_separators_inside_a_row_are_text_not_line_ends(tmp_path: Path) -> None:
+    path = tmp_path / "d.jsonl"
+    rows = [{"prompt": "one\u2028two"}, {"prompt": "three\x85four"}]
+    path.write_text("\n".join(json.dumps(row, ensure_ascii=False) for row in rows) + "\n", encoding="utf-8")
+    assert [row.user_turns for row in load_dataset(str(path)).rows] == [("one\u2028two",), ("three\x85four",)]
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "said"),
+    [
+        (
+            "d.jsonl",
+            '{"prompt": "x"}\n{"prompt": "x", "max_tokens": 18446744073709551616}\n',
+            ":2: max_tokens",
+        ),
+        ("d.jsonl", '{"prompt": "x", "history": ' + "[" * 100_000 + "}\n", ":1: not JSON"),
+        ("d.json", "[" * 100_000, ": not JSON"),
+    ],
+    ids=["max-tokens-2e64", "nested-jsonl", "nested-sharegpt"],
+)
+def test_a_hostile_dataset_is_one_line_naming_the_place(
+    tmp_path: Path, name: str, content: str, said: str
+) -> None:
+    path = tmp_path / name
+    path.write_text(content)
+    with pytest.raises(DatasetError) as raised:
+        load_dataset(str(path))
+    message = str(raised.value)
+    assert message.startswith(f"{path}{said}") and "\n" not in message, message

@@ -23,11 +23,12 @@ from grill_locust.config import (
 from grill_locust.record import measure
 from grill_locust.sim import SimProcess
 from grill_locust.sim.text import render_chat
-from grill_locust.workload import build_workload
+from grill_locust.workload import backend_token_counter, build_workload
 from grill_locust.workload.generators import ConversationScript
 from grill_locust.workload.tokens import count_tokens
 from grill_locust.workload.trace import (
     BLOCK_TOKENS,
+    TraceError,
     TraceSend,
     TraceWindow,
     read_trace,
@@ -218,13 +219,21 @@ def send(backend: Backend, client: EngineClient, row: ConversationScript, ignore
 
 
 def test_trace_rows_on_the_simulator_exact_sizes_and_cached_blocks(sim_backend: Backend) -> None:
+    """The engine's prompt_tokens is the row's input length: the chat template's tokens, measured once
+    through the backend's /tokenize, are taken off the prompt."""
     conversation = replay(format="mooncake", path=MOONCAKE)
     rows = read_trace(MOONCAKE, "mooncake")
     client = EngineClient(sim_backend)
+    calibrated = backend_token_counter(sim_backend)
+    assert calibrated is not None
     template_tokens = count_tokens(render_chat([{"role": "user", "content": ""}]))
+    assert calibrated.turn_overhead_tokens == template_tokens  # the simulator's own template rule
     try:
-        sent = [send(sim_backend, client, script(conversation, index, "sim-1")) for index in range(len(rows))]
-        assert [m.prompt_tokens - template_tokens for m in sent] == [row.input_tokens for row in rows]
+        sent = [
+            send(sim_backend, client, script(conversation, index, "sim-1", token_counter=calibrated))
+            for index in range(len(rows))
+        ]
+        assert [m.prompt_tokens for m in sent] == [row.input_tokens for row in rows]
         assert [m.output_tokens for m in sent] == [row.output_tokens for row in rows]
         cached = [m.cached_tokens for m in sent]
         # hash ids [11, 12, 13], [11, 14], [11, 12, 15], [16], [16, 17]: the simulator caches 16-token blocks
@@ -233,10 +242,28 @@ def test_trace_rows_on_the_simulator_exact_sizes_and_cached_blocks(sim_backend: 
         assert 1024 <= cached[2] < 1024 + 32
         # row 3's prompt but the newline that ends its cut block, in whole 16-token blocks
         assert 299 - 15 <= cached[4] < 300 + template_tokens
-        another_run = send(sim_backend, client, script(conversation, 0, "sim-2"))
+        another_run = send(sim_backend, client, script(conversation, 0, "sim-2", token_counter=calibrated))
         assert another_run.cached_tokens < 16
     finally:
         client.close()
+
+
+def test_on_the_completions_api_the_role_labels_are_taken_off_too() -> None:
+    """A trace row sent as one plain-text prompt: its role labels are the API's overhead."""
+    with SimProcess.start(profile="vllm", served_model_name=MODEL) as process:
+        backend = Backend(name="sim-text", engine="sim", url=process.url, api="completions")
+        calibrated = backend_token_counter(backend)
+        assert calibrated is not None and calibrated.turn_overhead_tokens > 0
+        client = EngineClient(backend)
+        try:
+            conversation = replay(format="azure", path=AZURE)
+            sizes = []
+            for index in (0, 1, 3):
+                sent = send(backend, client, script(conversation, index, "text-1", token_counter=calibrated))
+                sizes.append(sent.prompt_tokens)
+            assert sizes == [374, 396, 500]  # tests/workload/traces/azure.csv
+        finally:
+            client.close()
 
 
 def test_without_ignore_eos_the_simulator_stops_early(sim_backend: Backend) -> None:
@@ -248,3 +275,67 @@ def test_without_ignore_eos_the_simulator_stops_early(sim_backend: Backend) -> N
         assert send(sim_backend, client, row).output_tokens == row.max_tokens == 44
     finally:
         client.close()
+
+
+# ---- hostile files: one line naming the place, never a traceback or a row that cannot be sent -----
+
+NESTED = "[" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("trace_format", "content", "said"),
+    [
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 1000000000, "output_length": 1}\n',
+            ":1: input_length",
+        ),
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 1, "output_length": 1000000000000}\n',
+            ":1: output_length",
+        ),
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 1, "output_length": 1}\n'
+            '{"timestamp": 1e15, "input_length": 1, "output_length": 1}\n',
+            ":2: sent",
+        ),
+        (
+            "mooncake",
+            '{"timestamp": 0, "input_length": 1, "hash_ids": ' + NESTED + "}\n",
+            ":1: not a JSON object",
+        ),
+        (
+            "azure",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n0001-01-01 00:00:00+14:00,1,1\n",
+            ":2: TIMESTAMP",
+        ),
+        (
+            "azure",
+            "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46+99:99,1,1\n",
+            ":2: TIMESTAMP",
+        ),
+        ("burstgpt", "Timestamp,Request tokens,Response tokens\n0," + "1" * 140_000 + ",1\n", ": not CSV"),
+    ],
+    ids=["input-1e9", "output-1e12", "gap-1e15-ms", "nested", "year-1-east", "zone-99", "cell-140k"],
+)
+def test_a_hostile_trace_is_one_line_naming_the_place(
+    tmp_path: Path, trace_format: str, content: str, said: str
+) -> None:
+    path = tmp_path / ("t.jsonl" if trace_format == "mooncake" else "t.csv")
+    path.write_text(content)
+    with pytest.raises(TraceError) as raised:
+        read_trace(str(path), trace_format)
+    message = str(raised.value)
+    assert message.startswith(f"{path}{said}") and "\n" not in message, message
+
+
+def test_bytes_that_are_not_utf8_are_named_by_line_and_byte_in_it(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    good = b'{"timestamp": 0, "input_length": 1, "output_length": 1}\n'
+    path.write_bytes(good * 3000 + b'{"timestamp": 1, "x": "\xff", "input_length": 1, "output_length": 1}\n')
+    with pytest.raises(
+        TraceError, match=rf"^{path}:3001: not UTF-8 text \(invalid start byte at byte 23 of the line\)"
+    ):
+        read_trace(str(path), "mooncake")
