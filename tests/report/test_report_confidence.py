@@ -206,3 +206,47 @@ def test_a_tiers_repeats_are_one_row_with_their_spans_added(tmp_path: Path) -> N
     once_width = once.loc[0, "ttft_p50_s_hi"] - once.loc[0, "ttft_p50_s_lo"]
     twice_width = twice.loc[0, "ttft_p50_s_hi"] - twice.loc[0, "ttft_p50_s_lo"]
     assert twice_width < once_width  # twice the conversations, resampled across both repeats
+
+
+def correlated_tier(conversations: int, turns: int, seed: int, shared: bool = True) -> pd.DataFrame:
+    """A tier whose conversations each have their own latency and length (a conversation-level effect
+    that all its turns share, ten times the turns' own noise): its turns are not independent. TTFT's and
+    output length's true means (and TTFT's true median) are 1 s and 100 tokens. `shared=False` labels
+    every request a conversation of its own: what resampling requests would see."""
+    rng = np.random.default_rng(seed)
+    n = conversations * turns
+    offset = np.repeat(rng.normal(0.0, 1.0, conversations), turns)  # the conversation's own
+    noise = rng.normal(0.0, 0.1, n)
+    ttft = 1.0 + 0.2 * (offset + noise)
+    frame = exponential_tier(conversations, seed)  # the other columns, the same shape
+    frame = frame.iloc[np.repeat(np.arange(conversations), turns)].reset_index(drop=True)
+    frame["conversation"] = np.repeat(np.arange(conversations), turns) if shared else np.arange(n)
+    frame["ttft_s"] = ttft
+    frame["output_tokens"] = 100.0 + 20.0 * (offset + noise)
+    return frame
+
+
+def test_intervals_resample_conversations_so_correlated_turns_widen_them() -> None:
+    """Turns of one conversation move together: an interval over resampled requests would be about a
+    third as wide as the spread of the figure across datasets and miss the truth most of the time; over
+    resampled conversations it covers it about 95 times in 100."""
+    truth = {"ttft_p50_s": 1.0, "output_tokens_mean": 100.0}
+    trials, conversations, turns = 40, 30, 10
+    covered = dict.fromkeys(truth, 0)
+    covered_per_request = dict.fromkeys(truth, 0)
+    widths, widths_per_request = [], []
+    for trial in range(trials):
+        for shared, hits, width in ((True, covered, widths), (False, covered_per_request, widths_per_request)):
+            tier = correlated_tier(conversations, turns, seed=trial, shared=shared)
+            resamples = resample_tier(tier, span_s=60.0, seed=trial, resamples=400)
+            assert resamples is not None
+            for figure, true_value in truth.items():
+                low, high = np.percentile(resamples.figures[figure], [2.5, 97.5])
+                hits[figure] += int(low <= true_value <= high)
+            low, high = np.percentile(resamples.figures["output_tokens_mean"], [2.5, 97.5])
+            width.append(high - low)
+    # the data has the effect: requests taken apart give intervals far too narrow, which miss the truth
+    assert np.median(widths) > 2.5 * np.median(widths_per_request)
+    assert max(covered_per_request.values()) <= 28, covered_per_request
+    # 95 % nominal over 30 conversations: 40 trials cover ~37; fewer than 33 would be 1 chance in ~100
+    assert min(covered.values()) >= 33, covered
