@@ -236,7 +236,10 @@ def test_intervals_resample_conversations_so_correlated_turns_widen_them() -> No
     covered_per_request = dict.fromkeys(truth, 0)
     widths, widths_per_request = [], []
     for trial in range(trials):
-        for shared, hits, width in ((True, covered, widths), (False, covered_per_request, widths_per_request)):
+        for shared, hits, width in (
+            (True, covered, widths),
+            (False, covered_per_request, widths_per_request),
+        ):
             tier = correlated_tier(conversations, turns, seed=trial, shared=shared)
             resamples = resample_tier(tier, span_s=60.0, seed=trial, resamples=400)
             assert resamples is not None
