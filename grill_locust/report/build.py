@@ -18,7 +18,13 @@ import pandas as pd
 from grill_locust.config import Slo
 from grill_locust.report.aggregate import summarize_all
 from grill_locust.report.capacity import capacity_at_slo, recommendations
-from grill_locust.report.confidence import COMPARISON_COLUMNS, RunFigures, compare_runs, verdicts
+from grill_locust.report.confidence import (
+    COMPARISON_COLUMNS,
+    RunFigures,
+    compare_runs,
+    nothing_in_common,
+    verdicts,
+)
 from grill_locust.report.load import RunData, load_run
 from grill_locust.report.progress import Progress
 from grill_locust.sinks.results import line_numbers_text
@@ -49,6 +55,7 @@ class Report:
     # `grill compare`: each later run against the first, per tier and headline figure (confidence.py)
     comparisons: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=COMPARISON_COLUMNS))
     verdicts: pd.DataFrame = field(default_factory=pd.DataFrame)  # a line per run x target x tier
+    nothing_compared: list[str] = field(default_factory=list)  # a line per later run with no tier in common
 
 
 def load_runs(
@@ -96,6 +103,7 @@ def assemble(
     capacity = capacity_at_slo(summary, slo, conversation_slos)
     comparisons = [compare_runs(figures[0], other) for other in figures[1:]] if compare else []
     comparison = _concat(comparisons) if comparisons else pd.DataFrame(columns=COMPARISON_COLUMNS)
+    nothing_compared = [nothing_in_common(figures[0], other) for other in figures[1:]] if compare else []
     return Report(
         runs=runs,
         slo=slo,
@@ -111,6 +119,7 @@ def assemble(
         searches=search_table(runs),
         comparisons=comparison,
         verdicts=verdicts(comparison),
+        nothing_compared=[line for line in nothing_compared if line],
     )
 
 
@@ -219,5 +228,6 @@ def report_json(report: Report) -> dict[str, Any]:
         **({"searches": _records(report.searches)} if len(report.searches) else {}),
         **({"comparisons": _records(report.comparisons)} if len(report.comparisons) else {}),
         **({"verdicts": _records(report.verdicts)} if len(report.verdicts) else {}),
+        **({"nothing_compared": report.nothing_compared} if report.nothing_compared else {}),
         "notes": report.notes,
     }

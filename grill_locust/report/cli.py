@@ -147,7 +147,10 @@ def print_tables(report: Report) -> None:
 
 
 def print_verdicts(report: Report) -> None:
-    """`grill compare`: whether each run differs from the first beyond the bootstrap intervals."""
+    """`grill compare`: whether each run differs from the first beyond the bootstrap intervals, and the
+    runs that share no tier with it."""
+    for line in report.nothing_compared:
+        print(line)
     if len(report.verdicts):
         print()
         print(
@@ -170,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == FORMAT_TABLE:
         progress.close()
         print_tables(report)
-        return 0
+        return _exit_code(report)
     out_dir = Path(args.out) if args.out else Path(args.run_dir) / DEFAULT_REPORT_SUBDIR
     progress.total += figure_count(report.summary, report.agent_steps) + 1
     written = write_report(report, out_dir, band=args.band, progress=progress)
@@ -181,4 +184,10 @@ def run(args: argparse.Namespace) -> int:
         print(text)
     print_verdicts(report)
     print(f"wrote {len(written)} files to {out_dir}; open {out_dir / 'report.html'}", file=sys.stdout)
-    return 0
+    return _exit_code(report)
+
+
+def _exit_code(report: Report) -> int:
+    """1 when `grill compare` was given a run it could compare nothing of (a script that gates on the
+    verdict must not read silence as "no difference"), else 0."""
+    return 1 if report.nothing_compared else 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -58,7 +59,19 @@ RATIO_FIGURES: dict[str, tuple[str, str, float]] = {
 }
 FIGURES: tuple[str, ...] = (*PERCENTILE_FIGURES, *RATIO_FIGURES)
 # what `grill compare` judges at each tier
-HEADLINE_FIGURES: tuple[str, ...] = ("ttft_p50_s", "ttft_p90_s", "e2e_p50_s", "output_tokens_per_s")
+HEADLINE_FIGURES: tuple[str, ...] = (
+    "ttft_p50_s",
+    "ttft_p90_s",
+    "e2e_p50_s",
+    "output_tokens_per_s",
+    "success_rate",
+)
+# figures over the tier's span: the span is one measurement per tier, the same in every resample, so where
+# their resamples do not vary (every conversation did the same work) two runs differ only by their spans,
+# which no interval measures
+SPAN_FIGURES: frozenset[str] = frozenset(f for f, (_, below, _) in RATIO_FIGURES.items() if below == "span")
+# resamples this close together (relative to the figure, float32 sums' rounding) do not vary
+NO_SPREAD = 1e-6
 # each headline figure's difference is judged at this confidence (Bonferroni), so that a tier of two runs
 # of one engine is called different, on any of the figures, at most 5 % of the time
 COMPARE_CONFIDENCE = 1.0 - (1.0 - CONFIDENCE) / len(HEADLINE_FIGURES)
@@ -388,7 +401,10 @@ HEADLINE_NAMES: dict[str, str] = {
     "ttft_p90_s": "TTFT p90",
     "e2e_p50_s": "E2E p50",
     "output_tokens_per_s": "system tok/s",
+    "success_rate": "success rate",
 }
+# figures whose change is told in percentage points of a share rather than in percent of the first run's
+SHARE_FIGURES: frozenset[str] = frozenset({"success_rate"})
 COMPARISON_COLUMNS: list[str] = [
     "baseline",  # the first run's label
     "run",  # the run compared with it
@@ -400,6 +416,9 @@ COMPARISON_COLUMNS: list[str] = [
     "change_pct",  # (value - baseline) / baseline
     "change_lo_pct",  # COMPARE_CONFIDENCE bootstrap interval of the change
     "change_hi_pct",
+    "change_lo",  # the same interval in the figure's own unit
+    "change_hi",
+    "judged",  # False where the bootstrap saw no spread to judge the difference by (SPAN_FIGURES)
     "significant",
 ]
 
@@ -416,7 +435,10 @@ class RunFigures:
 def compare_runs(baseline: RunFigures, other: RunFigures) -> pd.DataFrame:
     """COMPARISON_COLUMNS for each tier both runs ran (same users, or same rate) of each pair of targets
     and each HEADLINE_FIGURES: the difference other - baseline, bootstrapped from both runs' independent
-    resamples; significant when its COMPARE_CONFIDENCE interval leaves out 0."""
+    resamples; significant when its COMPARE_CONFIDENCE interval leaves out 0 (an end at 0 does not) and
+    it is judged. A figure whose resamples have no spread in either run is a constant of both samples:
+    a difference of two such percentiles or shares is there in the data (100 % of 20 conversations vs
+    0 % is a difference), but a SPAN_FIGURES one is the spans' alone: not judged."""
     rows = []
     for base_target, other_target in _target_pairs(baseline.summary, other.summary):
         base_tiers = _tiers_of(baseline.summary, base_target)
@@ -433,8 +455,13 @@ def compare_runs(baseline: RunFigures, other: RunFigures) -> pd.DataFrame:
                 if np.isnan(base_value) or np.isnan(value):
                     continue
                 low = high = np.nan
+                judged = True
                 if base_resamples is not None and other_resamples is not None:
                     low, high = _change_interval(figure, base_resamples, other_resamples)
+                    judged = figure not in SPAN_FIGURES or not (
+                        _no_spread(base_resamples.figures.get(figure))
+                        and _no_spread(other_resamples.figures.get(figure))
+                    )
                 scale = 100.0 / base_value if base_value else np.nan
                 rows.append(
                     {
@@ -448,10 +475,33 @@ def compare_runs(baseline: RunFigures, other: RunFigures) -> pd.DataFrame:
                         "change_pct": (value - base_value) * scale,
                         "change_lo_pct": low * scale,
                         "change_hi_pct": high * scale,
-                        "significant": bool(low > 0 or high < 0),
+                        "change_lo": low,
+                        "change_hi": high,
+                        "judged": judged,
+                        "significant": judged and bool(low > 0 or high < 0),
                     }
                 )
     return pd.DataFrame(rows, columns=COMPARISON_COLUMNS)
+
+
+def nothing_in_common(baseline: RunFigures, other: RunFigures) -> str | None:
+    """The line that says a run shares no tier with the first (so nothing of it is compared), or None."""
+    pairs = _target_pairs(baseline.summary, other.summary)
+    if any(set(_tiers_of(baseline.summary, a)) & set(_tiers_of(other.summary, b)) for a, b in pairs):
+        return None
+
+    def ran(run: RunFigures) -> str:
+        tiers = [
+            t
+            for target in dict.fromkeys(_whole_tiers(run.summary)["target"].astype(str))
+            for t in _tiers_of(run.summary, target)
+        ]
+        return ", ".join(dict.fromkeys(tiers)) or "no tier"
+
+    return (
+        f"{other.label}: no tier in common with {baseline.label} ({baseline.label} ran {ran(baseline)}; "
+        f"{other.label} ran {ran(other)}): nothing compared"
+    )
 
 
 def _change_interval(figure: str, baseline: TierResamples, other: TierResamples) -> tuple[float, float]:
@@ -460,6 +510,17 @@ def _change_interval(figure: str, baseline: TierResamples, other: TierResamples)
     if a is None or b is None:
         return np.nan, np.nan
     return interval(b - a, COMPARE_CONFIDENCE)
+
+
+def _no_spread(values: np.ndarray | None) -> bool:
+    """The resamples of a figure are all one value (or there are none)."""
+    if values is None:
+        return True
+    finite = values[np.isfinite(values)]
+    if not len(finite):
+        return True
+    low, high = float(finite.min()), float(finite.max())
+    return high - low <= NO_SPREAD * max(abs(low), abs(high))
 
 
 def _whole_tiers(summary: pd.DataFrame) -> pd.DataFrame:
@@ -492,7 +553,7 @@ def _tiers_of(summary: pd.DataFrame, target: str) -> dict[str, pd.Series]:
 
 def verdicts(comparisons: pd.DataFrame) -> pd.DataFrame:
     """One line per run x target x tier: the headline figures that differ beyond their intervals, each
-    with its change and interval, or NO_SIGNIFICANT_DIFFERENCE."""
+    with its change and interval, or NO_SIGNIFICANT_DIFFERENCE; then those not judged."""
     columns = ["baseline", "run", "target", "tier", "verdict"]
     if not len(comparisons):
         return pd.DataFrame(columns=columns)
@@ -500,11 +561,21 @@ def verdicts(comparisons: pd.DataFrame) -> pd.DataFrame:
     for (baseline, run, target, tier), group in comparisons.groupby(
         ["baseline", "run", "target", "tier"], sort=False
     ):
-        differing = [
-            f"{HEADLINE_NAMES[row.figure]} {row.change_pct:+.0f} % [{row.change_lo_pct:+.0f}, {row.change_hi_pct:+.0f}]"
-            for row in group.itertuples()
-            if row.significant
-        ]
+        differing = [_difference_text(row) for row in group.itertuples() if row.significant]
         verdict = "; ".join(differing) if differing else NO_SIGNIFICANT_DIFFERENCE
+        unjudged = [HEADLINE_NAMES[row.figure] for row in group.itertuples() if not row.judged]
+        if unjudged:
+            verdict += f"; {', '.join(unjudged)} not judged (every resample the same: only the spans differ)"
         rows.append({"baseline": baseline, "run": run, "target": target, "tier": tier, "verdict": verdict})
     return pd.DataFrame(rows, columns=columns)
+
+
+def _difference_text(row: Any) -> str:
+    """`TTFT p50 +31 % [+22, +40]`; a share in points: `success rate 100 % -> 0 % (-100 pts [-100, -100])`."""
+    name = HEADLINE_NAMES[row.figure]
+    if row.figure in SHARE_FIGURES:
+        return (
+            f"{name} {100 * row.baseline_value:.0f} % -> {100 * row.value:.0f} % "
+            f"({100 * (row.value - row.baseline_value):+.0f} pts [{100 * row.change_lo:+.0f}, {100 * row.change_hi:+.0f}])"
+        )
+    return f"{name} {row.change_pct:+.0f} % [{row.change_lo_pct:+.0f}, {row.change_hi_pct:+.0f}]"

@@ -212,16 +212,20 @@ def _agent_section(report: Report) -> str:
 
 
 def _verdicts_section(report: Report) -> str:
-    if not len(report.verdicts):
+    if not len(report.verdicts) and not report.nothing_compared:
         return ""
+    nothing = "".join(f'<p class="note">{_e(line)}</p>' for line in report.nothing_compared)
+    table = html_table(display_verdicts(report.verdicts)) if len(report.verdicts) else ""
     return (
         "<h2>Differences between runs</h2>"
         '<p class="legend">Each run against the first, at each tier both ran (the same users, or the same '
-        f"rate): TTFT p50 and p90, E2E p50 and system tok/s. A figure differs when the {COMPARE_CONFIDENCE * 100:g} % interval of its "
-        f"difference, bootstrapped from both runs' conversations, leaves out 0 ({CONFIDENCE * 100:g} % shared by the four "
+        f"rate): TTFT p50 and p90, E2E p50, system tok/s and success rate. A figure differs when the {COMPARE_CONFIDENCE * 100:g} % interval of its "
+        f"difference, bootstrapped from both runs' conversations, leaves out 0 ({CONFIDENCE * 100:g} % shared by the five "
         "figures: two runs of one engine are called different at a tier at most 5 % of the time); shown as "
-        "the change and that interval in percent of the first run's value. Otherwise: no significant "
-        "difference.</p>" + html_table(display_verdicts(report.verdicts))
+        "the change and that interval in percent of the first run's value (success rate: in points). "
+        "Throughput whose resamples do not vary in either run (every conversation the same work) differs "
+        "only by the two spans, which no interval measures: not judged. Otherwise: no significant "
+        "difference.</p>" + nothing + table
     )
 
 

@@ -12,7 +12,7 @@ import pytest
 from grill_locust.report.aggregate import summarize_all, summarize_run
 from grill_locust.report.build import assemble, load_runs
 from grill_locust.report.capacity import slo_of_run
-from grill_locust.report.cli import print_tables
+from grill_locust.report.cli import print_tables, print_verdicts
 from grill_locust.report.confidence import (
     FIGURES,
     NO_SIGNIFICANT_DIFFERENCE,
@@ -184,7 +184,7 @@ def test_compare_names_a_real_30_percent_ttft_difference(tmp_path: Path, capsys)
 
 def test_compare_of_two_draws_of_one_engine_finds_no_significant_difference(tmp_path: Path, capsys) -> None:
     report, printed = compared(tmp_path, other_ttft_factor=1.0, other_seed=1, capsys=capsys)
-    assert len(report.comparisons) == 2 * 4  # two tiers x the four headline figures
+    assert len(report.comparisons) == 2 * 5  # two tiers x the five headline figures
     assert list(report.verdicts["verdict"]) == [NO_SIGNIFICANT_DIFFERENCE] * 2
     assert printed.count(NO_SIGNIFICANT_DIFFERENCE) == 2
 
@@ -206,3 +206,120 @@ def test_a_tiers_repeats_are_one_row_with_their_spans_added(tmp_path: Path) -> N
     once_width = once.loc[0, "ttft_p50_s_hi"] - once.loc[0, "ttft_p50_s_lo"]
     twice_width = twice.loc[0, "ttft_p50_s_hi"] - twice.loc[0, "ttft_p50_s_lo"]
     assert twice_width < once_width  # twice the conversations, resampled across both repeats
+
+
+def correlated_tier(conversations: int, turns: int, seed: int, shared: bool = True) -> pd.DataFrame:
+    """A tier whose conversations each have their own latency and length (a conversation-level effect
+    that all its turns share, ten times the turns' own noise): its turns are not independent. TTFT's and
+    output length's true means (and TTFT's true median) are 1 s and 100 tokens. `shared=False` labels
+    every request a conversation of its own: what resampling requests would see."""
+    rng = np.random.default_rng(seed)
+    n = conversations * turns
+    offset = np.repeat(rng.normal(0.0, 1.0, conversations), turns)  # the conversation's own
+    noise = rng.normal(0.0, 0.1, n)
+    ttft = 1.0 + 0.2 * (offset + noise)
+    frame = exponential_tier(conversations, seed)  # the other columns, the same shape
+    frame = frame.iloc[np.repeat(np.arange(conversations), turns)].reset_index(drop=True)
+    frame["conversation"] = np.repeat(np.arange(conversations), turns) if shared else np.arange(n)
+    frame["ttft_s"] = ttft
+    frame["output_tokens"] = 100.0 + 20.0 * (offset + noise)
+    return frame
+
+
+def test_intervals_resample_conversations_so_correlated_turns_widen_them() -> None:
+    """Turns of one conversation move together: an interval over resampled requests would be about a
+    third as wide as the spread of the figure across datasets and miss the truth most of the time; over
+    resampled conversations it covers it about 95 times in 100."""
+    truth = {"ttft_p50_s": 1.0, "output_tokens_mean": 100.0}
+    trials, conversations, turns = 40, 30, 10
+    covered = dict.fromkeys(truth, 0)
+    covered_per_request = dict.fromkeys(truth, 0)
+    widths, widths_per_request = [], []
+    for trial in range(trials):
+        for shared, hits, width in (
+            (True, covered, widths),
+            (False, covered_per_request, widths_per_request),
+        ):
+            tier = correlated_tier(conversations, turns, seed=trial, shared=shared)
+            resamples = resample_tier(tier, span_s=60.0, seed=trial, resamples=400)
+            assert resamples is not None
+            for figure, true_value in truth.items():
+                low, high = np.percentile(resamples.figures[figure], [2.5, 97.5])
+                hits[figure] += int(low <= true_value <= high)
+            low, high = np.percentile(resamples.figures["output_tokens_mean"], [2.5, 97.5])
+            width.append(high - low)
+    # the data has the effect: requests taken apart give intervals far too narrow, which miss the truth
+    assert np.median(widths) > 2.5 * np.median(widths_per_request)
+    assert max(covered_per_request.values()) <= 28, covered_per_request
+    # 95 % nominal over 30 conversations: 40 trials cover ~37; fewer than 33 would be 1 chance in ~100
+    assert min(covered.values()) >= 33, covered
+
+
+def two_runs(
+    tmp_path: Path,
+    edit_other=lambda records: records,
+    other_tiers: tuple[int, ...] = (5, 10),
+    fixed_length: bool = False,
+):
+    """Two synthetic runs of one engine and workload at 5 and 10 users (the second a different draw, at
+    `other_tiers`, its records changed by `edit_other`); `fixed_length`: every request the same output
+    length. Their comparison."""
+    folders = []
+    for name, seed, tiers in (("a", 0, (5, 10)), ("b", 1, other_tiers)):
+        records = synthetic_records(
+            2000, backends=("vllm",), conversations=("short-baseline",), tiers=tiers, seed=seed, run_id=name
+        )
+        if fixed_length:
+            records["output_tokens"] = 100
+        if name == "b":
+            records = edit_other(records)
+        folders.append((name, write_results_folder(tmp_path / name, records)))
+    runs = load_runs(folders)
+    return assemble(runs, slo_of_run(runs[0].run.meta), compare=True)
+
+
+def test_a_figure_with_no_spread_in_its_resamples_is_not_called_different(tmp_path: Path) -> None:
+    """Every request of both runs the same length: every resample has the same tokens, so system tok/s
+    differs only by the two spans, one measurement each, which no interval measures."""
+    report = two_runs(tmp_path, fixed_length=True)
+    throughput = report.comparisons[report.comparisons["figure"] == "output_tokens_per_s"]
+    assert len(throughput) == 2 and (throughput["change_pct"] != 0).all()
+    assert (throughput["change_lo_pct"] == throughput["change_hi_pct"]).all()  # no spread
+    assert not throughput["significant"].any()
+    assert not report.verdicts["verdict"].str.contains("system tok/s [+-]", regex=True).any()
+    assert report.verdicts["verdict"].str.contains("system tok/s not judged").all()
+
+
+def test_success_rate_is_judged_with_its_interval(tmp_path: Path, capsys) -> None:
+    def all_failed(records: pd.DataFrame) -> pd.DataFrame:
+        return records.assign(status="http_500", ttft_s=np.nan, ttfo_s=np.nan, output_tokens=0)
+
+    report = two_runs(tmp_path, edit_other=all_failed)
+    success = report.comparisons[report.comparisons["figure"] == "success_rate"]
+    assert list(success["tier"]) == ["5 users", "10 users"] and success["significant"].all()
+    assert list(success["baseline_value"]) == [1.0, 1.0] and list(success["value"]) == [0.0, 0.0]
+    assert (
+        report.verdicts["verdict"]
+        .str.contains("success rate 100 % -> 0 % (-100 pts [-100, -100])", regex=False)
+        .all()
+    )
+    print_verdicts(report)
+    assert "success rate 100 % -> 0 % (-100 pts [-100, -100])" in capsys.readouterr().out
+
+
+def test_runs_with_no_tier_in_common_say_so(tmp_path: Path, capsys) -> None:
+    report = two_runs(tmp_path, other_tiers=(20,))
+    assert not len(report.comparisons)
+    print_verdicts(report)
+    printed = capsys.readouterr().out
+    # `grill compare` says it and exits 1: a script gating on the verdict must not read "nothing" as "same"
+    from tests.report.test_report_cli import grill
+
+    assert (
+        grill("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--format", "table", "--no-progress") == 1
+    )
+    assert "b: no tier in common with a" in capsys.readouterr().out
+    assert (
+        printed.strip()
+        == "b: no tier in common with a (a ran 5 users, 10 users; b ran 20 users): nothing compared"
+    )
