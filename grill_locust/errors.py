@@ -38,6 +38,12 @@ def is_refusal(status: str) -> bool:
     return code is not None and ((400 <= code < 500 and code not in _NOT_NOW) or code == 501)
 
 
+def is_known_refusal(message: str) -> bool:
+    """Whether an engine's message is one it sends only to refuse a request (REFUSAL_ADVICE): one such
+    failure is evidence enough, whatever its status."""
+    return any(piece in message for piece, _ in REFUSAL_ADVICE)
+
+
 def refusal_advice(message: str, status: str) -> str:
     """What to change so that the engine serves the request, for a refusal with this message."""
     for piece, advice in REFUSAL_ADVICE:

@@ -32,7 +32,13 @@ import gevent
 import gevent.event
 from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
-from grill_locust.errors import RETRY_LATER_STATUSES, http_code, is_refusal, refusal_advice
+from grill_locust.errors import (
+    RETRY_LATER_STATUSES,
+    http_code,
+    is_known_refusal,
+    is_refusal,
+    refusal_advice,
+)
 from grill_locust.record import (
     CANCELLED,
     SATURATION_CPU_PCT,
@@ -187,14 +193,16 @@ class PhaseProgress:
     @property
     def one_server_error(self) -> tuple[str, str] | None:
         """(status, message) when every failed request, at least OUTAGE_MIN_FAILED of them, got one server
-        error with one message from the engine, of no "not now" kind (503...), else None."""
+        error with one message from the engine, of no "not now" kind (503...), else None (one failure is
+        enough when the message is a known refusal's)."""
         if len(self.failed_replies) != 1:
             return None
         (status, message), count = next(iter(self.failed_replies.items()))
         code = http_code(status)
         if code is None or code < 500 or code in RETRY_LATER_STATUSES or not message:
             return None
-        return (status, message) if count >= OUTAGE_MIN_FAILED else None
+        enough = count >= OUTAGE_MIN_FAILED or is_known_refusal(message)
+        return (status, message) if enough else None
 
     @property
     def saturation(self) -> str:

@@ -14,6 +14,7 @@ import requests
 from grill_locust.client import EngineClient, request_for
 from grill_locust.config import Backend, Model
 from grill_locust.record import STATUS_OK, measure
+from grill_locust.run.exit_codes import ENGINE_REFUSED
 from grill_locust.workload.agentic import tool_call, tool_result
 from grill_locust.workload.tools import TOOLS, tools_text
 from tests.real.campaigns import AGENT_CONVERSATION, AGENT_STEPS, agent_scenario
@@ -130,16 +131,16 @@ def test_without_jinja_a_session_fails_at_its_first_step_naming_the_flag(
 ) -> None:
     """The shared server runs --no-jinja: llama-server refuses a request carrying tools with HTTP 500
     "tools param requires --jinja flag". Each record keeps that message, the session ends at its first
-    step and counts as its tier's one (failed) iteration; every request failing, the run takes it for an
-    outage and runs the tier once more, which fails the same way."""
+    step and counts as its tier's one (failed) iteration; the engine answering, the tier is marked refused
+    (not held, not run again) and the run exits ENGINE_REFUSED naming the flag."""
     backend = {"name": "nojinja", "engine": "llamacpp", "url": llama_server.url, "timeouts": TIMEOUTS}
     scenario = agent_scenario([backend], SERVED_MODEL, tool_result_tokens=50)
-    run = run_campaign(scenario, tmp_path, returncodes=(1,))
+    run = run_campaign(scenario, tmp_path, returncodes=(ENGINE_REFUSED,))
     records = pd.read_parquet(run.run_dir / "records.parquet")
     phases = pd.read_csv(run.run_dir / "phases.csv")
-    assert list(phases["attempt"]) == [0, 1] and list(phases["iterations_done"]) == [1, 1]
-    assert not phases["complete"].any() and phases["note"].str.contains("outage").all()
-    assert list(records["attempt"]) == [0, 1] and (records["turn"] == 0).all(), records[["turn", "error"]]
+    assert list(phases["attempt"]) == [0] and list(phases["iterations_done"]) == [1]
+    assert not phases["complete"].any() and phases["note"].str.contains("refused:.*--jinja").all()
+    assert list(records["attempt"]) == [0] and (records["turn"] == 0).all(), records[["turn", "error"]]
     assert (records["status"] == "http_500").all()
     assert records["error"].str.contains("--jinja").all(), list(records["error"])
 

@@ -19,6 +19,7 @@ import requests
 from grill_locust.client import COMPLETIONS_PATH, fim_request
 from grill_locust.config import load_scenario
 from grill_locust.record import STATUS_ABANDONED, STATUS_OK, TOKENS_FROM_EVENTS, TOKENS_FROM_USAGE
+from grill_locust.run.exit_codes import ENGINE_REFUSED
 from grill_locust.telemetry.engine_metrics import parse_samples
 from grill_locust.workload import backend_token_counter, build_workload
 from grill_locust.workload.autocomplete import AutocompletePlan, AutocompleteSession
@@ -237,10 +238,10 @@ def test_infill_is_refused_with_the_engines_message_once_per_planned_request(
     scenario = autocomplete_scenario(
         llama_backend(llama_server), SERVED_MODEL, [conversation], USERS, iterations=1
     )
-    run = run_campaign(scenario, tmp_path, returncodes=(1,))  # Locust exits 1: requests failed
+    run = run_campaign(scenario, tmp_path, returncodes=(ENGINE_REFUSED,))
     print(f"infill campaign: {run.wall_s:.1f} s")
     records = pd.read_parquet(run.run_dir / "records.parquet")
-    # one request per planned send, none retried (the tier is an outage: engine_wait_s 0 runs it once)
+    # one request per planned send, none retried: the engine refused them, the tier is not run again
     assert len(records) == USERS * FAST_TYPIST["requests"]
     for _, developer in records.groupby("conversation_id"):
         assert sorted(developer["turn"]) == list(range(FAST_TYPIST["requests"]))
