@@ -636,6 +636,9 @@ class ResponseWriter:
             return
         self.ended = True
         conn = self.conn
+        # stamped before the last write, as each event is: a stamp taken after it would read late by
+        # whatever delays the simulator between the write and the clock, and the client's end look early
+        end = self.server.clock()
         if seq.finish_reason is None or self.outcome != "ok":  # cut, failed, or the client went away
             if self.outcome == "ok":
                 self.outcome = "client_closed"
@@ -646,7 +649,7 @@ class ResponseWriter:
             if self.fault == "bad_json":
                 body = body[: len(body) // 2]
             conn.respond(200, body, headers=self.headers)
-        self._record_truth(seq, self.server.clock())
+        self._record_truth(seq, end)
         self._release(seq)
 
     def _release(self, seq: Sequence) -> None:
