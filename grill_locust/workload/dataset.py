@@ -19,6 +19,7 @@ from typing import Any
 
 from grill_locust.errors import GrillError
 from grill_locust.workload.files import file_version
+from grill_locust.workload.trace import MAX_ROW_TOKENS
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +31,6 @@ MESSAGE_ROLES = ("system", "user", "assistant")
 SHAREGPT_USER = frozenset({"human", "user"})
 SHAREGPT_SYSTEM = "system"
 SHAREGPT_REPLY = frozenset({"gpt", "assistant", "chatgpt", "bing", "bard"})
-MAX_ROW_TOKENS = 10_000_000  # a row's max_tokens at most (no engine's context is longer)
 
 
 class DatasetError(GrillError):
