@@ -235,7 +235,9 @@ def test_a_failure_after_the_stream_was_measured_keeps_its_ratio(caplog: pytest.
         # the stream, the spans, the turn whose template tokens are measured: 503, so none are taken off
         assert counter is not None and counter.measured is None and _TokenizerFailingAfterOneCall.calls == 3
         assert counter.backend_tokens_per_approx_token > 1.0  # 3-character tokens: more than the estimate's
-        assert counter.turn_overhead_tokens == 0 and "chat template's tokens cannot be measured" in caplog.text
+        assert (
+            counter.turn_overhead_tokens == 0 and "chat template's tokens cannot be measured" in caplog.text
+        )
         assert "measured ratio" in caplog.text and "approximate tokenizer" not in caplog.text
     finally:
         server.shutdown()
