@@ -59,6 +59,7 @@ def note_read(stamped: bool, arrived: float) -> None:
 
 
 OFFSET_REFRESH_S = 1.0
+OFFSET_STEP_S = 0.001  # a glance this far off the measured offset: a step, or a glance preempted
 _OFFSET_SAMPLES = 5
 _offset = 0.0
 _offset_until = float("-inf")
@@ -67,12 +68,14 @@ _offset_until = float("-inf")
 def wall_offset() -> float:
     """`time.time() - time.perf_counter()`: turns the kernel's Unix-time stamps into perf_counter time.
 
-    Both clocks run at the same (NTP-disciplined) rate, so it is measured once a second (a step of
-    the system clock spoils at most that second), as the best of a few tries: a process preempted
-    between its two clock reads would otherwise shift a whole batch of reads by the preemption."""
+    Both clocks run at the same (NTP-disciplined) rate, so it is measured as the best of a few tries
+    (a process preempted between its two clock reads would otherwise shift a whole batch of reads by
+    the preemption) at most once a second, and again as soon as one quick look finds the system
+    clock stepped (a fresh machine's first time sync moves it by tens of milliseconds)."""
     global _offset, _offset_until
-    now = time.perf_counter()
-    if now < _offset_until:
+    before = time.perf_counter()
+    glance = time.time() - before
+    if before < _offset_until and abs(glance - _offset) < OFFSET_STEP_S:
         return _offset
     best_spread = float("inf")
     for _ in range(_OFFSET_SAMPLES):

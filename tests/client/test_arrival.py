@@ -67,3 +67,10 @@ def test_without_stamps_a_read_is_timed_when_it_returns(
     before = time.perf_counter()
     data, arrived = _arrival.read(client, 65536, False, _arrival.wall_offset())
     assert data == b"x" and before <= arrived <= time.perf_counter()
+
+
+def test_a_step_of_the_system_clock_is_seen_at_the_next_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    offset = _arrival.wall_offset()
+    real_time = time.time
+    monkeypatch.setattr(_arrival.time, "time", lambda: real_time() - 0.05)  # the clock set back 50 ms
+    assert abs(_arrival.wall_offset() - (offset - 0.05)) < 0.002
