@@ -298,6 +298,25 @@ def tokenize(
             body["model"] = model
         if pieces:
             body["return_token_strs"] = True
+    answer = tokenizer_answer(url, body, headers, timeout_s)
+    tokens, count = answer.get("tokens"), token_count(url, answer)
+    if not pieces:
+        return Tokens(count)
+    found: list[str] | None = None
+    if isinstance(tokens, list) and tokens and all(isinstance(token, dict) for token in tokens):
+        found = [_llamacpp_piece(token.get("piece")) for token in tokens]  # llama.cpp with_pieces
+    elif isinstance(answer.get("token_strs"), list):
+        found = decode_token_strs(answer["token_strs"], text)  # vLLM return_token_strs
+    if found is not None and "".join(found) != text:
+        found = None
+    return Tokens(count, found)
+
+
+def tokenizer_answer(
+    url: str, body: dict[str, Any], headers: dict[str, str], timeout_s: float
+) -> dict[str, Any]:
+    """The JSON object a tokenizer endpoint (/tokenize, /apply-template) answers `body` with; raises
+    `TokenizeError` naming `url` for no reply, another status, or an answer that is no JSON object."""
     try:
         reply = request_once(url, "POST", body, headers=headers, timeout_s=timeout_s)
     except NoReply as error:
@@ -310,21 +329,17 @@ def tokenize(
         raise TokenizeError(f"{url}: the answer is not JSON") from None
     if not isinstance(answer, dict):
         raise TokenizeError(f"{url}: the answer is not a JSON object")
-    tokens, count = answer.get("tokens"), answer.get("count")
-    if not isinstance(count, int):
-        if not isinstance(tokens, list):
-            raise TokenizeError(f"{url}: no 'count' or 'tokens' in the answer")
-        count = len(tokens)
-    if not pieces:
-        return Tokens(count)
-    found: list[str] | None = None
-    if isinstance(tokens, list) and tokens and all(isinstance(token, dict) for token in tokens):
-        found = [_llamacpp_piece(token.get("piece")) for token in tokens]  # llama.cpp with_pieces
-    elif isinstance(answer.get("token_strs"), list):
-        found = decode_token_strs(answer["token_strs"], text)  # vLLM return_token_strs
-    if found is not None and "".join(found) != text:
-        found = None
-    return Tokens(count, found)
+    return answer
+
+
+def token_count(url: str, answer: dict[str, Any]) -> int:
+    """A tokenize answer's count: vLLM's `count`, else the length of `tokens` (llama.cpp)."""
+    count, tokens = answer.get("count"), answer.get("tokens")
+    if isinstance(count, int):
+        return count
+    if isinstance(tokens, list):
+        return len(tokens)
+    raise TokenizeError(f"{url}: no 'count' or 'tokens' in the answer")
 
 
 def _llamacpp_piece(piece: Any) -> str:

@@ -32,7 +32,6 @@ gives each engine. Counters are cached per backend in the process.
 from __future__ import annotations
 
 import bisect
-import json
 import logging
 import random
 import re
@@ -43,13 +42,13 @@ from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 from grill_locust.client.backend_http import (
-    NoReply,
     TokenizeError,
     Tokens,
     headers_for,
     list_models,
-    request_once,
+    token_count,
     tokenize,
+    tokenizer_answer,
 )
 from grill_locust.client.payloads import completion_prompt
 from grill_locust.engines import engine_facts
@@ -431,29 +430,11 @@ def _count_sent(
         body = {"prompt": prompt, "add_special_tokens": True}
     if model and not llamacpp:
         body["model"] = model
-    answer = _post(url, body, headers)
-    count, tokens = answer.get("count"), answer.get("tokens")
-    if isinstance(count, int):
-        return count
-    if isinstance(tokens, list):
-        return len(tokens)
-    raise TokenizeError(f"{url}: no 'count' or 'tokens' in the answer")
+    return token_count(url, _post(url, body, headers))
 
 
 def _post(url: str, body: dict[str, Any], headers: dict[str, str]) -> dict[str, Any]:
-    try:
-        reply = request_once(url, "POST", body, headers=headers, timeout_s=CALIBRATION_TIMEOUT_S)
-    except NoReply as error:
-        raise TokenizeError(f"{url}: {error}") from None
-    if reply.status != 200:
-        raise TokenizeError(f"{url}: HTTP {reply.status}")
-    try:
-        answer = json.loads(reply.body)
-    except ValueError:
-        raise TokenizeError(f"{url}: the answer is not JSON") from None
-    if not isinstance(answer, dict):
-        raise TokenizeError(f"{url}: the answer is not a JSON object")
-    return answer
+    return tokenizer_answer(url, body, headers, CALIBRATION_TIMEOUT_S)
 
 
 def _tokenize(
