@@ -149,6 +149,9 @@ class GrillUser(User):
         change only the text."""
         session = AutocompleteSession(plan)
         start = time.perf_counter()
+        send = labels.get(SCHEDULED_SEND)
+        if send is not None and plan.requests:
+            send.plan_delay_s = plan.requests[0].send_at_s
         for turn, planned in enumerate(plan.requests):
             session.insert(planned.typed)
             path, payload = fim_request(
