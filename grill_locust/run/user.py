@@ -48,7 +48,7 @@ class GrillUser(User):
         self.user_index = self.grill.next_user_index()
         self.developer: int | None = None  # the index in its tier a campaign user gets from the master
         self._clients: dict[str, EngineClient] = {}
-        # requests this user started per tier: its first warmup_requests of each are warmup
+        # requests this user started per tier: its first warmup_requests_per_user of each are warmup
         self._started_in_tier: Counter[tuple[Any, ...]] = Counter()
 
     def on_stop(self) -> None:
