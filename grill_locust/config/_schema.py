@@ -716,9 +716,12 @@ class Load(_Frozen):
     # the same per tier length: each tier's users spawned evenly over this time (spawn rate users / ramp_s)
     ramp_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     # A request is warmup (recorded, left out of the tier's statistics) when it started within warmup_s
-    # of its tier's start or is among the first warmup_requests its developer started in the tier.
+    # of its tier's start, is among the tier's first warmup_requests by send time (all its users and
+    # workers: picked from the records' send times, report/aggregate.py), or among the first
+    # warmup_requests_per_user its developer started in the tier.
     warmup_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     warmup_requests: int | None = Field(default=None, ge=1)
+    warmup_requests_per_user: int | None = Field(default=None, ge=1)
     tier_timeout_s: float = Field(default=1800.0, gt=0, allow_inf_nan=False)
     # after a tier that measured an engine outage: how long to hold at 0 users for the backend to answer
     # again before the tier runs once more (past it the campaign stops); 0: no hold, no re-run
@@ -763,12 +766,14 @@ class Load(_Frozen):
         return self.spawn_rate
 
     def warmup(self, since_tier_start_s: float, request_ordinal: int) -> bool | None:
-        """Whether a request is warmup: started `since_tier_start_s` after its tier's start, the developer's
-        `request_ordinal`-th (0-based) of the tier; None when no warmup is configured."""
-        if self.warmup_s is None and self.warmup_requests is None:
+        """Whether a request is warmup by what its worker knows: started `since_tier_start_s` after its
+        tier's start, the developer's `request_ordinal`-th (0-based) of the tier; None when no warmup is
+        configured. The tier's first `warmup_requests` are the report's to pick: no worker sees them all."""
+        per_user = self.warmup_requests_per_user
+        if self.warmup_s is None and self.warmup_requests is None and per_user is None:
             return None
         in_time = self.warmup_s is not None and since_tier_start_s < self.warmup_s
-        return in_time or (self.warmup_requests is not None and request_ordinal < self.warmup_requests)
+        return in_time or (per_user is not None and request_ordinal < per_user)
 
     @field_validator("rates")
     @classmethod

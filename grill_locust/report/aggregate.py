@@ -12,8 +12,9 @@ last request end when phases are missing). A rate tier's span runs from its firs
 last request's end: not the phase, whose start waits for the workers' dispatchers and whose end for the
 drain and its pause, so that its requests_per_s reads the rate the engine served.
 
-Requests started in a tier's warmup (record `warmup` true) are left out of every tier figure and counted
-beside (`warmup_requests`): the records are filtered once, where statistics read them (_Measured), and
+Requests started in a tier's warmup (record `warmup` true, or among the tier's first `warmup_requests` of
+run.json by send time: _tier_warmup) are left out of every tier figure and counted beside
+(`warmup_requests`): the records are filtered once, where statistics read them (_Measured), and
 the span of a tier with warmup starts at its first measured request; an agent session that started in
 warmup is left out whole. Cooldown requests (`cooldown` true) stay in and are counted (`cooldown_requests`).
 """
@@ -75,6 +76,7 @@ TIER_KEYS: list[str] = ["target", "tier_index"]
 FLAG_INCOMPLETE = "incomplete"
 FLAG_SATURATED = "saturated"
 FLAG_NO_SUCCESS = "no successful requests"
+FLAG_ALL_WARMUP = "no measured request"  # every request of the tier was warmup
 FLAG_UNREADABLE = "unreadable record line"
 SUMMARY_CSV = "summary.csv"
 
@@ -303,7 +305,7 @@ def summarize(
     a mix target's persona rows before its whole-tier row. Requests are judged by `slo` and
     `conversation_slos` (default: the run's own). Without `intervals` the bootstrap is left out (the
     master's live tier row: its event loop takes records meanwhile)."""
-    run = _judged(run, slo, conversation_slos)
+    run = _tier_warmup(_judged(run, slo, conversation_slos))
     return _summary_and_turns(run, _Measured.of(run), turns=False, intervals=intervals)[0]
 
 
@@ -311,13 +313,29 @@ def summarize_all(
     run: RunData, slo: Slo | None = None, conversation_slos: Mapping[str, Slo] | None = None
 ) -> RunTables:
     """Every table of the run, sharing the work of reading the records once; SLOs as `summarize`."""
-    run = _judged(run, slo, conversation_slos)
+    run = _tier_warmup(_judged(run, slo, conversation_slos))
     measured = _Measured.of(run)
     steps = agent_steps(measured.run.records)
     if len(steps):
         steps["series"] = series_names(steps)
     summary, turns, resamples = _summary_and_turns(run, measured, turns=True)
     return RunTables(summary, turns, measured.sessions, steps[STEP_COLUMNS], resamples)
+
+
+def _tier_warmup(run: RunData) -> RunData:
+    """The run with each record's `warmup` as the report counts it: its worker's judgment (`warmup_s`,
+    `warmup_requests_per_user`), or among its tier's first `warmup_requests` (run.json) by send time,
+    ties by record id, over all the tier's users and workers (each repeat of a tier its own). A mix's
+    tier is counted whole, before its personas are parted."""
+    first = run.meta.get("warmup_requests")
+    records = run.records
+    if not first or not len(records):
+        return run
+    order = records.sort_values(["wall_start", "record_id"], kind="stable")
+    tiers = [order["target"].astype(str), order["tier_index"], order["repeat"].fillna(0.0)]
+    early = order.groupby(tiers, dropna=False).cumcount().reindex(records.index) < int(first)
+    warmup = records["warmup"].eq(True).fillna(False).astype(bool) | early
+    return dataclasses.replace(run, records=records.assign(warmup=warmup.to_numpy(dtype=bool)))
 
 
 def _judged(run: RunData, slo: Slo | None, conversation_slos: Mapping[str, Slo] | None) -> RunData:
@@ -579,7 +597,7 @@ def summarize_turns(run: RunData) -> pd.DataFrame:
 
     Only targets whose records have a turn > 0 appear; empty when the run has no multi-turn target.
     """
-    measured = _Measured.of(run)
+    measured = _Measured.of(_tier_warmup(run))
     return _summarize_turns(measured.run, measured.stats)
 
 
@@ -687,7 +705,12 @@ def _flags(summary: pd.DataFrame) -> pd.Series:
     parts["saturated"] = np.where(
         summary["saturated"], FLAG_SATURATED + " (load generator:" + lag + cpu + ")", ""
     )
-    parts["no_success"] = np.where((summary["ok_requests"] == 0), FLAG_NO_SUCCESS, "")
+    all_warmup = (summary["requests"] == 0) & (summary["warmup_requests"] > 0)
+    parts["no_success"] = np.where(
+        all_warmup,
+        FLAG_ALL_WARMUP + " (all " + summary["warmup_requests"].astype(str) + " were warmup)",
+        np.where(summary["ok_requests"] == 0, FLAG_NO_SUCCESS, ""),
+    )
     parts["unreadable"] = summary["unreadable_lines"].map(
         lambda n: f"{n} {FLAG_UNREADABLE}{'s' if n > 1 else ''}" if n else ""
     )

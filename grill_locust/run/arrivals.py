@@ -70,9 +70,12 @@ class ScheduledSend:
     scheduled_wall: float
     tier_end_wall: float
     first: bool = True
+    # the conversation's own wait before its first request (a typing developer's first burst and
+    # debounce): that request is planned this long after the arrival, and late only past it
+    plan_delay_s: float = 0.0
 
     def columns(self, wall_start: float) -> dict[str, Any]:
-        lag_s = wall_start - self.scheduled_wall if self.first else None
+        lag_s = wall_start - self.scheduled_wall - self.plan_delay_s if self.first else None
         self.first = False
         return {
             "scheduled_wall": self.scheduled_wall,

@@ -18,6 +18,7 @@ again, the target's other tiers are skipped, and the run exits ENGINE_REFUSED, s
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import logging
 import math
@@ -126,6 +127,11 @@ class PhaseProgress:
     # the failed requests (not cut by our stop) by (status, the engine's message)
     failed_replies: Counter[tuple[str, str]] = field(default_factory=Counter)
     refusal: str = ""  # the engine's message when it refused the tier's requests (Campaign._judge_failures)
+    # the load's warmup_requests (0: none), and the tier's earliest sends so far, as many, each as
+    # (wall_start, record_id, its worker marked it warmup), in order; and the records no worker marked
+    warmup_requests: int = 0
+    earliest_sends: list[tuple[float, str, bool]] = field(default_factory=list)
+    unmarked_records: int = 0
     remark: str = ""  # why failures that looked like an outage were not taken for one
 
     @property
@@ -155,6 +161,30 @@ class PhaseProgress:
                 f"{SCHEDULE_LAG_P99_LIMIT_S * 1000:g} ms)"
             )
         return "; ".join(flags)
+
+    def count_warmup(self, record: dict[str, Any]) -> None:
+        """Count a record toward the tier's warmup: the tier's first warmup_requests by send time (as the
+        report picks them, report/aggregate.py _tier_warmup) or marked by its worker."""
+        marked = record.get("warmup") is True
+        self.unmarked_records += not marked
+        if not self.warmup_requests:
+            return
+        send = (float(record["wall_start"]), str(record["record_id"]), marked)
+        earliest = self.earliest_sends
+        if len(earliest) < self.warmup_requests or send < earliest[-1]:
+            bisect.insort(earliest, send)
+            del earliest[self.warmup_requests :]
+
+    @property
+    def all_warmup(self) -> str:
+        """The flag of a tier whose every request was warmup (none left to measure), or ""."""
+        measured = self.unmarked_records - sum(not marked for _, _, marked in self.earliest_sends)
+        if not self.records or measured > 0:
+            return ""
+        return (
+            f"no measured request: all {self.records} requests were warmup "
+            "(load.warmup_s or warmup_requests covers the tier)"
+        )
 
     @property
     def lag_p99_ms(self) -> float:
@@ -307,6 +337,7 @@ class Campaign:
                 if progress.ended_wall is not None:
                     ended[progress.phase.key] = progress
                 progress.records += 1
+                progress.count_warmup(record)
                 progress.records_by_conversation[record["conversation"]] += 1
                 if (progress is self.current or progress is self._probe_to_judge) and (
                     self._live or self.searches
@@ -658,6 +689,7 @@ class Campaign:
             phase = progress.phase = dataclasses.replace(phase, dispatchers=self._dispatchers())
             progress.max_in_flight = self.scenario.load.max_in_flight
         progress.started, progress.started_wall = time.monotonic(), time.time()
+        progress.warmup_requests = self.scenario.load.warmup_requests or 0
         self.current = progress
         self.broadcast()
         self._write_phase("start", progress)
@@ -731,7 +763,7 @@ class Campaign:
             progress.errors,
             f" ({note})" if note else "",
         )
-        for warning in (progress.saturation, progress.open_loop_flags):
+        for warning in (progress.saturation, progress.open_loop_flags, progress.all_warmup):
             if warning:
                 log.warning("tier %s: %s", self.tier_label(phase), warning)
         if self._live:
@@ -922,7 +954,14 @@ class Campaign:
         lost = "; ".join(
             f"{n} iterations lost on worker {w}" for w, n in progress.lost_by_worker.items() if n
         )
-        parts = (progress.end_reason, progress.remark, lost, *progress.losses, progress.open_loop_flags)
+        parts = (
+            progress.end_reason,
+            progress.remark,
+            lost,
+            *progress.losses,
+            progress.open_loop_flags,
+            progress.all_warmup,
+        )
         return "; ".join(part for part in parts if part)
 
     def _write_tier_row(self, progress: PhaseProgress) -> None:
@@ -942,7 +981,8 @@ class Campaign:
         records = pd.DataFrame(progress.tier_records, columns=list(RECORD_COLUMNS))
         phases = pd.DataFrame([self._phase_row(progress)])
         judged_by = {c.name: self.scenario.slo_of(c.name) for c in self.scenario.conversations}
-        run = RunData(records, phases, None, {"run_id": self.run_id})
+        meta = {"run_id": self.run_id, "warmup_requests": self.scenario.load.warmup_requests}
+        run = RunData(records, phases, None, meta)
         return summarize(run, self.scenario.slo, judged_by, intervals=False)
 
     def _phase_row(self, progress: PhaseProgress) -> dict[str, Any]:

@@ -195,8 +195,11 @@ def _new_campaign(environment: Environment, scenario: Scenario, path: str, optio
         meta["resumed_wall"] = [*earlier.get("resumed_wall", []), time.time()]
         repeats = repeats or earlier.get("repeats")
     meta["repeats"] = repeats = int(repeats or 1)
-    results = ResultsWriter(run_dir, meta, scenario.redacted(), resume=bool(options.resume))
     walk_tiers = environment.shape_class is not None  # plain users (-u/-r/-t) have no tiers
+    if walk_tiers and scenario.load.warmup_requests:
+        # the report leaves out each tier's first this many by send time (report/aggregate.py)
+        meta["warmup_requests"] = scenario.load.warmup_requests
+    results = ResultsWriter(run_dir, meta, scenario.redacted(), resume=bool(options.resume))
     campaign = Campaign(
         environment,
         scenario,

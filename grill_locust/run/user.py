@@ -48,7 +48,7 @@ class GrillUser(User):
         self.user_index = self.grill.next_user_index()
         self.developer: int | None = None  # the index in its tier a campaign user gets from the master
         self._clients: dict[str, EngineClient] = {}
-        # requests this user started per tier: its first warmup_requests of each are warmup
+        # requests this user started per tier: its first warmup_requests_per_user of each are warmup
         self._started_in_tier: Counter[tuple[Any, ...]] = Counter()
 
     def on_stop(self) -> None:
@@ -149,6 +149,9 @@ class GrillUser(User):
         change only the text."""
         session = AutocompleteSession(plan)
         start = time.perf_counter()
+        send = labels.get(SCHEDULED_SEND)
+        if send is not None and plan.requests:
+            send.plan_delay_s = plan.requests[0].send_at_s
         for turn, planned in enumerate(plan.requests):
             session.insert(planned.typed)
             path, payload = fim_request(

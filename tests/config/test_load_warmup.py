@@ -25,13 +25,19 @@ def test_no_warmup_configured_judges_no_request() -> None:
     assert load_of().warmup(since_tier_start_s=0.0, request_ordinal=0) is None
 
 
-def test_a_request_is_warmup_when_either_rule_holds() -> None:
-    load = load_of(warmup_s=2.0, warmup_requests=3)
+def test_a_request_is_warmup_when_either_rule_its_worker_knows_holds() -> None:
+    load = load_of(warmup_s=2.0, warmup_requests_per_user=3)
     assert load.warmup(1.9, 10) is True  # in time
     assert load.warmup(5.0, 2) is True  # among the developer's first three
     assert load.warmup(2.0, 3) is False
     assert load_of(warmup_s=2.0).warmup(5.0, 0) is False
-    assert load_of(warmup_requests=1).warmup(0.0, 1) is False
+    assert load_of(warmup_requests_per_user=1).warmup(0.0, 1) is False
+
+
+def test_the_tiers_first_requests_are_not_a_developers_count() -> None:
+    # warmup_requests counts the whole tier by send time (the report picks them): no worker judges them
+    load = load_of(warmup_requests=4)
+    assert load.warmup(0.0, 0) is False and load.warmup(0.0, 3) is False
 
 
 def test_ramp_s_gives_each_tier_its_own_spawn_rate() -> None:
@@ -49,6 +55,7 @@ def test_ramp_s_gives_each_tier_its_own_spawn_rate() -> None:
         ({"warmup_s": 0}, "load.warmup_s: expected a value > 0"),
         ({"warmup_requests": 0}, "load.warmup_requests: expected a value >= 1"),
         ({"warmup_requests": "two"}, "load.warmup_requests: expected a whole number"),
+        ({"warmup_requests_per_user": 0}, "load.warmup_requests_per_user: expected a value >= 1"),
     ],
 )
 def test_bad_warmup_or_ramp_is_one_line_naming_the_key(load: dict[str, object], message: str) -> None:

@@ -51,6 +51,42 @@ def test_seventy_twenty_five_five_at_twenty_developers_is_exact_and_grows_by_add
     assert [persona_index((70, 25, 5), k) for k in range(20)][:7] == first_seven
 
 
+def reference_personas(weights: tuple[float, ...], developers: int) -> list[int]:
+    """The assignment as the module states it, in fractions, recounted at every step: the result the
+    kept sequence and its whole-number steps must give."""
+    exact = [Fraction(str(weight)) for weight in weights]
+    shares = [weight / sum(exact) for weight in exact]
+    bound = tijdeman_bound(len(weights))
+    counts, sequence = [0] * len(weights), []
+    for n in range(1, developers + 1):
+        allowed = [i for i, share in enumerate(shares) if counts[i] + 1 <= n * share + bound]
+        chosen = min(allowed, key=lambda i: ((counts[i] + bound) / shares[i], i))
+        counts[chosen] += 1
+        sequence.append(chosen)
+    return sequence
+
+
+@pytest.mark.parametrize("weights", WEIGHT_SETS, ids=str)
+def test_the_assignment_is_the_stated_one_however_it_is_asked(weights: tuple[float, ...]) -> None:
+    expected = reference_personas(weights, 300)
+    # asked out of order (a tier of users asks any developer; a rate tier one send after another)
+    assert persona_index(weights, 299) == expected[299]
+    assert [persona_index(weights, k) for k in range(300)] == expected
+    for developers in (0, 1, 7, 50, 299, 300):
+        counts = [expected[:developers].count(i) for i in range(len(weights))]
+        assert persona_counts(weights, developers) == counts
+
+
+def test_the_first_developers_personas_are_those_of_earlier_versions() -> None:
+    first = {
+        (70, 25, 5): "0010010001001020001000100100010010200010",
+        (1, 2, 3, 4): "3213230123321323012332132301233213230123",
+        (0.3, 0.7): "1011011101101101110110110111011011011101",
+    }
+    for weights, personas in first.items():
+        assert "".join(str(persona_index(weights, k)) for k in range(40)) == personas
+
+
 def scenario_data(target: dict[str, Any]) -> dict[str, Any]:
     return {
         "backends": [{"name": "sim", "engine": "sim"}],

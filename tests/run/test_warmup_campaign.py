@@ -1,6 +1,6 @@
 """Warmup and ramp in a real headless Locust campaign against the simulated engine: a tier's users spawned
 over ramp_s, requests started within warmup_s of the tier's start or among a developer's first
-warmup_requests recorded with warmup true, left out of the summary's figures and counted beside them."""
+warmup_requests_per_user recorded with warmup true, left out of the summary's figures and counted beside them."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ USERS = TIERS[-1]
 ITERATIONS = 4
 RAMP_S = 3.0  # 4 users at 4/3 users/s: first requests 0.75 s apart (without ramp_s, 4 users/s: 0.25 s)
 WARMUP_S = 0.6  # the first developer's early requests fall in it, the last developer's none
-WARMUP_REQUESTS = 1
+WARMUP_REQUESTS = 1  # per developer
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> RunData:
             "engine_wait_s": 0,
             "ramp_s": RAMP_S,
             "warmup_s": WARMUP_S,
-            "warmup_requests": WARMUP_REQUESTS,
+            "warmup_requests_per_user": WARMUP_REQUESTS,
         },
     }
     scenario = write_scenario(tmp_path / "s.yaml", data)
