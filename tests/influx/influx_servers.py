@@ -21,6 +21,7 @@ from typing import Any
 from tests.real_binaries import require_binary
 
 STARTUP_TIMEOUT_S = 30.0
+EXPORT_AHEAD_S = 86_400  # an export reaches this far past the present: points from a clock that runs ahead
 
 
 def free_port() -> int:
@@ -100,9 +101,15 @@ class VictoriaMetrics(_ServerProcess):
         wait_until_up(f"{self.url}/health", self.process, log)
 
     def export(self, match: str) -> list[dict[str, Any]]:
-        """Every stored sample of the matching series: [{metric: {...}, values: [...], timestamps: [...]}]."""
+        """Every stored sample of the matching series: [{metric: {...}, values: [...], timestamps: [...]}].
+
+        The range is explicit: export's default end is "now" on the server's clock, which ticks in whole
+        seconds, so without it the samples stamped in the last second (a run's last requests, its last
+        tier's summary) are left out of an export made just after they were written.
+        """
         http_get(f"{self.url}/internal/force_flush")
-        query = urllib.parse.urlencode({"match[]": match})
+        end_s = int(time.time()) + EXPORT_AHEAD_S
+        query = urllib.parse.urlencode({"match[]": match, "start": "0", "end": str(end_s)})
         body = http_get(f"{self.url}/api/v1/export?{query}", timeout_s=30.0).decode()
         return [json.loads(line) for line in body.splitlines() if line.strip()]
 

@@ -99,6 +99,19 @@ def test_requests_sharing_a_millisecond_all_survive(victoria: VictoriaMetrics) -
     assert timestamps == [round(start_s * 1000) + i for i in range(50)]
 
 
+def test_points_of_this_second_are_read_back_as_soon_as_the_sink_closes(victoria: VictoriaMetrics) -> None:
+    # a run's last requests start in the second before it ends; a worker's clock may run ahead of the store's
+    now_s = time.time()
+    starts = [now_s - 0.3 + i * 0.01 for i in range(30)] + [now_s + 2.0]
+    records = [make_record(run_id="this-second", wall_start=s, output_tokens=i) for i, s in enumerate(starts)]
+    sink = InfluxSink(victoria.url, "org", "bucket", "test-token", "w1", flush_interval_s=0.1)
+    sink.write_records(records)
+    sink.close()
+    assert sink.written == len(records)
+    series = victoria.export('{__name__="grill_request_output_tokens",run_id="this-second"}')
+    assert sorted(value for one in series for value in one["values"]) == list(range(len(records)))
+
+
 def test_outage_loses_nothing_within_the_bound_and_counts_the_rest(victoria: VictoriaMetrics) -> None:
     bound = 300
     start_s = time.time() - 600

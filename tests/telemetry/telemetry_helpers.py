@@ -104,6 +104,10 @@ class FakeNvml:
         return self._read(gpu, "reasons", gpu.reasons)
 
 
+# how often a test server looks for its shutdown: serve_forever's default (0.5 s) is each test's teardown
+SERVE_POLL_S = 0.05
+
+
 class MetricsServer:
     """A real HTTP server on loopback whose /metrics body (or status) the test changes between scrapes."""
 
@@ -130,7 +134,7 @@ class MetricsServer:
         self.server.daemon_threads = True
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(SERVE_POLL_S,), daemon=True)
         self.thread.start()
 
     def close(self) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from telemetry_helpers import FakeGpu, FakeNvml
+from telemetry_helpers import SERVE_POLL_S, FakeGpu, FakeNvml
 
 from grill_locust.sinks.influx import InfluxSink
 from grill_locust.telemetry.exporter import GpuExporter
@@ -113,7 +113,7 @@ def write_capture() -> Iterator[tuple[str, list[tuple[str, str]]]]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread = threading.Thread(target=server.serve_forever, args=(SERVE_POLL_S,), daemon=True)
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", received
