@@ -313,7 +313,7 @@ def tokenize(
 
 
 def tokenizer_answer(
-    url: str, body: dict[str, Any], headers: dict[str, str], timeout_s: float
+    url: str, body: dict[str, Any], headers: Mapping[str, str] | None, timeout_s: float
 ) -> dict[str, Any]:
     """The JSON object a tokenizer endpoint (/tokenize, /apply-template) answers `body` with; raises
     `TokenizeError` naming `url` for no reply, another status, or an answer that is no JSON object."""
