@@ -279,7 +279,14 @@ def _column_types() -> dict[str, type]:
 RECORD_COLUMN_TYPES: dict[str, type] = _column_types()  # str, int, float or bool
 # What every record of every results folder carries (fields added since are read as empty where absent):
 # a line without one of them names no request of a tier.
-REQUIRED_RECORD_COLUMNS: tuple[str, ...] = ("record_id", "run_id", "target", "tier_index", "wall_start", "status")
+REQUIRED_RECORD_COLUMNS: tuple[str, ...] = (
+    "record_id",
+    "run_id",
+    "target",
+    "tier_index",
+    "wall_start",
+    "status",
+)
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # the columns' Arrow type: a larger number is no record's
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a finite number", bool: "true or false"}
 
@@ -309,6 +316,8 @@ def record_problem(row: dict[str, Any]) -> str | None:
             return f"{name} is {shown}, not {_TYPE_NAMES[kind]}"
     missing = [name for name in REQUIRED_RECORD_COLUMNS if row.get(name) is None]
     return f"no {', '.join(missing)}" if missing else None
+
+
 NUMERIC_RECORD_COLUMNS: tuple[str, ...] = tuple(
     n for n, t in RECORD_COLUMN_TYPES.items() if t in (int, float)
 )

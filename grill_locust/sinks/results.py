@@ -439,7 +439,12 @@ class UnreadableLine:
     reason: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"line": self.line, "target": self.target, "tier_index": self.tier_index, "reason": self.reason}
+        return {
+            "line": self.line,
+            "target": self.target,
+            "tier_index": self.tier_index,
+            "reason": self.reason,
+        }
 
 
 _TARGET_FIELD = re.compile(r'"target"\s*:\s*("(?:[^"\\]|\\.)*")')
