@@ -276,9 +276,48 @@ def _column_types() -> dict[str, type]:
     return types
 
 
-RECORD_COLUMN_TYPES: dict[str, type] = (
-    _column_types()
-)  # str, int, float or bool (None allowed where optional)
+RECORD_COLUMN_TYPES: dict[str, type] = _column_types()  # str, int, float or bool
+# What every record of every results folder carries (fields added since are read as empty where absent):
+# a line without one of them names no request of a tier.
+REQUIRED_RECORD_COLUMNS: tuple[str, ...] = (
+    "record_id",
+    "run_id",
+    "target",
+    "tier_index",
+    "wall_start",
+    "status",
+)
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # the columns' Arrow type: a larger number is no record's
+_TYPE_NAMES = {str: "a string", int: "an integer", float: "a finite number", bool: "true or false"}
+
+
+def _is_of_type(value: Any, kind: type) -> bool:
+    if kind is bool or isinstance(value, bool):
+        return kind is bool and isinstance(value, bool)
+    if isinstance(value, int):  # an integer is a number too
+        return kind in (int, float) and _INT64_MIN <= value <= _INT64_MAX
+    if isinstance(value, float):  # a whole float is an integer (as another writer, pandas, writes one)
+        if kind is int:
+            return value.is_integer() and _INT64_MIN <= value < -_INT64_MIN
+        return kind is float and math.isfinite(value)
+    return isinstance(value, kind)
+
+
+def record_problem(row: dict[str, Any]) -> str | None:
+    """Why a row read from records.jsonl (under today's names) is not a record, in a few words, or None:
+    the one type check of a record's fields, for every reader of records. A field may be absent or null
+    (an older folder lacks it, a measure was not taken) unless every record carries it; NaN and
+    infinity are no measure."""
+    for name, kind in RECORD_COLUMN_TYPES.items():
+        value = row.get(name)
+        if value is not None and not _is_of_type(value, kind):
+            shown = repr(value)
+            shown = shown if len(shown) <= 40 else shown[:37] + "..."
+            return f"{name} is {shown}, not {_TYPE_NAMES[kind]}"
+    missing = [name for name in REQUIRED_RECORD_COLUMNS if row.get(name) is None]
+    return f"no {', '.join(missing)}" if missing else None
+
+
 NUMERIC_RECORD_COLUMNS: tuple[str, ...] = tuple(
     n for n, t in RECORD_COLUMN_TYPES.items() if t in (int, float)
 )

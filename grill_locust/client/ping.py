@@ -1,7 +1,11 @@
 """`grill ping FILE`: check each backend of a scenario and print what it can do for a load test.
 
 Per backend: reachable, its target models listed at /v1/models, a tiny request streams over the
-backend's own API (chat, completions or Anthropic's messages, as a run sends it), usage in the stream, cached_tokens reported, /tokenize and /metrics answering. Simulated backends
+backend's own API (chat, completions or Anthropic's messages, as a run sends it), usage in the stream,
+cached_tokens reported, /tokenize and /metrics answering. Where the run would send what an engine may
+refuse, ping sends it first and names the refusal with what to change (errors.refusal_advice): a request
+carrying tools (agent sessions), and a fill-in-the-middle request over each autocomplete conversation's
+transport (`fim: infill` on a model without FIM tokens: llama-server's HTTP 501). Simulated backends
 (`engine: sim` without a URL) are started for the check and stopped after it.
 """
 
@@ -16,16 +20,19 @@ from typing import TYPE_CHECKING, Any
 from grill_locust.client._engine import EngineClient
 from grill_locust.client._replies import scrub
 from grill_locust.client.backend_http import NoReply, fetch_text, headers_for, list_models
-from grill_locust.client.payloads import request_for
+from grill_locust.client.payloads import INFILL_PATH, fim_request, request_for
 from grill_locust.engines import engine_facts
-from grill_locust.errors import GrillError
-from grill_locust.record import KIND_AGENTIC, STATUS_OK, measure
+from grill_locust.errors import GrillError, is_known_refusal, is_refusal, refusal_advice
+from grill_locust.record import KIND_AGENTIC, KIND_AUTOCOMPLETE, STATUS_OK, RawTiming, measure
+from grill_locust.workload.fim_templates import choose_fim
 
 if TYPE_CHECKING:
-    from grill_locust.config import Backend
+    from grill_locust.config import Backend, Conversation, Model
 
 PING_MAX_TOKENS = 8
 PING_PROMPT = "Write a Python function that returns the sum of two numbers."
+PING_FIM_PREFIX = "def add(a, b):\n    "  # a cursor inside a function, as a typing developer's
+PING_FIM_SUFFIX = "\n\n\nprint(add(1, 2))\n"
 DEFAULT_TIMEOUT_S = 30.0
 
 
@@ -44,11 +51,13 @@ class BackendCheck:
     tokenize: bool | None = None
     metrics: bool | None = None
     tools: bool | None = None  # checked only for a backend that carries agent sessions
+    fim: bool | None = None  # checked only for a backend that carries autocomplete conversations
     note: str = ""
 
     @property
     def usable(self) -> bool:
-        return self.reachable and bool(self.streams)
+        """It streams, and serves what its targets will send (a refused probe: the run's tier would be)."""
+        return self.reachable and bool(self.streams) and self.tools is not False and self.fim is not False
 
 
 COLUMNS: tuple[tuple[str, str], ...] = (
@@ -63,6 +72,7 @@ COLUMNS: tuple[tuple[str, str], ...] = (
     ("/tokenize", "tokenize"),
     ("/metrics", "metrics"),
     ("tools", "tools"),
+    ("fim", "fim"),
     ("note", "note"),
 )
 
@@ -93,8 +103,16 @@ def run(args: argparse.Namespace) -> int:
             from grill_locust.workload.tools import TOOLS
 
             tools = TOOLS
+        fim = {  # one probe per model x transport (and template) the run sends FIM requests over
+            (t.model.name, choose_fim(backend.engine, t.model, p.conversation)): (t.model, p.conversation)
+            for t in targets
+            for p in t.personas
+            if p.conversation.kind == KIND_AUTOCOMPLETE
+        }
         with _running(backend, models) as live:
-            checks.append(check_backend(live, models, timeout_s=args.timeout, tools=tools))
+            checks.append(
+                check_backend(live, models, timeout_s=args.timeout, tools=tools, fim=list(fim.values()))
+            )
     print(format_table(checks))
     return 0 if all(check.usable for check in checks) else 1
 
@@ -120,8 +138,10 @@ def check_backend(
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     tools: list[dict[str, Any]] | None = None,
+    fim: list[tuple[Model, Conversation]] | None = None,
 ) -> BackendCheck:
-    """Probe one backend; with `tools` (its targets run agent sessions), also a request carrying them."""
+    """Probe one backend; with `tools` (its targets run agent sessions), also a request carrying them;
+    with `fim` (its autocomplete targets' model and conversation), a FIM request as each sends them."""
     from grill_locust.config import Model
 
     check = BackendCheck(name=backend.name, engine=backend.engine, url=backend.url)
@@ -179,7 +199,17 @@ def check_backend(
             tooled = client.stream(path, payload).raw
             check.tools = measure(tooled).status == STATUS_OK
             if not check.tools:
-                notes.append(f"tools refused: {measure(tooled).status} {tooled.error}".strip())
+                notes.append(_refused("tools", tooled))
+        for fim_model, conversation in fim or []:
+            path, payload = fim_request(backend, fim_model, conversation, PING_FIM_PREFIX, PING_FIM_SUFFIX)
+            payload["n_predict" if path == INFILL_PATH else "max_tokens"] = PING_MAX_TOKENS
+            filled = client.stream(path, payload).raw
+            served = measure(filled).status == STATUS_OK
+            check.fim = served if check.fim is None else check.fim and served
+            if not served:
+                notes.append(
+                    _refused(f"fim {choose_fim(backend.engine, fim_model, conversation).transport}", filled)
+                )
 
     if backend.tokenize_url:
         check.tokenize = client.count_tokens("def add(a, b):\n    return a + b\n", model) is not None
@@ -190,6 +220,17 @@ def check_backend(
     client.close()
     check.note = scrub("; ".join(notes), client.secrets)
     return check
+
+
+def _refused(what: str, raw: RawTiming) -> str:
+    """A note on a probe that failed: the engine's answer and, where it is a refusal (the run would mark
+    the tier refused), what to change."""
+    status = measure(raw).status
+    answer = f"{status} {raw.error}".strip()
+    if is_refusal(status) or is_known_refusal(raw.error):
+        # what to change first: the table's note is cut at a record error's length
+        return f"{what} refused: {refusal_advice(raw.error, status)} (engine: {answer})"
+    return f"{what} failed: {answer}"
 
 
 def _metrics_answer(backend: Backend, url: str, timeout_s: float) -> bool:

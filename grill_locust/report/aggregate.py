@@ -22,6 +22,8 @@ warmup is left out whole. Cooldown requests (`cooldown` true) stay in and are co
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import sys
 from collections import Counter
 from collections.abc import Mapping
@@ -67,6 +69,7 @@ from grill_locust.report.sessions import (
     agent_steps,
     session_tier_figures,
 )
+from grill_locust.run.arrivals import SCHEDULE_LAG_P99_LIMIT_S
 
 TIER_KEYS: list[str] = ["target", "tier_index"]
 
@@ -141,6 +144,9 @@ SUMMARY_COLUMNS: list[str] = with_interval_columns(
         "saturated",
         "unreadable_lines",
         "complete",
+        # why the tier is no verdict on its load ("" when it is): a rate tier whose sends waited (for
+        # max_in_flight, or a load generator behind its schedule), a tier cut short (its time cap)
+        "not_served",
         "flags",
         "note",
     ]
@@ -510,6 +516,7 @@ def _summarize(measured: _Measured, intervals: bool = True) -> tuple[pd.DataFram
     summary["complete"] = phases["complete"].reindex(summary.index).fillna(True).astype(bool)
     summary["note"] = phases["note"].reindex(summary.index).fillna("").astype(str)
     summary["unreadable_lines"] = _unreadable_per_tier(run, summary.index)
+    summary["not_served"] = _not_served(summary, run.records)
     earlier = phases.get("earlier_attempt_requests", pd.Series(0, index=phases.index))
     summary["earlier_attempt_requests"] = earlier.reindex(summary.index).fillna(0).astype("int64")
     summary["warmup_requests"] = [measured.warmup_requests[(str(t), int(i))] for t, i in summary.index]
@@ -528,7 +535,7 @@ def _summarize(measured: _Measured, intervals: bool = True) -> tuple[pd.DataFram
     extra = [c for c in summary.columns if c not in SUMMARY_COLUMNS and c not in INTERNAL_COLUMNS]
     summary["mix"] = ""
     summary = summary[SUMMARY_COLUMNS + extra]
-    for name in (*LABEL_COLUMNS, "series", "flags", "note"):
+    for name in (*LABEL_COLUMNS, "series", "not_served", "flags", "note"):
         summary[name] = summary[name].astype(str)
     summary = summary.sort_values(["target", "tier_users", "tier_index"], kind="stable")
     return summary.reset_index(drop=True), resamples
@@ -688,6 +695,43 @@ def _unreadable_per_tier(run: RunData, tiers: pd.MultiIndex) -> list[int]:
     )
     unknown = sum(1 for line in run.unreadable_lines if line.target is None)
     return [named[(str(target), int(tier))] + unknown for target, tier in tiers]
+
+
+# the phases.csv notes of a rate tier whose sends waited for a slot and of a tier stopped at its time cap
+# (run/campaign.py writes them)
+_WAITED_NOTE = re.compile(r"max_in_flight (\d+) reached: (\d+) sends waited")
+_TIME_CAP_NOTE = re.compile(r"time cap [^;]* reached")
+
+
+def _not_served(summary: pd.DataFrame, records: pd.DataFrame) -> list[str]:
+    """Why each tier is no verdict on the load it was given, or "": the load it offered is not what the
+    engine was given. A rate tier whose sends went out late (schedule lag p99 past
+    SCHEDULE_LAG_P99_LIMIT_S, as the run's LOAD-GENERATOR-BOUND flag): they waited for max_in_flight, or
+    the load generator fell behind; a tier that did not run in full."""
+    lags = records[records["schedule_lag_s"].notna()].groupby(TIER_KEYS)["schedule_lag_s"]
+    reasons = []
+    for key, row in summary.iterrows():
+        parts = []
+        note = str(row["note"])
+        if not row["complete"]:
+            cap = _TIME_CAP_NOTE.search(note)
+            parts.append(f"incomplete: {cap.group(0)}" if cap else "incomplete")
+        tier_lags = np.sort(lags.get_group(key).to_numpy()) if key in lags.groups else np.array([])
+        p99_s = tier_lags[max(0, math.ceil(0.99 * len(tier_lags)) - 1)] if len(tier_lags) else 0.0
+        if p99_s > SCHEDULE_LAG_P99_LIMIT_S:  # nearest rank, as the run's flag
+            late = int((tier_lags > SCHEDULE_LAG_P99_LIMIT_S).sum())
+            found = _WAITED_NOTE.search(note)
+            slots, waited = (found.group(1), int(found.group(2))) if found else ("", 0)
+            if waited >= late:
+                parts.append(f"{waited} of {len(tier_lags)} sends waited for max_in_flight {slots}")
+            else:
+                also = f", {waited} waited for max_in_flight {slots}" if waited else ""
+                parts.append(
+                    f"{late} of {len(tier_lags)} sends late (schedule lag p99 {p99_s * 1000:.0f} ms{also}): "
+                    "the load generator fell behind"
+                )
+        reasons.append("; ".join(parts))
+    return reasons
 
 
 def _timing_lag_ms(summary: pd.DataFrame) -> pd.Series:

@@ -171,16 +171,23 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return frames[0]
 
 
+UNREADABLE_REASONS_SHOWN = 3  # a note names why for the first few lines (summary.json has every one)
+
+
 def _unreadable_notes(runs: list[LabelledRun]) -> list[str]:
-    """One note per run whose records.jsonl has lines that are not a record: how many, and where."""
+    """One note per run whose records.jsonl has lines that are not a record: how many, where, and why
+    for the first few."""
     notes = []
     for labelled in runs:
         lines = list(labelled.run.unreadable_lines)
         if lines:
+            why = "; ".join(
+                f"line {line.line}: {line.reason}" for line in lines[:UNREADABLE_REASONS_SHOWN] if line.reason
+            )
             notes.append(
                 f"run {labelled.label}: {len(lines)} unreadable lines in records.jsonl "
-                f"({line_numbers_text(lines)}): their requests are not in the figures; the tiers they may "
-                f"belong to are flagged"
+                f"({line_numbers_text(lines)}{f'; {why}' if why else ''}): their requests are not in the "
+                f"figures; the tiers they may belong to are flagged"
             )
     return notes
 

@@ -54,6 +54,9 @@ CAPACITY_COLUMNS: list[str] = [
     "binding_persona",  # a mix's persona whose SLO the binding metric broke ("" for one conversation)
     "first_failing_users",
     "tested_max_users",
+    # the first tier that is no verdict on its load (summary `not_served`): the walk stops below it
+    "not_served_users",
+    "not_served",
     "note",
 ]
 
@@ -264,12 +267,18 @@ def _series_capacity(tiers: pd.DataFrame, judge: _Judge) -> dict[str, Any]:
     tested_max = as_load(ordered["_load"].max()) if len(ordered) else 0
     notes: list[str] = []
     last_pass: pd.Series | None = None
+    unserved = {"not_served_users": math.nan, "not_served": ""}
     for _, tier in ordered.iterrows():
+        why = str(tier.get("not_served", "") or "")
+        if not why and not bool(tier.get("complete", True)):  # a summary without the column
+            why = "incomplete"
+        if why:  # what it measured is not its load: capacity is what the tiers below it held
+            unserved = {"not_served_users": as_load(tier["_load"]), "not_served": why}
+            notes.append(f"{load_text(tier['_load'], unit)} {not_served_phrase(unit)} ({why})")
+            break
         failures = judge.failures(tier)
         if bool(tier.get("saturated", False)):
             notes.append(f"load generator saturated at {load_text(tier['_load'], unit)}")
-        if not bool(tier.get("complete", True)):
-            notes.append(f"tier {tier['_load']:g}{'' if unit == USERS else ' ' + unit} incomplete")
         if not failures:
             last_pass = tier
             continue
@@ -281,9 +290,10 @@ def _series_capacity(tiers: pd.DataFrame, judge: _Judge) -> dict[str, Any]:
             "binding_persona": persona,
             "first_failing_users": as_load(tier["_load"]),
             "tested_max_users": tested_max,
+            **unserved,
             "note": "; ".join(notes),
         }
-    if last_pass is not None:
+    if last_pass is not None and not unserved["not_served"]:
         notes.append("meets the SLO at every tested tier")
     return {
         "max_users_meeting_slo": as_load(last_pass["_load"]) if last_pass is not None else 0,
@@ -292,8 +302,15 @@ def _series_capacity(tiers: pd.DataFrame, judge: _Judge) -> dict[str, Any]:
         "binding_persona": "",
         "first_failing_users": math.nan,
         "tested_max_users": tested_max,
+        **unserved,
         "note": "; ".join(notes),
     }
+
+
+def not_served_phrase(unit: str) -> str:
+    """What a tier that is no verdict on its load did not do: a rate's sends were not served on
+    schedule, a tier of users did not run in full."""
+    return "not run in full" if unit == USERS else "not served on schedule"
 
 
 def _fraction(low: float, high: float, metric: str, slo: Slo) -> float:
@@ -313,7 +330,7 @@ def users_phrase(row: pd.Series) -> str:
     if pd.isna(row["first_failing_users"]):
         if row["max_users_meeting_slo"] > 0:
             return f">= {row['max_users_meeting_slo']:g}{after}"
-        return "no data"
+        return "no verdict" if row.get("not_served") else "no data"
     if row["max_users_meeting_slo"] == 0:
         return f"none (< {row['first_failing_users']:g}{after})"
     return f"~{floor_text(row['estimated_users'], unit)}{after}"
@@ -321,6 +338,10 @@ def users_phrase(row: pd.Series) -> str:
 
 def _holds(row: pd.Series) -> str:
     unit = str(row.get("load_unit", USERS))
+    why = str(row.get("not_served", "") or "")
+    if why and row["max_users_meeting_slo"] == 0:
+        load = load_text(row["not_served_users"], unit)
+        return f"{row['series']}: {load} {not_served_phrase(unit)} ({why})"
     if row["max_users_meeting_slo"] == 0 and pd.isna(row["first_failing_users"]):
         return f"{row['series']}: no successful requests to judge"
     if row["max_users_meeting_slo"] == 0 and not pd.isna(row["first_failing_users"]):
@@ -335,7 +356,10 @@ def _holds(row: pd.Series) -> str:
         else f"{row['series']} holds {phrase}"
     )
     persona = row.get("binding_persona") or ""
-    return f"{held} ({persona} breaks it first, on {row['binding_metric']})" if persona else held
+    held = f"{held} ({persona} breaks it first, on {row['binding_metric']})" if persona else held
+    if why:
+        held += f"; {load_text(row['not_served_users'], unit)} {not_served_phrase(unit)} ({why})"
+    return held
 
 
 def recommendations(capacity: pd.DataFrame) -> pd.DataFrame:

@@ -5,8 +5,9 @@ parquet copies, perhaps with a half-written last line, and perhaps no (or an emp
 report still reads what is there. The parquet files are written at a clean close and removed by
 `--resume`, so where one is there it holds every record; one that does not open is passed over.
 A folder written before a column was renamed is read under today's names (`with_current_columns`).
-A line of records.jsonl that is not a record is not read, but never passed over in silence: `RunData`
-lists it (`unreadable_lines`), from the jsonl or, for a parquet copy, from what its close wrote in run.json.
+A line of records.jsonl that is not a record (not JSON, or a field of the wrong type: record.record_problem)
+is neither read nor counted, but never passed over in silence: `RunData` lists it (`unreadable_lines`),
+from the jsonl or, for a parquet copy, from what its close wrote in run.json.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from grill_locust.sinks.results import (
     TELEMETRY_PARQUET,
     UnreadableLine,
     read_jsonl,
+    read_records_table,
 )
 
 
@@ -65,8 +67,7 @@ def load_run(run_dir: str | Path) -> RunData:
         meta["run_id"] = str(ids[0]) if len(ids) else folder.name
     phases = _read_phases(folder, records)
     records, phases = latest_attempts(records, phases)
-    read_telemetry = _read_table(folder / TELEMETRY_PARQUET, folder / TELEMETRY_JSONL)
-    telemetry = read_telemetry[0] if read_telemetry is not None and len(read_telemetry[0]) else None
+    telemetry = _read_telemetry(folder)
     return RunData(
         records=records,
         phases=phases,
@@ -78,41 +79,43 @@ def load_run(run_dir: str | Path) -> RunData:
 
 
 def _read_records(folder: Path, meta: dict[str, Any]) -> tuple[pd.DataFrame, list[UnreadableLine]]:
-    read = _read_table(folder / RECORDS_PARQUET, folder / RECORDS_JSONL)
-    if read is None:
-        raise GrillError(f"{folder}: no {RECORDS_PARQUET} or {RECORDS_JSONL} (is this a results folder?)")
-    frame, unreadable = read
-    if unreadable is None:  # the parquet copy: its close listed the lines it could not read
+    parquet, jsonl = folder / RECORDS_PARQUET, folder / RECORDS_JSONL
+    frame = _read_parquet(parquet)
+    if frame is not None:  # its close listed the lines it could not read
         unreadable = [
-            UnreadableLine(int(line["line"]), "", line.get("target"), line.get("tier_index"))
+            UnreadableLine(
+                int(line["line"]), "", line.get("target"), line.get("tier_index"), line.get("reason", "")
+            )
             for line in meta.get("unreadable_record_lines") or []
         ]
-    return normalize_records(frame), unreadable
+        return normalize_records(frame), unreadable
+    if not jsonl.is_file():
+        raise GrillError(f"{folder}: no {RECORDS_PARQUET} or {RECORDS_JSONL} (is this a results folder?)")
+    table, unreadable = read_records_table(jsonl)
+    return normalize_records(table.to_pandas()), unreadable
 
 
-def _read_table(
-    parquet_path: Path, jsonl_path: Path
-) -> tuple[pd.DataFrame, list[UnreadableLine] | None] | None:
-    """The parquet copy when it opens (with None), else the jsonl file it was made from with its
-    unreadable lines; None when neither is there."""
-    if parquet_path.is_file():
+def _read_parquet(path: Path) -> pd.DataFrame | None:
+    """A parquet copy when it opens; None when it is not there or cut short by a kill while it was
+    written (pyarrow: ArrowInvalid)."""
+    if path.is_file():
         try:
-            return pd.read_parquet(parquet_path), None
-        except (OSError, ValueError):  # cut short by a kill while it was written (pyarrow: ArrowInvalid)
+            return pd.read_parquet(path)
+        except (OSError, ValueError):
             pass
-    if jsonl_path.is_file():
-        return _read_jsonl(jsonl_path) if jsonl_path.stat().st_size else (pd.DataFrame(), [])
     return None
 
 
-def _read_jsonl(path: Path) -> tuple[pd.DataFrame, list[UnreadableLine]]:
-    """A jsonl file as a frame (pandas' fast reader), and the lines that are not a JSON object (then read
-    line by line)."""
-    try:
-        return pd.read_json(path, lines=True, dtype=False), []
-    except ValueError:
-        rows, unreadable = read_jsonl(path)
-        return pd.DataFrame.from_records(rows), unreadable
+def _read_telemetry(folder: Path) -> pd.DataFrame | None:
+    """telemetry.parquet, else the telemetry.jsonl it was made from; None when neither holds a sample."""
+    frame = _read_parquet(folder / TELEMETRY_PARQUET)
+    jsonl = folder / TELEMETRY_JSONL
+    if frame is None and jsonl.is_file() and jsonl.stat().st_size:
+        try:
+            frame = pd.read_json(jsonl, lines=True, dtype=False)
+        except ValueError:  # a line cut by a crash: the samples read one by one
+            frame = pd.DataFrame.from_records(read_jsonl(jsonl)[0])
+    return frame if frame is not None and len(frame) else None
 
 
 def with_current_columns(frame: pd.DataFrame) -> pd.DataFrame:

@@ -20,6 +20,7 @@ import pandas as pd
 from grill_locust.record import (
     ADDED_LABEL_COLUMNS,
     KIND_AUTOCOMPLETE,
+    RECORD_COLUMN_TYPES,
     RECORD_COLUMNS,
     RENAMED_COLUMNS,
     STATUS_ABANDONED,
@@ -412,7 +413,9 @@ def write_results_folder(
     if records_format == "parquet":
         frame.to_parquet(folder / "records.parquet", index=False)
     elif records_format == "jsonl":
-        frame.to_json(folder / "records.jsonl", orient="records", lines=True)
+        # integers as the run writes them (a float column's 50.0 is no record's token count)
+        integers = {n: "Int64" for n, t in RECORD_COLUMN_TYPES.items() if t is int and n in frame}
+        frame.astype(integers).to_json(folder / "records.jsonl", orient="records", lines=True)
     else:
         raise ValueError(f"records_format must be parquet or jsonl, not {records_format!r}")
     if phases is None:

@@ -23,11 +23,19 @@ from typing import IO, Any, ClassVar
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.json as pa_json
 import pyarrow.parquet as pq
 import yaml
 
-from grill_locust.record import LABEL_COLUMNS, RECORD_COLUMN_TYPES, with_current_names
+from grill_locust.record import (
+    LABEL_COLUMNS,
+    RECORD_COLUMN_TYPES,
+    RENAMED_COLUMNS,
+    REQUIRED_RECORD_COLUMNS,
+    record_problem,
+    with_current_names,
+)
 from grill_locust.sinks import PhaseEvent
 
 RECORDS_JSONL = "records.jsonl"
@@ -172,7 +180,7 @@ class ResultsWriter:
         kept: list[dict[str, Any]] = []
         set_aside: list[dict[str, Any]] = []
         renamed = False
-        rows, unreadable = read_jsonl(self.run_dir / RECORDS_JSONL)
+        rows, unreadable = read_records(self.run_dir / RECORDS_JSONL)
         for row in rows:
             record = with_current_names(row)
             renamed |= record.keys() != row.keys()
@@ -420,27 +428,34 @@ class ResultsWriter:
 
 @dataclass(frozen=True)
 class UnreadableLine:
-    """A line of a jsonl file that is not a JSON object (cut by a crash, or damaged), 1-based; the tier
-    its text still names, when it names one."""
+    """A line of a jsonl file that is not what the file holds (cut by a crash, damaged, or for
+    records.jsonl no record: record.record_problem), 1-based; why, and the tier its text still names,
+    when it names one."""
 
     line: int
     text: str
     target: str | None = None
     tier_index: int | None = None
+    reason: str = ""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"line": self.line, "target": self.target, "tier_index": self.tier_index}
+        return {
+            "line": self.line,
+            "target": self.target,
+            "tier_index": self.tier_index,
+            "reason": self.reason,
+        }
 
 
 _TARGET_FIELD = re.compile(r'"target"\s*:\s*("(?:[^"\\]|\\.)*")')
 _TIER_FIELD = re.compile(r'"tier_index"\s*:\s*(-?\d+)\s*[,}]')
 
 
-def _unreadable(number: int, text: str) -> UnreadableLine:
+def _unreadable(number: int, text: str, reason: str) -> UnreadableLine:
     target, tier = _TARGET_FIELD.search(text), _TIER_FIELD.search(text)
     if target is None or tier is None:
-        return UnreadableLine(number, text)
-    return UnreadableLine(number, text, json.loads(target.group(1)), int(tier.group(1)))
+        return UnreadableLine(number, text, reason=reason)
+    return UnreadableLine(number, text, json.loads(target.group(1)), int(tier.group(1)), reason)
 
 
 def line_numbers_text(lines: list[UnreadableLine], most: int = 20) -> str:
@@ -450,8 +465,11 @@ def line_numbers_text(lines: list[UnreadableLine], most: int = 20) -> str:
     return f"line{'s' if len(lines) > 1 else ''} {numbers}{more}"
 
 
-def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[UnreadableLine]]:
-    """Every JSON object of a jsonl file, and the lines that are not one (blank lines are nothing)."""
+def read_jsonl(
+    path: Path, problem: Callable[[dict[str, Any]], str | None] | None = None
+) -> tuple[list[dict[str, Any]], list[UnreadableLine]]:
+    """Every JSON object of a jsonl file (that `problem` finds nothing wrong with), and the lines that
+    are not one, with why (blank lines are nothing)."""
     if not path.exists():
         return [], []
     rows: list[dict[str, Any]] = []
@@ -462,27 +480,73 @@ def read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[UnreadableLine]]:
                 continue
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError:
-                row = None
-            if isinstance(row, dict):
-                rows.append(row)
+            except (json.JSONDecodeError, RecursionError):
+                row, reason = None, "not JSON"
             else:
-                unreadable.append(_unreadable(number, line.rstrip("\n")))
+                reason = "not a JSON object"
+            if isinstance(row, dict):
+                reason = problem(row) if problem is not None else None
+                if reason is None:
+                    rows.append(row)
+                    continue
+            unreadable.append(_unreadable(number, line.rstrip("\n"), reason))
     return rows, unreadable
 
 
+def _record_problem(row: dict[str, Any]) -> str | None:
+    return record_problem(with_current_names(row))
+
+
+def read_records(path: Path) -> tuple[list[dict[str, Any]], list[UnreadableLine]]:
+    """The records of a records.jsonl as written (perhaps under an older folder's names), and the lines
+    that are no record."""
+    return read_jsonl(path, _record_problem)
+
+
 def read_records_table(path: Path) -> tuple[pa.Table, list[UnreadableLine]]:
-    """records.jsonl as an Arrow table with the record schema, read column-wise (no Python dict per
-    record), and the lines it could not read. An unreadable line makes the fast reader fail; then the
-    lines are read one by one."""
+    """records.jsonl as an Arrow table with the record schema under today's names, and the lines that
+    are no record. Read column-wise (no Python dict per record) while every line passes what the record
+    schema asks (`_clean_read`); else line by line, each line checked by record.record_problem."""
     if not path.exists() or path.stat().st_size == 0:
         return RECORD_SCHEMA.empty_table(), []
+    table = _clean_read(path)
+    if table is not None:
+        return table, []
+    rows, unreadable = read_records(path)
+    table = pa.Table.from_pylist([with_current_names(row) for row in rows], schema=RECORD_SCHEMA)
+    return table, unreadable
+
+
+def _clean_read(path: Path) -> pa.Table | None:
+    """The fast read of records.jsonl, or None where a line may be no record. Arrow's reader refuses a
+    value of another type than its column's; what it lets through and record_problem does not (NaN or
+    infinity, a required field missing, two objects on one line) or an older folder's column names send the
+    file to the line-by-line read."""
     try:
         table = pa_json.read_json(path, parse_options=pa_json.ParseOptions(explicit_schema=RECORD_SCHEMA))
-        return table.select(list(RECORD_SCHEMA.names)), []
-    except pa.ArrowInvalid:
-        rows, unreadable = read_jsonl(path)
-        return pa.Table.from_pylist(rows, schema=RECORD_SCHEMA), unreadable
+    except (pa.ArrowException, OSError):
+        return None
+    if any(old in table.column_names for old in RENAMED_COLUMNS):  # an older folder: renamed row by row
+        return None
+    table = table.select(list(RECORD_SCHEMA.names))
+    if table.num_rows != _line_count(path):
+        return None
+    if any(table.column(name).null_count for name in REQUIRED_RECORD_COLUMNS):
+        return None
+    for name, kind in RECORD_COLUMN_TYPES.items():
+        if kind is float and pc.any(pc.invert(pc.is_finite(table.column(name)))).as_py():
+            return None
+    return table
+
+
+def _line_count(path: Path) -> int:
+    """Lines of a file (a last one without its newline counted too)."""
+    count, last = 0, b"\n"
+    with open(path, "rb") as f:
+        while chunk := f.read(WRITE_CHUNK_BYTES):
+            count += chunk.count(b"\n")
+            last = chunk[-1:]
+    return count + (last != b"\n")
 
 
 def phase_key(row: dict[str, Any]) -> tuple[str, int, int, int]:

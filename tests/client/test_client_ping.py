@@ -64,8 +64,9 @@ def test_ping_starts_a_simulated_engine_and_reports_every_capability(tmp_path: P
     assert out.splitlines()[0].split()[:4] == ["backend", "engine", "url", "reachable"]
     row = table_rows(out)["sim-vllm"]
     assert row[1] == "sim" and row[2].startswith("http://127.0.0.1:")
-    # reachable, listed, streams, usage, cached_tokens, /tokenize, /metrics; tools not checked (no agent)
-    assert row[3:] == ["yes"] * 7 + ["-"]
+    # reachable, listed, streams, usage, cached_tokens, /tokenize, /metrics; tools and fim not checked
+    # (no agent sessions, no autocomplete)
+    assert row[3:] == ["yes"] * 7 + ["-", "-"]
 
 
 def test_ping_reports_an_unreachable_backend_and_exits_1(tmp_path: Path, capsys) -> None:
@@ -194,7 +195,7 @@ def test_ping_passes_a_simulated_engines_key_through_its_environment_never_its_c
     assert simulators_seen > 0, "the simulated engine was never seen running"
     assert ping.returncode == 0, out + err
     # the simulator wants the key (an unauthenticated /v1/models is refused): it got it, from the environment
-    assert table_rows(out)["sim-keyed"][3:] == ["yes"] * 7 + ["-"]
+    assert table_rows(out)["sim-keyed"][3:] == ["yes"] * 7 + ["-", "-"]
     assert key not in out + err
 
 

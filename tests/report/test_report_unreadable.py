@@ -43,11 +43,14 @@ def test_report_names_the_unreadable_lines_and_flags_the_tiers(tmp_path: Path, c
     assert grill("report", str(run), "--out", str(out), "--no-progress") == 0
 
     stdout = capsys.readouterr().out
-    assert f"2 unreadable lines in records.jsonl (lines {BROKEN_AT}, {last_line})" in stdout
+    assert (
+        f"2 unreadable lines in records.jsonl (lines {BROKEN_AT}, {last_line}; line {BROKEN_AT}: not JSON; "
+        f"line {last_line}: not JSON)" in stdout
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["runs"][0]["unreadable_record_lines"] == [
-        {"line": BROKEN_AT, "target": target, "tier_index": tier},
-        {"line": last_line, "target": None, "tier_index": None},
+        {"line": BROKEN_AT, "target": target, "tier_index": tier, "reason": "not JSON"},
+        {"line": last_line, "target": None, "tier_index": None, "reason": "not JSON"},
     ]
     # the cut line names its tier; the torn one names none, so it may belong to any tier
     flags = {row["tier_index"]: (row["unreadable_lines"], row["flags"]) for row in summary["tiers"]}
