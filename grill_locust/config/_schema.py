@@ -785,7 +785,9 @@ class Load(_Frozen):
         if self.spawn_rate is not None and self.ramp_s is not None:
             raise ValueError("ramp_s: give spawn_rate or ramp_s, not both")
         if self.rates is not None and self.ramp_s is not None:
-            raise ValueError("ramp_s: a rate tier has no ramp (its sends follow the arrival process): remove it")
+            raise ValueError(
+                "ramp_s: a rate tier has no ramp (its sends follow the arrival process): remove it"
+            )
         return self
 
     @model_validator(mode="after")
