@@ -32,7 +32,13 @@ from grill_locust.record import STATUS_ABANDONED, STATUS_OK
 from grill_locust.redact import redact_secret_keys
 from grill_locust.sim.params import PROFILES as SIM_PROFILES
 from grill_locust.workload.fim_templates import FIM_FAMILIES, FIM_TEMPLATES
-from grill_locust.workload.kinds import BUILTIN_CONVERSATION_KINDS, KINDS, SIZE_FIELDS, WORKLOAD_KINDS
+from grill_locust.workload.kinds import (
+    BUILTIN_CONVERSATION_KINDS,
+    KINDS,
+    MODEL_SETTINGS,
+    SIZE_FIELDS,
+    WORKLOAD_KINDS,
+)
 from grill_locust.workload.trace import TRACE_FORMATS
 
 FimTransport = Literal["template", "suffix", "infill"]  # FIM_TRANSPORTS, as a type
@@ -219,6 +225,17 @@ class Model(_Frozen):
         if self.min_tokens is not None and self.min_tokens > self.max_tokens:
             raise ValueError(f"min_tokens: {self.min_tokens} is above max_tokens ({self.max_tokens})")
         return self
+
+    def with_settings(self, max_tokens: int | None = None, ignore_eos: bool | None = None) -> Model:
+        """These sampling settings with another max_tokens (min_tokens kept below it) or ignore_eos."""
+        update: dict[str, Any] = {}
+        if max_tokens is not None and max_tokens != self.max_tokens:
+            update["max_tokens"] = max_tokens
+            if self.min_tokens is not None and self.min_tokens > max_tokens:
+                update["min_tokens"] = max_tokens
+        if ignore_eos is not None and ignore_eos != self.ignore_eos:
+            update["ignore_eos"] = ignore_eos
+        return self.model_copy(update=update) if update else self
 
 
 class Turn(_Frozen):
@@ -434,7 +451,7 @@ class Conversation(_Frozen):
     debounce_ms: Number | None = Field(default=None, ge=0)
     accept_rate: Number | None = Field(default=None, ge=0, le=1)
     budget_ms: Number | None = Field(default=None, gt=0)
-    max_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)  # wins over the model's
+    max_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
     # the file kind dataset (workload/dataset.py) and kind trace (workload/trace.py) replay; a relative
     # path is from the scenario file's folder (config/_load.py), or from the current folder for data
     # without a file
@@ -447,6 +464,7 @@ class Conversation(_Frozen):
     start_s: Number | None = Field(default=None, ge=0)
     duration_s: Number | None = Field(default=None, gt=0)
     max_requests: Count | None = Field(default=None, ge=1)
+    ignore_eos: bool | None = None  # trace: generation run to each row's output length
     seed: Count = 0
     salt: bool = True
     turns: list[Turn] = Field(default_factory=list)
@@ -483,7 +501,9 @@ class Conversation(_Frozen):
             if data.get(key) is not None and key not in defaults:
                 used = ", ".join(defaults) or "turns"
                 raise ValueError(f"{key}: not used by kind {kind!r} (it uses: {used})")
-            if data.get(key) is None and key in defaults:
+            # a setting the model gives too stays unwritten here (_settings_defaults): what the file
+            # wrote is what model_fields_set holds
+            if data.get(key) is None and key in defaults and key not in MODEL_SETTINGS:
                 data[key] = defaults[key]
         if kind == "fixed":
             if not data.get("turns"):
@@ -512,6 +532,35 @@ class Conversation(_Frozen):
         elif value is not None:
             raise ValueError(f"steps: expected a number of steps or [min, max], got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _settings_defaults(self) -> Conversation:
+        """The kind's defaults of the settings a model gives too, set without counting as written."""
+        for key, default in WORKLOAD_KINDS[self.kind].sizes.items():
+            if key in MODEL_SETTINGS and getattr(self, key) is None:
+                object.__setattr__(self, key, default)
+        return self
+
+    def settled(self, model: Model) -> Conversation:
+        """This conversation as `model` drives it: each setting both give (MODEL_SETTINGS) is the
+        conversation's where it wrote it, else the model's where the model wrote it, else the kind's
+        default. Settling again changes nothing (the values settled count as written)."""
+        kind_sizes = WORKLOAD_KINDS[self.kind].sizes
+        update = {
+            key: getattr(model, model_key)
+            for key, model_key in MODEL_SETTINGS.items()
+            if key in kind_sizes and key not in self.model_fields_set and model_key in model.model_fields_set
+        }
+        return self.model_copy(update=update) if update else self
+
+    def sending(self, model: Model) -> Model:
+        """`model`'s sampling settings as this (settled) conversation's requests send them: its
+        max_tokens and ignore_eos where its kind has them (an agent's steps set theirs per request)."""
+        kind_sizes = WORKLOAD_KINDS[self.kind].sizes
+        return model.with_settings(
+            max_tokens=self.max_tokens if "max_tokens" in kind_sizes else None,
+            ignore_eos=self.ignore_eos if "ignore_eos" in kind_sizes else None,
+        )
 
     @model_validator(mode="after")
     def _has_user_turn(self) -> Conversation:
@@ -608,6 +657,21 @@ class Target(_Frozen):
             data = dict(data)
             data["personas"] = [{"conversation": data.pop("conversation"), "weight": 1.0}]
         return data
+
+    @model_validator(mode="after")
+    def _settled_personas(self) -> Target:
+        """Each persona's conversation as this target's model drives it (Conversation.settled)."""
+        personas = tuple(
+            persona.model_copy(update={"conversation": persona.conversation.settled(self.model)})
+            for persona in self.personas
+        )
+        object.__setattr__(self, "personas", personas)
+        return self
+
+    @property
+    def sent_model(self) -> Model:
+        """The model's sampling settings as this target's conversation sends them (Conversation.sending)."""
+        return self.conversation.sending(self.model)
 
     @property
     def conversation(self) -> Conversation:
