@@ -10,11 +10,12 @@ import os
 import re
 import zlib
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AliasChoices,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     SecretStr,
@@ -31,7 +32,13 @@ from grill_locust.record import STATUS_ABANDONED, STATUS_OK
 from grill_locust.redact import redact_secret_keys
 from grill_locust.sim.params import PROFILES as SIM_PROFILES
 from grill_locust.workload.fim_templates import FIM_FAMILIES, FIM_TEMPLATES
-from grill_locust.workload.kinds import BUILTIN_CONVERSATION_KINDS, KINDS, SIZE_FIELDS, WORKLOAD_KINDS
+from grill_locust.workload.kinds import (
+    BUILTIN_CONVERSATION_KINDS,
+    KINDS,
+    MODEL_SETTINGS,
+    SIZE_FIELDS,
+    WORKLOAD_KINDS,
+)
 from grill_locust.workload.trace import TRACE_FORMATS
 
 FimTransport = Literal["template", "suffix", "infill"]  # FIM_TRANSPORTS, as a type
@@ -43,16 +50,34 @@ _TRACE_KEYS_HELP = f"format: {' | '.join(TRACE_FORMATS)}, path: the trace file"
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+    # NaN and infinity pass every comparison a validator makes (`nan > 0` is False, `inf > 0` True):
+    # no float of a scenario may be either
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
+
+
+def _refuse_bool(expected: str) -> BeforeValidator:
+    """YAML's true and false are Python's 1 and 0: a number field refuses them instead of reading them so."""
+
+    def check(value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError(f"expected {expected}, got {str(value).lower()}")
+        return value
+
+    return BeforeValidator(check)
+
+
+# a scenario's numbers: finite (the models' config), never a bool
+Number = Annotated[float, _refuse_bool("a number")]
+Count = Annotated[int, _refuse_bool("a whole number")]
 
 
 class Timeouts(_Frozen):
     """Per-request time limits of one backend (seconds)."""
 
-    connect_s: float = Field(default=10.0, gt=0)
-    first_token_s: float = Field(default=300.0, gt=0)
-    total_s: float = Field(default=600.0, gt=0)
-    idle_s: float = Field(default=60.0, gt=0)  # between two output events, once output has begun
+    connect_s: Number = Field(default=10.0, gt=0)
+    first_token_s: Number = Field(default=300.0, gt=0)
+    total_s: Number = Field(default=600.0, gt=0)
+    idle_s: Number = Field(default=60.0, gt=0)  # between two output events, once output has begun
 
 
 class Backend(_Frozen):
@@ -71,7 +96,7 @@ class Backend(_Frozen):
     gpu_exporters: list[str] = Field(default_factory=list)
     extra_body: dict[str, Any] = Field(default_factory=dict)
     headers: dict[str, str] = Field(default_factory=dict)
-    retries: int = Field(default=0, ge=0, le=10)  # for HTTP 429 only
+    retries: Count = Field(default=0, ge=0, le=10)  # for HTTP 429 only
     other_keys: ClassVar[tuple[str, ...]] = ("timeout",)  # llm-grill's, read by _llm_grill_timeout
 
     @model_validator(mode="before")
@@ -84,10 +109,12 @@ class Backend(_Frozen):
             if "timeouts" in data:
                 raise ValueError("give either timeout or timeouts, not both")
             try:
-                total_s = float(total_s)
+                total_s = float(total_s) if not isinstance(total_s, bool) else None
             except (TypeError, ValueError):
-                raise ValueError(f"timeout: expected a number of seconds, got {total_s!r}") from None
-            if total_s <= 0:
+                total_s = None
+            if total_s is None:
+                raise ValueError(f"timeout: expected a number of seconds, got {data['timeout']!r}")
+            if not 0 < total_s < math.inf:  # NaN fails this comparison too
                 raise ValueError(f"timeout: expected a positive number of seconds, got {total_s:g}")
             data["timeouts"] = {
                 "total_s": total_s,
@@ -177,11 +204,11 @@ class Model(_Frozen):
     """A served model and the sampling settings sent with every request."""
 
     name: str = Field(min_length=1)
-    max_tokens: int = Field(default=256, gt=0)
-    min_tokens: int | None = Field(default=None, ge=0)
-    temperature: float = Field(default=0.0, ge=0)
-    top_p: float | None = Field(default=None, ge=0, le=1)
-    top_k: int | None = None
+    max_tokens: Count = Field(default=256, gt=0)
+    min_tokens: Count | None = Field(default=None, ge=0)
+    temperature: Number = Field(default=0.0, ge=0)
+    top_p: Number | None = Field(default=None, ge=0, le=1)
+    top_k: Count | None = None
     ignore_eos: bool = False
     # how FIM (autocomplete) requests reach it and its FIM tokens' family (workload/fim_templates.py);
     # a conversation's own keys win
@@ -199,6 +226,17 @@ class Model(_Frozen):
             raise ValueError(f"min_tokens: {self.min_tokens} is above max_tokens ({self.max_tokens})")
         return self
 
+    def with_settings(self, max_tokens: int | None = None, ignore_eos: bool | None = None) -> Model:
+        """These sampling settings with another max_tokens (min_tokens kept below it) or ignore_eos."""
+        update: dict[str, Any] = {}
+        if max_tokens is not None and max_tokens != self.max_tokens:
+            update["max_tokens"] = max_tokens
+            if self.min_tokens is not None and self.min_tokens > max_tokens:
+                update["min_tokens"] = max_tokens
+        if ignore_eos is not None and ignore_eos != self.ignore_eos:
+            update["ignore_eos"] = ignore_eos
+        return self.model_copy(update=update) if update else self
+
 
 class Turn(_Frozen):
     """One scripted message of a fixed (llm-grill) conversation."""
@@ -210,7 +248,7 @@ class Turn(_Frozen):
 class LogNormalTokens(_Frozen):
     """A size in tokens drawn from a log-normal with this median and 95th percentile (equal: fixed)."""
 
-    median: int = Field(ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    median: Count = Field(ge=1, le=_MAX_TOKENS_PER_MESSAGE)
     p95: int = Field(ge=1, le=_MAX_TOKENS_PER_MESSAGE)
 
     @model_validator(mode="before")
@@ -259,12 +297,12 @@ class Slo(_Frozen):
     e2e_p50_s: float | None = Field(default=None, gt=0)
     e2e_p90_s: float | None = Field(default=None, gt=0)
     e2e_p99_s: float | None = Field(default=None, gt=0)
-    success_rate: float = Field(default=0.99, gt=0, le=1)
-    ttft_s: float | None = Field(default=None, gt=0)
-    tpot_ms: float | None = Field(default=None, gt=0)
+    success_rate: Number = Field(default=0.99, gt=0, le=1)
+    ttft_s: Number | None = Field(default=None, gt=0)
+    tpot_ms: Number | None = Field(default=None, gt=0)
     e2e_s: float | None = Field(default=None, gt=0)
     percentile: Literal[50, 90, 95, 99] | None = None
-    attainment: float | None = Field(default=None, gt=0, le=1)
+    attainment: Number | None = Field(default=None, gt=0, le=1)
 
     @model_validator(mode="before")
     @classmethod
@@ -361,12 +399,12 @@ class ConversationSlo(_Frozen):
     e2e_p50_s: float | None = Field(default=None, gt=0)
     e2e_p90_s: float | None = Field(default=None, gt=0)
     e2e_p99_s: float | None = Field(default=None, gt=0)
-    success_rate: float | None = Field(default=None, gt=0, le=1)
-    ttft_s: float | None = Field(default=None, gt=0)
-    tpot_ms: float | None = Field(default=None, gt=0)
+    success_rate: Number | None = Field(default=None, gt=0, le=1)
+    ttft_s: Number | None = Field(default=None, gt=0)
+    tpot_ms: Number | None = Field(default=None, gt=0)
     e2e_s: float | None = Field(default=None, gt=0)
     percentile: Literal[50, 90, 95, 99] | None = None
-    attainment: float | None = Field(default=None, gt=0, le=1)
+    attainment: Number | None = Field(default=None, gt=0, le=1)
 
     def given(self) -> dict[str, float]:
         return {name: value for name, value in self.model_dump().items() if value is not None}
@@ -389,31 +427,31 @@ class Conversation(_Frozen):
     name: str = Field(min_length=1)
     kind: str  # a name of WORKLOAD_KINDS (checked in _kind_and_defaults)
     description: str = ""
-    system_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    user_turns: int | None = Field(default=None, ge=1, le=100)
-    turn_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    system_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    user_turns: Count | None = Field(default=None, ge=1, le=100)
+    turn_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
     shared_system: bool | None = None
-    prefix_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    question_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    prompt_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    prefix_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    question_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    prompt_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
     # agentic (workload/agentic.py): model calls per session as [min, max] (a number n is [n, n])
-    steps: tuple[int, int] | None = None
+    steps: tuple[Count, Count] | None = None
     tool_result_tokens: LogNormalTokens | None = None  # each step's tool results, in all
-    step_max_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    final_max_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    context_limit_tokens: int | None = Field(default=None, ge=1, le=10 * _MAX_TOKENS_PER_MESSAGE)
-    subagents: int | None = Field(default=None, ge=1, le=_MAX_SUBAGENTS)
+    step_max_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    final_max_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    context_limit_tokens: Count | None = Field(default=None, ge=1, le=10 * _MAX_TOKENS_PER_MESSAGE)
+    subagents: Count | None = Field(default=None, ge=1, le=_MAX_SUBAGENTS)
     # autocomplete (workload/autocomplete.py): prefix_tokens before the cursor, suffix_tokens after the
     # code typed there; requests sent per iteration (abandoned ones included), typing speed, the pause
     # after a keystroke before a request goes out, the share of shown completions accepted, the time a
     # completion must arrive within to count as shown in budget, and each completion's max_tokens
-    suffix_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    requests: int | None = Field(default=None, ge=1, le=100_000)
-    typing_cps: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    debounce_ms: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    accept_rate: float | None = Field(default=None, ge=0, le=1)
-    budget_ms: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    max_tokens: int | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)  # wins over the model's
+    suffix_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    requests: Count | None = Field(default=None, ge=1, le=100_000)
+    typing_cps: Number | None = Field(default=None, gt=0)
+    debounce_ms: Number | None = Field(default=None, ge=0)
+    accept_rate: Number | None = Field(default=None, ge=0, le=1)
+    budget_ms: Number | None = Field(default=None, gt=0)
+    max_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
     # the file kind dataset (workload/dataset.py) and kind trace (workload/trace.py) replay; a relative
     # path is from the scenario file's folder (config/_load.py), or from the current folder for data
     # without a file
@@ -422,11 +460,12 @@ class Conversation(_Frozen):
     format: str | None = None
     sample: Literal["seed", "order"] | None = None  # dataset: rows drawn by the seed, or in file order
     # trace: how much faster than recorded it is sent, and the window of it replayed (trace seconds, rows)
-    speedup: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    start_s: float | None = Field(default=None, ge=0, allow_inf_nan=False)
-    duration_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    max_requests: int | None = Field(default=None, ge=1)
-    seed: int = 0
+    speedup: Number | None = Field(default=None, gt=0)
+    start_s: Number | None = Field(default=None, ge=0)
+    duration_s: Number | None = Field(default=None, gt=0)
+    max_requests: Count | None = Field(default=None, ge=1)
+    ignore_eos: bool | None = None  # trace: generation run to each row's output length
+    seed: Count = 0
     salt: bool = True
     turns: list[Turn] = Field(default_factory=list)
     # this conversation's own service level, over the scenario's `slo` (its bounds win)
@@ -462,7 +501,9 @@ class Conversation(_Frozen):
             if data.get(key) is not None and key not in defaults:
                 used = ", ".join(defaults) or "turns"
                 raise ValueError(f"{key}: not used by kind {kind!r} (it uses: {used})")
-            if data.get(key) is None and key in defaults:
+            # a setting the model gives too stays unwritten here (_settings_defaults): what the file
+            # wrote is what model_fields_set holds
+            if data.get(key) is None and key in defaults and key not in MODEL_SETTINGS:
                 data[key] = defaults[key]
         if kind == "fixed":
             if not data.get("turns"):
@@ -478,7 +519,11 @@ class Conversation(_Frozen):
     def _step_range(cls, value: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             value = [value, value]
-        if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) for v in value):
+        if (
+            isinstance(value, (list, tuple))
+            and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        ):
             low, high = value
             if low < 1:
                 raise ValueError(f"steps: expected at least 1 step, got {low}")
@@ -487,6 +532,35 @@ class Conversation(_Frozen):
         elif value is not None:
             raise ValueError(f"steps: expected a number of steps or [min, max], got {value!r}")
         return value
+
+    @model_validator(mode="after")
+    def _settings_defaults(self) -> Conversation:
+        """The kind's defaults of the settings a model gives too, set without counting as written."""
+        for key, default in WORKLOAD_KINDS[self.kind].sizes.items():
+            if key in MODEL_SETTINGS and getattr(self, key) is None:
+                object.__setattr__(self, key, default)
+        return self
+
+    def settled(self, model: Model) -> Conversation:
+        """This conversation as `model` drives it: each setting both give (MODEL_SETTINGS) is the
+        conversation's where it wrote it, else the model's where the model wrote it, else the kind's
+        default. Settling again changes nothing (the values settled count as written)."""
+        kind_sizes = WORKLOAD_KINDS[self.kind].sizes
+        update = {
+            key: getattr(model, model_key)
+            for key, model_key in MODEL_SETTINGS.items()
+            if key in kind_sizes and key not in self.model_fields_set and model_key in model.model_fields_set
+        }
+        return self.model_copy(update=update) if update else self
+
+    def sending(self, model: Model) -> Model:
+        """`model`'s sampling settings as this (settled) conversation's requests send them: its
+        max_tokens and ignore_eos where its kind has them (an agent's steps set theirs per request)."""
+        kind_sizes = WORKLOAD_KINDS[self.kind].sizes
+        return model.with_settings(
+            max_tokens=self.max_tokens if "max_tokens" in kind_sizes else None,
+            ignore_eos=self.ignore_eos if "ignore_eos" in kind_sizes else None,
+        )
 
     @model_validator(mode="after")
     def _has_user_turn(self) -> Conversation:
@@ -559,7 +633,7 @@ class Persona(_Frozen):
     """One conversation of a team's mix and its weight: its share of a tier's developers."""
 
     conversation: Conversation
-    weight: float = Field(gt=0, allow_inf_nan=False)
+    weight: Number = Field(gt=0)
 
 
 KIND_MIX = "mix"  # the kind of a mix target's phases and whole-tier rows (no workload kind has this name)
@@ -583,6 +657,21 @@ class Target(_Frozen):
             data = dict(data)
             data["personas"] = [{"conversation": data.pop("conversation"), "weight": 1.0}]
         return data
+
+    @model_validator(mode="after")
+    def _settled_personas(self) -> Target:
+        """Each persona's conversation as this target's model drives it (Conversation.settled)."""
+        personas = tuple(
+            persona.model_copy(update={"conversation": persona.conversation.settled(self.model)})
+            for persona in self.personas
+        )
+        object.__setattr__(self, "personas", personas)
+        return self
+
+    @property
+    def sent_model(self) -> Model:
+        """The model's sampling settings as this target's conversation sends them (Conversation.sending)."""
+        return self.conversation.sending(self.model)
 
     @property
     def conversation(self) -> Conversation:
@@ -636,12 +725,12 @@ class Target(_Frozen):
 class LlmGrillLoad(_Frozen):
     """llm-grill's `load` section; translated into `Load`."""
 
-    concurrent_users: int | list[int] | None = None
-    ramp_levels: int | list[int] | None = None
-    iterations: int | None = Field(default=None, ge=1)
-    ramp_up_seconds: float | None = Field(default=None, ge=0)
-    think_time_seconds: float | None = Field(default=None, ge=0)
-    ramp_pause_seconds: float | None = Field(default=None, ge=0)
+    concurrent_users: Count | list[Count] | None = None
+    ramp_levels: Count | list[Count] | None = None
+    iterations: Count | None = Field(default=None, ge=1)
+    ramp_up_seconds: Number | None = Field(default=None, ge=0)
+    think_time_seconds: Number | None = Field(default=None, ge=0)
+    ramp_pause_seconds: Number | None = Field(default=None, ge=0)
 
 
 LLM_GRILL_LOAD_KEYS = frozenset(LlmGrillLoad.model_fields) - {"iterations"}
@@ -658,10 +747,10 @@ class Search(_Frozen):
     or a relative width for rates (default 0.1: the smallest failing rate within 10 % of the largest
     passing one)."""
 
-    users: list[int] | None = None
-    rate: list[float] | None = None
-    probe_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
-    precision: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    users: list[Count] | None = None
+    rate: list[Number] | None = None
+    probe_s: Number = Field(default=60.0, gt=0)
+    precision: Number | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _one_bracket(self) -> Search:
@@ -677,6 +766,11 @@ class Search(_Frozen):
             raise ValueError(f"{name}: expected a bracket [lo, hi] of two numbers")
         if low <= 0:
             raise ValueError(f"{name}: the bracket's low end must be above 0, got {low:g}")
+        if name == "rate" and low * self.probe_s < 1:
+            raise ValueError(
+                f"rate: the bracket's low end {low:g} per second sends no request in probe_s "
+                f"({self.probe_s:g} s): give at least {1 / self.probe_s:.3g} (one send per probe)"
+            )
         if high <= low:
             raise ValueError(f"{name}: bracket upside down or empty: [{low:g}, {high:g}] needs lo < hi")
         if name == "users" and self.precision is not None and self.precision != int(self.precision):
@@ -707,32 +801,32 @@ class Load(_Frozen):
     """The campaign shape: tiers of concurrent users (or open-loop rates), iterations per user and tier,
     pauses; or a capacity search (`search`) in place of the tiers."""
 
-    tiers: list[int] = Field(default_factory=lambda: list(DEFAULT_TIERS), min_length=1)
-    iterations: int = Field(default=5, ge=1)
-    pause_s: float = Field(default=30.0, ge=0, allow_inf_nan=False)
-    think_time_s: float = Field(default=0.5, ge=0, allow_inf_nan=False)
+    tiers: list[Count] = Field(default_factory=lambda: list(DEFAULT_TIERS), min_length=1)
+    iterations: Count = Field(default=5, ge=1)
+    pause_s: Number = Field(default=30.0, ge=0)
+    think_time_s: Number = Field(default=0.5, ge=0)
     # users per second; None: a tier's users start at once
-    spawn_rate: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    spawn_rate: Number | None = Field(default=None, gt=0)
     # the same per tier length: each tier's users spawned evenly over this time (spawn rate users / ramp_s)
-    ramp_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    ramp_s: Number | None = Field(default=None, gt=0)
     # A request is warmup (recorded, left out of the tier's statistics) when it started within warmup_s
     # of its tier's start, is among the tier's first warmup_requests by send time (all its users and
     # workers: picked from the records' send times, report/aggregate.py), or among the first
     # warmup_requests_per_user its developer started in the tier.
-    warmup_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    warmup_requests: int | None = Field(default=None, ge=1)
-    warmup_requests_per_user: int | None = Field(default=None, ge=1)
-    tier_timeout_s: float = Field(default=1800.0, gt=0, allow_inf_nan=False)
+    warmup_s: Number | None = Field(default=None, gt=0)
+    warmup_requests: Count | None = Field(default=None, ge=1)
+    warmup_requests_per_user: Count | None = Field(default=None, ge=1)
+    tier_timeout_s: Number = Field(default=1800.0, gt=0)
     # after a tier that measured an engine outage: how long to hold at 0 users for the backend to answer
     # again before the tier runs once more (past it the campaign stops); 0: no hold, no re-run
-    engine_wait_s: float = Field(default=120.0, ge=0, allow_inf_nan=False)
+    engine_wait_s: Number = Field(default=120.0, ge=0)
     # open loop: each tier a rate (requests/s; sessions/s for session kinds) in place of `tiers`, its sends
     # drawn from the arrival process for duration_s, at most max_in_flight at once across the workers
-    rates: list[float] | None = Field(default=None, min_length=1)
+    rates: list[Number] | None = Field(default=None, min_length=1)
     arrival: Literal["poisson", "constant", "gamma"] = "poisson"
-    burstiness: float = Field(default=1.0, gt=0, allow_inf_nan=False)  # gamma's shape: 1 is Poisson
-    duration_s: float = Field(default=60.0, gt=0, allow_inf_nan=False)
-    max_in_flight: int = Field(default=DEFAULT_MAX_IN_FLIGHT, ge=1)
+    burstiness: Number = Field(default=1.0, gt=0)  # gamma's shape: 1 is Poisson
+    duration_s: Number = Field(default=60.0, gt=0)
+    max_in_flight: Count = Field(default=DEFAULT_MAX_IN_FLIGHT, ge=1)
     search: Search | None = None
     other_keys: ClassVar[tuple[str, ...]] = tuple(sorted(LLM_GRILL_LOAD_KEYS))  # translated before validation
 
@@ -757,6 +851,40 @@ class Load(_Frozen):
     def _one_spawn_setting(self) -> Load:
         if self.spawn_rate is not None and self.ramp_s is not None:
             raise ValueError("ramp_s: give spawn_rate or ramp_s, not both")
+        if self.rates is not None and self.ramp_s is not None:
+            raise ValueError(
+                "ramp_s: a rate tier has no ramp (its sends follow the arrival process): remove it"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _rates_send_within_their_tier(self) -> Load:
+        # a rate whose mean gap outlasts the tier sends nothing, and 1/rate may not even be a number
+        for index, rate in enumerate(self.rates or ()):
+            if rate * self.duration_s < 1:
+                raise ValueError(
+                    f"rates[{index}]: {rate:g} per second sends no request in duration_s "
+                    f"({self.duration_s:g} s): give at least {1 / self.duration_s:.3g} (one send per tier)"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _warmup_within_the_tier(self) -> Load:
+        """A warmup as long as a tier leaves nothing of it measured. Only rate tiers and search probes have
+        a length to compare; a tier of users lasts as long as its iterations take."""
+        if self.warmup_s is None:
+            return self
+        if self.search is not None:
+            length, name = self.search.probe_s, "search.probe_s"
+        elif self.rates is not None:
+            length, name = self.duration_s, "duration_s"
+        else:
+            return self
+        if self.warmup_s >= length:
+            raise ValueError(
+                f"warmup_s: {self.warmup_s:g} s is not shorter than {name} ({length:g} s): every request "
+                "of a tier would be warmup"
+            )
         return self
 
     def spawn_rate_for(self, tier_users: int) -> float | None:
@@ -779,7 +907,7 @@ class Load(_Frozen):
     @classmethod
     def _positive_rates(cls, value: list[float] | None) -> list[float] | None:
         for index, rate in enumerate(value or ()):
-            if not 0 < rate < float("inf"):
+            if rate <= 0:
                 raise ValueError(f"rates[{index}]: expected a positive rate per second, got {rate}")
         return value
 

@@ -98,9 +98,8 @@ class GrillUser(User):
         if isinstance(script, AutocompletePlan):
             self.run_autocomplete(target, script, labels, client)
             return
-        model = (
-            target.model if script.max_tokens is None else _with_max_tokens(target.model, script.max_tokens)
-        )
+        # a row's own max_tokens (a trace's output length, a dataset row's) over the conversation's
+        model = target.sent_model.with_settings(max_tokens=script.max_tokens)
         messages: list[dict[str, Any]] = []
         if script.system:
             messages.append({"role": "system", "content": script.system})
@@ -110,9 +109,7 @@ class GrillUser(User):
             if turn > 0:
                 gevent.sleep(phase.think_time_s)
             messages.append({"role": "user", "content": user_text})
-            sent = self._send(
-                target, messages, labels, turn, client, model=model, ignore_eos=script.ignore_eos
-            )
+            sent = self._send(target, messages, labels, turn, client, model=model)
             if sent is None:
                 return  # the conversation cannot go on without the reply
             messages.append({"role": "assistant", "content": sent[0].text})
@@ -124,7 +121,7 @@ class GrillUser(User):
         sub-agents in parallel greenlets; the final answer, or None when a step failed (which ends it)."""
         labels = {**labels, "conversation_id": session.conversation_id}
         while (request := session.next_request()) is not None:
-            model = _with_max_tokens(target.model, request.max_tokens)
+            model = target.sent_model.with_settings(max_tokens=request.max_tokens)
             sent = self._send(
                 target, request.messages, labels, request.turn, client, model=model, tools=TOOLS
             )
@@ -156,7 +153,7 @@ class GrillUser(User):
             session.insert(planned.typed)
             path, payload = fim_request(
                 target.backend,
-                target.model,
+                target.sent_model,
                 target.conversation,
                 session.prefix,
                 session.suffix,
@@ -198,14 +195,12 @@ class GrillUser(User):
         labels: dict[str, Any],
         turn: int,
         client: EngineClient,
-        model: Model | None = None,
+        model: Model,
         tools: list[dict[str, Any]] | None = None,
-        ignore_eos: bool = False,
     ) -> tuple[StreamResult, Measurement] | None:
-        """Send one chat-shaped request; its result and measurement when it succeeded, else None."""
-        path, payload = request_for(
-            target.backend, model or target.model, messages, tools=tools, ignore_eos=ignore_eos
-        )
+        """Send one chat-shaped request with `model`'s sampling settings; its result and measurement when
+        it succeeded, else None."""
+        path, payload = request_for(target.backend, model, messages, tools=tools)
         result, measurement = self._send_request(target.backend, path, payload, labels, turn, client)
         return (result, measurement) if measurement.status == STATUS_OK else None
 
@@ -332,14 +327,6 @@ def _shown(result: StreamResult, measurement: Measurement, abandon_at: float | N
     if measurement.status != STATUS_OK or end_time is None:
         return False
     return abandon_at is None or end_time <= abandon_at
-
-
-def _with_max_tokens(model: Model, max_tokens: int) -> Model:
-    """The model's sampling settings with another max_tokens (an agent's step or final answer)."""
-    if model.max_tokens == max_tokens:
-        return model
-    min_tokens = None if model.min_tokens is None else min(model.min_tokens, max_tokens)
-    return model.model_copy(update={"max_tokens": max_tokens, "min_tokens": min_tokens})
 
 
 class RequestFailed(Exception):

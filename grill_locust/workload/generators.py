@@ -75,8 +75,6 @@ class ConversationScript:
     # row's own), else the model's
     max_tokens: int | None = None
     history: list[dict[str, str]] = field(default_factory=list)
-    # generation asked to run to max_tokens where the engine can be (a trace row's recorded length)
-    ignore_eos: bool = False
     trace_line: int | None = None  # the trace or dataset row replayed (0-based), for the records
 
     def messages(self, turn: int, replies: Sequence[str]) -> list[dict[str, str]]:
@@ -273,7 +271,6 @@ class Workload:
             None,
             [self._trace_prompt(replay_key, row)],
             max_tokens=max(1, row.output_tokens),  # an engine takes no max_tokens of 0
-            ignore_eos=True,
             trace_line=row.line,
         )
 

@@ -69,8 +69,8 @@ WORKLOAD_KINDS: dict[str, WorkloadKind] = {
         # format (from the extension when not given), rows drawn by the seed or in order, a max_tokens
         # for rows without their own
         WorkloadKind("dataset", {"path": None, "format": None, "sample": "seed", "max_tokens": None}),
-        # a production trace replayed at its own times (workload/trace.py): its file and format, and
-        # the window of it sent, in trace seconds
+        # a production trace replayed at its own times (workload/trace.py): its file and format, the
+        # window of it sent, in trace seconds, and generation run to each row's output length
         WorkloadKind(
             "trace",
             {
@@ -80,11 +80,20 @@ WORKLOAD_KINDS: dict[str, WorkloadKind] = {
                 "start_s": 0.0,
                 "duration_s": None,
                 "max_requests": None,
+                "ignore_eos": True,
             },
         ),
     )
 }
 KINDS: tuple[str, ...] = tuple(WORKLOAD_KINDS)
+# the sizes a model sets too, each with the model's field: a conversation's written value wins, then the
+# model's written one, then the kind's default (config/_schema.py, Conversation.settled)
+MODEL_SETTINGS: dict[str, str] = {
+    "max_tokens": "max_tokens",
+    "step_max_tokens": "max_tokens",
+    "final_max_tokens": "max_tokens",
+    "ignore_eos": "ignore_eos",
+}
 # every size field of any kind, in the table's order
 SIZE_FIELDS: tuple[str, ...] = tuple(
     dict.fromkeys(field for kind in WORKLOAD_KINDS.values() for field in kind.sizes)

@@ -64,14 +64,13 @@ def test_trace_rows_reach_the_engine_at_their_input_length_and_generate_their_ou
         {"name": "replay", "kind": "trace", "format": "azure", "path": str(TRACES / "azure.csv")}
     )
     row = build_workload(azure, Model(name=SERVED_MODEL), token_counter=counter).script("real-2", 0)
-    assert isinstance(row, ConversationScript) and row.max_tokens == 44 and row.ignore_eos
+    assert isinstance(row, ConversationScript) and row.max_tokens == 44
     client = EngineClient(backend)
     try:
-        model = Model(name=SERVED_MODEL, max_tokens=row.max_tokens)
+        model = azure.sending(Model(name=SERVED_MODEL)).with_settings(max_tokens=row.max_tokens)
+        assert model.ignore_eos
         messages = [{"role": "user", "content": row.user_turns[0]}]
-        metrics = measure(
-            client.stream(*request_for(backend, model, messages, ignore_eos=row.ignore_eos)).raw
-        )
+        metrics = measure(client.stream(*request_for(backend, model, messages)).raw)
     finally:
         client.close()
     assert metrics.status == STATUS_OK, metrics.error

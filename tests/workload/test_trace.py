@@ -159,7 +159,8 @@ def test_prompts_have_the_input_length_and_share_the_blocks_their_hash_ids_share
 def test_script_asks_the_rows_output_length_with_ignore_eos_and_names_its_line() -> None:
     conversation = replay(format="azure", path=AZURE)
     row = script(conversation, 3)
-    assert (row.max_tokens, row.ignore_eos, row.trace_line, len(row.user_turns)) == (80, True, 3, 1)
+    assert (row.max_tokens, row.trace_line, len(row.user_turns)) == (80, 3, 1)
+    assert conversation.sending(Model(name="m")).ignore_eos  # the kind's default
     empty = script(conversation, 2)  # 0 and 0 in the trace: an engine takes neither
     assert (count_tokens(empty.user_turns[0]), empty.max_tokens) == (1, 1)
 
