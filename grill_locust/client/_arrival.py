@@ -46,16 +46,28 @@ def enable(sock: socket.socket) -> bool:
     return True
 
 
-# The self-check's, while one runs: called after every read of a reply with how late the read came
-# after the kernel stamped its bytes (seconds), or None for a read with no stamp (its lateness unknown).
-read_lag_sink: Callable[[float | None], None] | None = None
+# The self-check's, while one runs: called after every read of a reply with how far the times of the
+# read's output events may be from their arrivals (seconds; None for a read with no stamp, whose events'
+# lateness is unknown), how many output events it held, and whether the first of them was the request's
+# first output.
+read_lag_sink: Callable[[float | None, int, bool], None] | None = None
 
 
-def note_read(stamped: bool, arrived: float) -> None:
-    """Tell the self-check how late a read came: `arrived` is its arrival time (`read`'s answer)."""
+def note_read(stamped: bool, arrived: float, outputs: int, known_empty: float, first: bool) -> None:
+    """Tell the self-check how far a read's event times may be off: `arrived` is its arrival time
+    (`read`'s answer), `outputs` the output events it held, `known_empty` the last moment the socket
+    was known to hold none of them (the poller's previous look at it, or the send). One output event
+    is timed by its own stamp; of several, all but the last carry a later segment's stamp, so each may
+    be off by as much as the time since the socket was known empty."""
     sink = read_lag_sink
-    if sink is not None:
-        sink(time.perf_counter() - arrived if stamped else None)
+    if sink is None:
+        return
+    if not stamped:
+        sink(None, outputs, first)
+    elif outputs > 1:
+        sink(max(0.0, arrived - known_empty), outputs, first)
+    else:
+        sink(0.0, outputs, first)
 
 
 OFFSET_REFRESH_S = 1.0

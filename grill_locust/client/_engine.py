@@ -240,6 +240,10 @@ class EngineClient:
         except BaseException:
             self.close()
             raise
+        # and those that arrived while this one ended: many users woken by one engine step each build
+        # a record before the hub looks again, and a stream left unread that long shares one read (and
+        # its later stamp) between two of its tokens
+        read_ready()
         result = StreamResult(
             raw,
             timer.text,
@@ -416,6 +420,8 @@ class EngineClient:
             )
             return
         armed_phase = -1  # the phase whose deadline the alarm holds
+        times = timer.raw.output_times
+        known_empty = t0  # a blocking read returns what arrived since the last one returned
         while not reader.finished:
             phase = phase_of(reader)
             deadline = self._deadline(phase, reader, first_token_deadline, total_deadline)
@@ -431,7 +437,6 @@ class EngineClient:
                         raise _DeadlinePassed(deadline)
                     sock.settimeout(remaining)
                 data, t = _arrival.read(sock, RECV_BYTES, self._stamped, _arrival.wall_offset())
-                _arrival.note_read(self._stamped, t)
             except TimeoutError:
                 raise _DeadlinePassed(deadline) from None
             except OSError as error:
@@ -444,7 +449,11 @@ class EngineClient:
                 armed_phase = -1
                 continue
             if data:
+                before = len(times)
                 reader.feed(t, data)
+                outputs = len(times) - before
+                _arrival.note_read(self._stamped, t, outputs, known_empty, before == 0 < outputs)
+                known_empty = time.perf_counter()
             elif reused and not reader.got_bytes:
                 sock = self._send_again(request, timer, total_deadline, alarm)
                 reused = False

@@ -110,7 +110,8 @@ class MessagesTimer(StreamTimer):
                 if call is None:  # a block never started (failed above): its input is kept all the same
                     call = self._tools[index] = ToolCall("", "", "")
                     self.tool_calls.append(call)
-                call.arguments += partial
+                call.add(partial)
+                self.argument_chars += len(partial)
                 self._output(t, visible=True)
         # signature_delta (a thinking block's signature), citations_delta: no generated output
 
@@ -144,6 +145,7 @@ class MessagesTimer(StreamTimer):
         self._output_times.append(t)
         if visible and self.raw.first_visible_time is None:
             self.raw.first_visible_time = t
+        self.check_size(t)
 
     def _on_message_usage(self, usage: Any, *, with_output: bool) -> None:
         if not isinstance(usage, dict):

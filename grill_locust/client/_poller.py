@@ -94,10 +94,13 @@ class Watch:
     def close(self) -> None:
         self._poller.unwatch(self)
 
-    def read(self, offset: float) -> bool:
+    def read(self, offset: float, known_empty: float) -> bool:
         """One non-blocking read of the socket, fed to the reader with its arrival time (`offset`: a
-        recent `wall_offset()`), and `phase` updated; False when nothing was waiting."""
+        recent `wall_offset()`), and `phase` updated; False when nothing was waiting. `known_empty`:
+        when the poller last looked at the socket (what this read holds arrived since)."""
         reader = self.reader
+        times = reader.timer.raw.output_times
+        before = len(times)
         event = None
         try:
             if self.stamped and read_event is not None:
@@ -109,7 +112,6 @@ class Watch:
         except OSError as error:
             data, t = b"", time.perf_counter()
             self.reason = error.strerror or type(error).__name__
-        note_read(self.stamped, t)
         if self.until is not None and t > self.until:
             self.late = True
             self.phase = SETTLED
@@ -125,6 +127,8 @@ class Watch:
                 reader.feed_eof(t, self.reason)
         except Exception as error:  # noqa: BLE001 - a parser bug must not stop the hub
             self.error = error
+        outputs = len(times) - before
+        note_read(self.stamped, t, outputs, max(known_empty, reader.timer.raw.t0), before == 0 < outputs)
         self.phase = SETTLED if self.closed_early or self.error is not None else phase_of(reader)
         return True
 
@@ -135,7 +139,7 @@ class Watch:
         if self.until is None:
             return
         offset = wall_offset()
-        while self.phase != SETTLED and self.read(offset):
+        while self.phase != SETTLED and self.read(offset, self._poller.looked_at):
             pass
 
 
@@ -151,6 +155,9 @@ class Poller:
         self._run_callback = hub.loop.run_callback
         self.wakeups = 0  # for the benchmark and tests: hub callbacks that found something to read
         self.reads = 0
+        # when the last look at the ready sockets began: bytes read later arrived after it, or that look
+        # would have read them (the self-check's bound on the time of events that share a read)
+        self.looked_at = float("-inf")
 
     def watch(
         self, raw_socket: Any, stamped: bool, reader: StreamReader, reused: bool, until: float | None
@@ -185,6 +192,8 @@ class Poller:
         calls it, and so does each user before it sends (`EngineClient.stream`), so that a burst of
         users finishing in the same engine step (each building its record and next request in turn,
         before the hub polls again) does not leave every other stream unread meanwhile."""
+        known_empty = self.looked_at
+        self.looked_at = time.perf_counter()
         try:
             ready = self._epoll.poll(0)
         except InterruptedError:
@@ -196,7 +205,7 @@ class Poller:
             if watch is None:
                 continue
             phase = watch.phase
-            if not watch.read(offset):
+            if not watch.read(offset, known_empty):
                 continue
             self.reads += 1
             if watch.phase != phase:

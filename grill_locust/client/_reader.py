@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from grill_locust.client._http import End, Head, ProtocolError, ResponseParser, one_whole_chunk
 from grill_locust.client._replies import scrub, summarize_body
-from grill_locust.client._sse import SSEParser, single_data_event
+from grill_locust.client._sse import MAX_EVENT_CHARS, SSEParser, single_data_event
 from grill_locust.client._timer import StreamTimer
 from grill_locust.record import STATUS_BAD_EVENT, STATUS_STREAM_CUT, http_status_kind
 
@@ -87,6 +87,8 @@ class StreamReader:
         timer.on_data(t, event)
         if timer.done and self.done_at is None:
             self.done_at = t
+        if timer.overflow:
+            self._drop()
 
     def feed_eof(self, t: float, reason: str = "") -> None:
         """The connection closed (or broke: `reason`)."""
@@ -136,13 +138,31 @@ class StreamReader:
 
     def _feed_sse(self, t: float, body: bytes) -> None:
         timer = self.timer
-        for item in self._sse.feed(body):
+        sse = self._sse
+        for item in sse.feed(body):
             if type(item) is str:
                 timer.on_data(t, item)
             else:
                 timer.on_event(t, item)
+            if timer.overflow:
+                break
         if timer.done and self.done_at is None:
             self.done_at = t
+        if sse.too_long:
+            timer.fail(
+                t,
+                STATUS_BAD_EVENT,
+                f"an event longer than {MAX_EVENT_CHARS:,} characters: not an engine's stream",
+            )
+            self._drop()
+        elif timer.overflow:
+            self._drop()
+
+    def _drop(self) -> None:
+        """The reply failed past what a record keeps: nothing more of it is read."""
+        self.finished = True
+        self.keep_alive = False
+        self.between_events = False
 
     def _on_head(self, t: float, head: Head) -> None:
         self.head = head

@@ -13,6 +13,7 @@ from codecs import utf_8_decode
 from dataclasses import dataclass
 
 DONE_MARKER = "[DONE]"
+MAX_EVENT_CHARS = 1024 * 1024  # an event (its lines) longer than this is no engine's: `bad_event`
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,14 +27,23 @@ class NamedEvent:
 class SSEParser:
     """`feed(bytes)` returns, in order, a `str` (the data) for each complete unnamed/"message" event
     and a `NamedEvent` for each named one. Events without data (keep-alive comments) return nothing.
+
+    An event still incomplete past `MAX_EVENT_CHARS` sets `too_long` and is dropped with whatever
+    follows (the caller fails the stream): no engine sends one, and a stream that never ends its line
+    would otherwise hold the worker's memory. Each read is searched for an event's end on its own
+    (and across its start), never the whole incomplete event again.
     """
 
     def __init__(self) -> None:
         self._undecoded = b""  # the start of a UTF-8 sequence split between two reads
-        self._buffer = ""
+        self._parts: list[str] = []  # the incomplete event's text, a piece per read
+        self._pending = 0  # its length
         self._pending_cr = False
+        self.too_long = False
 
     def feed(self, data: bytes) -> list[str | NamedEvent]:
+        if self.too_long:
+            return []
         if self._undecoded:
             data = self._undecoded + data
         text, used = utf_8_decode(data, "replace", False)
@@ -45,12 +55,27 @@ class SSEParser:
         if "\r" in text:
             self._pending_cr = text.endswith("\r")  # a line end now, whatever follows
             text = text.replace("\r\n", "\n").replace("\r", "\n")
-        buffer = self._buffer + text if self._buffer else text
-        if "\n\n" not in buffer:
-            self._buffer = buffer
+        parts = self._parts
+        if parts:
+            # an event ends in this read: a blank line inside it, or one begun by the buffer's last LF
+            if "\n\n" not in text and not (text[:1] == "\n" and parts[-1][-1] == "\n"):
+                if text:
+                    parts.append(text)
+                    self._hold(len(text))
+                return []
+            buffer = "".join(parts) + text
+        elif "\n\n" not in text:
+            if text:
+                parts.append(text)
+                self._hold(len(text))
             return []
+        else:
+            buffer = text
         blocks = buffer.split("\n\n")
-        self._buffer = blocks.pop()
+        rest = blocks.pop()
+        self._parts = [rest] if rest else []
+        self._pending = 0
+        self._hold(len(rest))
         out: list[str | NamedEvent] = []
         for block in blocks:
             # fast path: one `data:` line, the shape of nearly every engine's event
@@ -63,18 +88,26 @@ class SSEParser:
                     out.append(event)
         return out
 
+    def _hold(self, chars: int) -> None:
+        self._pending += chars
+        if self._pending > MAX_EVENT_CHARS:
+            self.too_long = True
+            self._parts = []
+            self._pending = 0
+
     @property
     def idle(self) -> bool:
         """Between events with nothing buffered: one whole event (`single_data_event`) leaves the parser
         as it is."""
-        return not (self._buffer or self._undecoded or self._pending_cr)
+        return not (self._parts or self._undecoded or self._pending_cr or self.too_long)
 
     def feed_eof(self) -> list[str | NamedEvent]:
         """The stream ended: flush a last event only if its lines are complete (a server may omit the
         final blank line); a half-received line is a cut stream, not an event."""
-        tail = self._buffer
+        tail = "".join(self._parts)
         self._undecoded = b""  # a cut UTF-8 sequence: the line it was in is incomplete anyway
-        self._buffer = ""
+        self._parts = []
+        self._pending = 0
         self._pending_cr = False
         if not tail.endswith("\n"):
             return []

@@ -11,7 +11,6 @@ not output. The first non-reasoning output sets `first_visible_time` (TTFO). lla
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -28,14 +27,64 @@ from grill_locust.record import (
 )
 
 
-@dataclass(slots=True)
 class ToolCall:
     """One tool call the model made, whole: its id, the tool's name and the arguments as the JSON
-    text the engine streamed (not parsed: an agent sends it back as it came)."""
+    text the engine streamed (not parsed: an agent sends it back as it came). The arguments come in
+    pieces (`add`), joined once when read: adding to one string would copy it at every piece."""
 
-    id: str
-    name: str
-    arguments: str
+    __slots__ = ("id", "name", "_pieces")
+
+    def __init__(self, id: str, name: str, arguments: str = "") -> None:  # noqa: A002 - the API's name
+        self.id = id
+        self.name = name
+        self._pieces = [arguments] if arguments else []
+
+    @property
+    def arguments(self) -> str:
+        pieces = self._pieces
+        if len(pieces) > 1:
+            pieces[:] = ["".join(pieces)]
+        return pieces[0] if pieces else ""
+
+    @arguments.setter
+    def arguments(self, value: str) -> None:
+        self._pieces = [value] if value else []
+
+    def add(self, piece: str) -> None:
+        self._pieces.append(piece)
+
+    def __repr__(self) -> str:
+        return f"ToolCall(id={self.id!r}, name={self.name!r}, arguments={self.arguments!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ToolCall):
+            return NotImplemented
+        return (self.id, self.name, self.arguments) == (other.id, other.name, other.arguments)
+
+
+class Text:
+    """A reply's text as it streams in: pieces joined a block at a time (a list of every token's
+    string costs ~60 bytes a token over the text itself), and its length so far."""
+
+    __slots__ = ("chars", "_blocks", "_pieces")
+
+    BLOCK_PIECES = 256
+
+    def __init__(self) -> None:
+        self.chars = 0
+        self._blocks: list[str] = []
+        self._pieces: list[str] = []
+
+    def append(self, piece: str) -> None:
+        self.chars += len(piece)
+        pieces = self._pieces
+        pieces.append(piece)
+        if len(pieces) >= self.BLOCK_PIECES:
+            self._blocks.append("".join(pieces))
+            pieces.clear()
+
+    def __str__(self) -> str:
+        return "".join(self._blocks) + "".join(self._pieces)
 
 
 def _loads(data: str | bytes) -> Any:
@@ -53,6 +102,12 @@ def _text(data: str | bytes) -> str:
     return data.decode("utf-8", "replace") if isinstance(data, bytes) else data
 
 
+# What one reply may hold (more than any model's output limit): past either, the engine is not
+# stopping, and the stream fails as `bad_event` rather than growing the worker without bound.
+MAX_OUTPUT_EVENTS = 1 << 18
+MAX_REPLY_CHARS = 1 << 22
+
+
 class StreamTimer:
     """Collects one request's timings, text and usage from its parsed stream events."""
 
@@ -60,6 +115,8 @@ class StreamTimer:
         "raw",
         "text_parts",
         "reasoning_parts",
+        "argument_chars",
+        "overflow",
         "done",
         "tool_calls",
         "_output_times",
@@ -69,8 +126,12 @@ class StreamTimer:
 
     def __init__(self, raw: RawTiming, *, secrets: tuple[str, ...] = ()) -> None:
         self.raw = raw
-        self.text_parts: list[str] = []
-        self.reasoning_parts: list[str] = []
+        self.text_parts = Text()
+        self.reasoning_parts = Text()
+        self.argument_chars = 0  # of the tool calls' arguments
+        # the reply passed what a record keeps (`MAX_OUTPUT_EVENTS`, `MAX_REPLY_CHARS`): it failed, and
+        # the rest of the stream is to be dropped unread
+        self.overflow = False
         self.done = False  # `[DONE]` arrived
         # tool calls by their index in the stream: name first, arguments in pieces (not in `text`)
         self.tool_calls: list[ToolCall] = []
@@ -156,6 +217,7 @@ class StreamTimer:
                 self._output_times.append(t)
                 if visible and self.raw.first_visible_time is None:
                     self.raw.first_visible_time = t
+                self.check_size(t)
         elif "stop" in chunk and "content" in chunk:
             self._on_llamacpp_chunk(t, chunk)
         usage = chunk.get("usage")
@@ -179,6 +241,7 @@ class StreamTimer:
             self._output_times.append(t)
             if raw.first_visible_time is None:
                 raw.first_visible_time = t
+            self.check_size(t)
         if chunk["stop"] is True:
             raw.finish_reason = "length" if chunk.get("stop_type") == "limit" else "stop"
             predicted = chunk.get("tokens_predicted")
@@ -208,7 +271,8 @@ class StreamTimer:
             if arguments:
                 if type(arguments) is not str:
                     raise TypeError("tool_calls.function.arguments")
-                call.arguments += arguments
+                call.add(arguments)
+                self.argument_chars += len(arguments)
 
     def on_done(self, t: float) -> None:
         """`data: [DONE]`: the end of the stream; E2E ends here."""
@@ -281,11 +345,27 @@ class StreamTimer:
 
     @property
     def text(self) -> str:
-        return "".join(self.text_parts)
+        return str(self.text_parts)
 
     @property
     def reasoning(self) -> str:
-        return "".join(self.reasoning_parts)
+        return str(self.reasoning_parts)
+
+    def check_size(self, t: float) -> None:
+        """After an output event: a reply past what a record keeps fails (`bad_event`) and is dropped,
+        so that an engine that never stops holds a bounded share of the worker's memory."""
+        if self.overflow:
+            return
+        events = len(self._output_times)
+        chars = self.text_parts.chars + self.reasoning_parts.chars + self.argument_chars
+        if events > MAX_OUTPUT_EVENTS:
+            why = f"more than {MAX_OUTPUT_EVENTS:,} output events"
+        elif chars > MAX_REPLY_CHARS:
+            why = f"more than {MAX_REPLY_CHARS:,} characters of output"
+        else:
+            return
+        self.overflow = True
+        self.fail(t, STATUS_BAD_EVENT, f"a reply of {why}: the engine did not stop (stream dropped)")
 
     def _on_usage(self, usage: Any) -> None:
         if not isinstance(usage, dict):

@@ -5,16 +5,20 @@ each record carries the worker's state when it ended, so the report can flag sat
 
 Two lags, each a p99 over the current tier on this worker (`new_window` at each phase: a p99 over the
 last few dozen samples would be their maximum, and one late wake-up in a minute would flag a tier):
-- the read lag: how long after the kernel stamped a reply's bytes the worker read them. Event times
-  are the kernel's stamps (client/_arrival.py), so a late read costs nothing until the next event of
-  the same stream arrives before it: the stamp is then the later event's. The read lag bounds that
-  error, and it is what judges a tier whose reads are all stamped.
+- the read lag: how far the times of the tier's output events may be from their arrivals. Event
+  times are the kernel's stamps (client/_arrival.py), so a read that comes late costs nothing while it
+  holds one output event: its stamp is that event's. A read that holds several carries the last
+  one's stamp for all (the kernel merges segments that wait in a socket), so each earlier one may be
+  off by up to the time since the worker last looked at that socket. The p99 is the higher of two:
+  over output events, and over requests' first output events alone (the one TTFT is timed by, a
+  sixteenth of a 16-token stream's events: a p99 over events would not show them late). It judges a
+  tier whose reads are all stamped.
 - the event-loop lag: how late a probe greenlet wakes. It is how late a user's send after its think
   time goes out (the request's t0 is taken at the send, so no latency includes it), and it judges
   tiers whose reads have no stamp (TLS), where every read's lateness is in the timings.
 With 200 users finishing in one engine step, their next sends take the hub in turn: the event-loop lag
 then grows with the users (each send builds its request) while the read lag stays small, because each
-user reads every ready stream before it sends (client/_poller.py).
+user reads every ready stream when its stream ends and before it sends (client/_poller.py).
 """
 
 from __future__ import annotations
@@ -50,14 +54,19 @@ class LagHistogram:
         self._top = 0  # the highest bucket used
 
     def add(self, lag_ms: float) -> None:
+        self.add_many(lag_ms, 1)
+
+    def add_many(self, lag_ms: float, count: int) -> None:
+        if count <= 0:
+            return
         if lag_ms <= self.FIRST_EDGE_MS:
             index = 0
         else:
             index = min(
                 self.BUCKETS, math.ceil(math.log(lag_ms / self.FIRST_EDGE_MS) / math.log(self.GROWTH))
             )
-        self.counts[index] += 1
-        self.samples += 1
+        self.counts[index] += count
+        self.samples += count
         self._top = max(self._top, index)
 
     def quantile_ms(self, q: float) -> float | None:
@@ -82,7 +91,8 @@ class SelfCheck:
     def __init__(self, busy: Callable[[], bool] = lambda: True) -> None:
         self._busy = busy
         self._lags = LagHistogram()
-        self._read_lags = LagHistogram()
+        self._read_lags = LagHistogram()  # per output event
+        self._first_lags = LagHistogram()  # per request, its first output event
         self._unstamped_reads = 0
         self._process = psutil.Process()
         self.cpu_pct: float | None = None
@@ -99,6 +109,7 @@ class SelfCheck:
         """A new tier begins on this worker: its lags start from its own samples."""
         self._lags = LagHistogram()
         self._read_lags = LagHistogram()
+        self._first_lags = LagHistogram()
         self._unstamped_reads = 0
         self.lag_p99_ms = None
 
@@ -109,18 +120,29 @@ class SelfCheck:
         if _arrival.read_lag_sink == self._on_read:
             _arrival.read_lag_sink = None
 
-    def _on_read(self, lag_s: float | None) -> None:
+    def _on_read(self, error_s: float | None, outputs: int, first: bool) -> None:
         if not self._busy():  # the run is stopping: Locust's stop held the hub before it said so
             return
-        if lag_s is None:
+        if error_s is None:
             self._unstamped_reads += 1
-        else:
-            self._read_lags.add(max(0.0, lag_s * 1000.0))
+            return
+        error_ms = error_s * 1000.0
+        if outputs:
+            # all but the read's last output event may be off by `error_ms`; the last is its own stamp
+            self._read_lags.add_many(error_ms, outputs - 1)
+            self._read_lags.add_many(0.0, 1)
+        if first:
+            self._first_lags.add_many(error_ms, 1)
 
     @property
     def read_lag_p99_ms(self) -> float | None:
-        """The read lag p99 of this tier's reads, or None when some had no stamp (or none came yet)."""
-        return None if self._unstamped_reads else self._read_lags.quantile_ms(LAG_QUANTILE)
+        """The read lag p99 of this tier (see the module's docstring), or None when some read had no
+        stamp (or no output came yet)."""
+        if self._unstamped_reads:
+            return None
+        lags = [self._read_lags.quantile_ms(LAG_QUANTILE), self._first_lags.quantile_ms(LAG_QUANTILE)]
+        known = [lag for lag in lags if lag is not None]
+        return max(known) if known else None
 
     def _probe(self) -> None:
         last_cpu = time.monotonic()

@@ -255,6 +255,89 @@ def test_users_busy_between_requests_do_not_starve_other_streams_of_reads(tmp_pa
     assert int(shared) <= 2, shared  # a stall of the whole machine may still merge a pair
 
 
+# A server of one reply, in its own process: the first token 50 ms after the request, the second 40
+# ms later, then the end; it prints when it wrote the first, and writes a byte on the pipe `argv[1]`
+# when it has the request and when it has sent the second token.
+TWO_TOKEN_SERVER = r"""
+import os, socket, sys, time
+listener = socket.create_server(("127.0.0.1", 0))
+print(listener.getsockname()[1], flush=True)
+conn, _ = listener.accept()
+conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+buffer = b""
+while b"\r\n\r\n" not in buffer:
+    buffer += conn.recv(65536)
+os.write(int(sys.argv[1]), b"r")
+def chunk(event):
+    body = b"data: " + event + b"\n\n"
+    return b"%x\r\n%s\r\n" % (len(body), body)
+delta = b'{"choices":[{"index":0,"delta":{"content":"%s"},"finish_reason":null}]}'
+head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+time.sleep(0.05)
+first = time.time()
+conn.sendall(head + chunk(delta % b"a"))
+time.sleep(0.04)
+conn.sendall(chunk(delta % b"b"))
+time.sleep(0.001)
+os.write(int(sys.argv[1]), b"b")
+time.sleep(0.05)
+end = b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}'
+conn.sendall(chunk(end) + chunk(b"[DONE]") + b"0\r\n\r\n")
+print(first, flush=True)
+conn.close()
+"""
+
+
+@pytest.mark.skipif(PATCHED, reason="already the gevent run")
+@pytest.mark.parametrize("read_path", ["fast", "python"])
+def test_a_first_token_that_waited_for_the_second_is_the_self_checks_lag(read_path: str) -> None:
+    # The worker holds its hub (a blocking read of a pipe) from its send until just after the second
+    # token arrives: both tokens share one read, and its stamp is the second's, so the first token is
+    # timed 40 ms late, while that read came only ~1 ms after its stamp. The self-check says how far
+    # the first token may be off (>= the 40 ms it is), and flags the tier.
+    script = """
+        import subprocess, time
+        import gevent, gevent.socket
+        from client_servers import backend
+        from grill_locust.client import EngineClient, chat_payload
+        from grill_locust.run.selfcheck import SelfCheck
+
+        import os
+        signal_read, signal_write = os.pipe()
+        server = subprocess.Popen(
+            [sys.executable, "-c", sys.argv[3], str(signal_write)],
+            stdout=subprocess.PIPE, text=True, pass_fds=[signal_write],
+        )
+        port = int(server.stdout.readline())
+        check = SelfCheck()
+        check.start()
+        client = EngineClient(backend(f"http://127.0.0.1:{port}"))
+        def hold():
+            gevent.socket.wait_read(signal_read)  # the request is there
+            os.read(signal_read, 1)
+            os.read(signal_read, 1)  # not gevent's: the whole hub waits for the second token
+        holder = gevent.spawn(hold)
+        raw = client.stream("/v1/chat/completions", chat_payload("m", [{"role": "user", "content": "hi"}])).raw
+        holder.join()
+        written = float(server.stdout.readline())
+        server.wait()
+        late_ms = (raw.wall_start + raw.output_times[0] - raw.t0 - written) * 1e3
+        print(raw.status, len(raw.output_times), raw.output_times[0] == raw.output_times[1], late_ms,
+              check.read_lag_p99_ms, check.saturated)
+        check.stop()
+        """
+    env = dict(os.environ)
+    env.pop("GRILL_NO_EXTENSIONS", None)
+    if read_path == "python":
+        env["GRILL_NO_EXTENSIONS"] = "1"
+    done = _run_patched(script, TWO_TOKEN_SERVER, timeout_s=30, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    status, events, shared, late_ms, lag_ms, saturated = done.stdout.split()
+    assert status == "ok" and events == "2" and shared == "True"
+    assert 30.0 < float(late_ms) < 60.0  # timed at the second token's arrival
+    assert float(lag_ms) >= float(late_ms) - 1.0 and saturated == "True"
+
+
 def test_body_never_ending_after_done_is_complete_and_the_connection_dropped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -1,6 +1,7 @@
 """The top of the study's ladder: tiers up to 200 users on one load-generator process against the
-simulated engine, every record there once, the self-check's figures in range and its event times the
-engine's own (the simulator's truth log), the worker's RSS told."""
+simulated engine, every record there once, every tier whose event times are off the engine's own (the
+simulator's truth log) by more than 5 ms flagged by the self-check, and on a machine with a core to
+spare no tier flagged and every time within 5 ms; the worker's RSS told."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pandas as pd
 import psutil
 import pytest
 
-from grill_locust.record import SATURATION_CPU_PCT, SATURATION_LAG_P99_MS
+from grill_locust.record import SATURATION_LAG_P99_MS
 from grill_locust.report import load_run, summarize
 from tests.run.conftest import LOCUSTFILE, only_run_dir, sim_scenario, truth_once_it_holds, write_scenario
 
@@ -114,14 +115,20 @@ def test_the_ladder_up_to_200_users_on_one_worker(tmp_path: Path) -> None:
             f"{late.loc[users, 'first_token_late_ms']:.2f} / {late.loc[users, 'end_late_ms']:.2f} ms"
         )
     assert summary["worker_read_lag_p99_ms"].notna().all() and summary["worker_cpu_mean"].notna().all()
-    assert (summary["worker_read_lag_p99_ms"] > 0).all() and (summary["worker_cpu_mean"] > 0).all()
-    # the self-check in range: every read stamped and read within 5 ms, the CPU under 70 %
-    assert (summary["worker_read_lag_p99_ms"] < SATURATION_LAG_P99_MS).all(), summary[
-        "worker_read_lag_p99_ms"
-    ]
-    assert (summary["worker_cpu_mean"] < SATURATION_CPU_PCT).all(), summary["worker_cpu_mean"]
-    assert not summary["saturated"].astype(bool).any()
-    # and what it vouches for: the client's event times are the engine's, within the 5 ms bound
-    assert (late < SATURATION_LAG_P99_MS).all().all(), late
+    assert (summary["worker_cpu_mean"] > 0).all()
+    # what the self-check vouches for, whatever the machine: a tier whose event times are more than
+    # 5 ms off the engine's (p99) is flagged
+    flagged = summary["saturated"].astype(bool)
+    off = late.max(axis=1)
+    missed = off[(off >= SATURATION_LAG_P99_MS) & ~flagged.reindex(off.index)]
+    assert missed.empty, f"timings off but not flagged (ms):\n{late.loc[missed.index]}\n{summary}"
     assert (timed[["first_token_late_ms", "end_late_ms"]].min() > -1.0).all()  # same clock, no early arrival
+    # and on a machine with a core to spare, no tier is flagged: every event timed within 5 ms, the
+    # CPU under 70 % (a CPU hog beside the worker fails here, named)
+    assert not flagged.any(), (
+        "load generator flagged: read lag p99 (ms) "
+        f"{summary['worker_read_lag_p99_ms'].round(2).to_dict()}, CPU % "
+        f"{summary['worker_cpu_mean'].round(0).to_dict()}"
+    )
+    assert (late < SATURATION_LAG_P99_MS).all().all(), late
     assert rss.peak_bytes < 1024 * MIB
