@@ -204,9 +204,9 @@ def check_backend(
             path, payload = fim_request(backend, fim_model, conversation, PING_FIM_PREFIX, PING_FIM_SUFFIX)
             payload["n_predict" if path == INFILL_PATH else "max_tokens"] = PING_MAX_TOKENS
             filled = client.stream(path, payload).raw
-            served = measure(filled).status == STATUS_OK
-            check.fim = served if check.fim is None else check.fim and served
-            if not served:
+            filled_ok = measure(filled).status == STATUS_OK
+            check.fim = filled_ok if check.fim is None else check.fim and filled_ok
+            if not filled_ok:
                 notes.append(
                     _refused(f"fim {choose_fim(backend.engine, fim_model, conversation).transport}", filled)
                 )

@@ -485,10 +485,11 @@ def read_jsonl(
             else:
                 reason = "not a JSON object"
             if isinstance(row, dict):
-                reason = problem(row) if problem is not None else None
-                if reason is None:
+                found = problem(row) if problem is not None else None
+                if found is None:
                     rows.append(row)
                     continue
+                reason = found
             unreadable.append(_unreadable(number, line.rstrip("\n"), reason))
     return rows, unreadable
 
