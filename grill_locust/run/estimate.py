@@ -318,7 +318,8 @@ def _max_tokens(target: Target, replay: tuple[TraceRow, ...] | None = None) -> t
     if conversation.kind == "autocomplete":
         completion = conversation.max_tokens or 1
         return completion, str(completion)
-    return target.model.max_tokens, str(target.model.max_tokens)
+    sent = target.sent_model.max_tokens  # the conversation's where it writes one (a dataset's)
+    return sent, str(sent)
 
 
 def format_duration(seconds: float) -> str:

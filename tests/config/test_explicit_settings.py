@@ -130,10 +130,15 @@ def test_validate_shows_each_targets_effective_max_tokens(
 ) -> None:
     s = scenario(
         tmp_path,
-        [{"name": "ac", "kind": "autocomplete", "fim": "suffix"}, {"name": "ag", "kind": "agentic"}],
+        [
+            {"name": "ac", "kind": "autocomplete", "fim": "suffix"},
+            {"name": "ag", "kind": "agentic"},
+            {"name": "own", "kind": "dataset", "path": str(tmp_path / "rows.jsonl"), "max_tokens": 4},
+        ],
         [{"name": "m32", "max_tokens": 32}],
     )
     assert estimate.main([s.source]) == 0
     text = capsys.readouterr().out
     rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("  m32/")}
     assert rows["m32/ac"][-2] == "32" and rows["m32/ag"][-2] == "32/32", text
+    assert rows["m32/own"][-2] == "4", text
