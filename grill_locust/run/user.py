@@ -149,11 +149,12 @@ class GrillUser(User):
         send = labels.get(SCHEDULED_SEND)
         if send is not None and plan.requests:
             send.plan_delay_s = plan.requests[0].send_at_s
+        model = target.sent_model
         for turn, planned in enumerate(plan.requests):
             session.insert(planned.typed)
             path, payload = fim_request(
                 target.backend,
-                target.sent_model,
+                model,
                 target.conversation,
                 session.prefix,
                 session.suffix,
