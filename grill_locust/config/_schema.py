@@ -51,8 +51,14 @@ _TRACE_KEYS_HELP = f"format: {' | '.join(TRACE_FORMATS)}, path: the trace file"
 
 class _Frozen(BaseModel):
     # NaN and infinity pass every comparison a validator makes (`nan > 0` is False, `inf > 0` True):
-    # no float of a scenario may be either
-    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True, allow_inf_nan=False)
+    # no float of a scenario may be either. A field's docstring is its description in docs/scenarios.md.
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        populate_by_name=True,
+        allow_inf_nan=False,
+        use_attribute_docstrings=True,
+    )
 
 
 def _refuse_bool(expected: str) -> BeforeValidator:
@@ -75,28 +81,48 @@ class Timeouts(_Frozen):
     """Per-request time limits of one backend (seconds)."""
 
     connect_s: Number = Field(default=10.0, gt=0)
+    """To open the connection."""
     first_token_s: Number = Field(default=300.0, gt=0)
+    """From the send to the first output."""
     total_s: Number = Field(default=600.0, gt=0)
-    idle_s: Number = Field(default=60.0, gt=0)  # between two output events, once output has begun
+    """The whole request."""
+    idle_s: Number = Field(default=60.0, gt=0)
+    """Between two output events, once output has begun: a stream that stalls mid-answer fails then,
+    not at `total_s`."""
 
 
 class Backend(_Frozen):
     """One engine endpoint (OpenAI-compatible), as requests and scrapers reach it."""
 
     name: str = Field(min_length=1)
-    url: str = ""  # base URL without /v1; empty only for `engine: sim`, which the run starts itself
+    """What targets call it."""
+    url: str = ""
+    """Base URL (a trailing /v1 is dropped); empty only for `engine: sim`, which the run starts itself."""
     engine: str = Field(validation_alias=AliasChoices("engine", "type", "backend"))
+    """Which engine serves it, as grill_locust/engines.py names them (`openai`: any other OpenAI-compatible
+    server; `sim`: the simulated engine); llm-grill's `type` or `backend`."""
     profile: str | None = None
+    """`engine: sim` only: the simulated engine's profile (vllm when not given)."""
     sim_args: dict[str, Any] = Field(default_factory=dict)
+    """`engine: sim` only: the simulator's settings (`grill sim --help`), e.g. `{max_num_seqs: 64}`."""
     api_key: SecretStr | None = None
+    """Sent as `Authorization: Bearer` (and `x-api-key` over `messages`); write it as `${VAR}`."""
     api: Literal["chat", "completions", "messages"] = "chat"
+    """The request API: /v1/chat/completions, /v1/completions or Anthropic's /v1/messages."""
     timeouts: Timeouts = Timeouts()
+    """Per-request time limits; llm-grill's single `timeout: S` sets `total_s` (and caps the others)."""
     metrics_url: str | None = None
+    """The engine's Prometheus /metrics (the engine's default route when not given)."""
     tokenize_url: str | None = None
+    """The engine's /tokenize, used to calibrate prompt sizes (the engine's default route when not given)."""
     gpu_exporters: list[str] = Field(default_factory=list)
+    """URLs of `grill gpu-exporter` on the engine's machines, scraped every telemetry interval."""
     extra_body: dict[str, Any] = Field(default_factory=dict)
+    """Keys added to every request's JSON body."""
     headers: dict[str, str] = Field(default_factory=dict)
-    retries: Count = Field(default=0, ge=0, le=10)  # for HTTP 429 only
+    """HTTP headers added to every request."""
+    retries: Count = Field(default=0, ge=0, le=10)
+    """Retries of a request answered HTTP 429 (no other failure is retried)."""
     other_keys: ClassVar[tuple[str, ...]] = ("timeout",)  # llm-grill's, read by _llm_grill_timeout
 
     @model_validator(mode="before")
@@ -204,16 +230,24 @@ class Model(_Frozen):
     """A served model and the sampling settings sent with every request."""
 
     name: str = Field(min_length=1)
+    """The model's name as the engine serves it (sent as `model`)."""
     max_tokens: Count = Field(default=256, gt=0)
+    """Output tokens asked for per request, unless the conversation or its kind sets its own."""
     min_tokens: Count | None = Field(default=None, ge=0)
+    """Output tokens the engine must generate at least (vLLM, SGLang, the simulator)."""
     temperature: Number = Field(default=0.0, ge=0)
+    """Sampling temperature."""
     top_p: Number | None = Field(default=None, ge=0, le=1)
+    """Nucleus sampling's probability mass (not sent when not given)."""
     top_k: Count | None = None
+    """Sampling from the k likeliest tokens (not sent when not given)."""
     ignore_eos: bool = False
-    # how FIM (autocomplete) requests reach it and its FIM tokens' family (workload/fim_templates.py);
-    # a conversation's own keys win
+    """Ask the engine to generate `max_tokens` whatever the model's end of sequence."""
     fim: FimTransport | None = None
+    """How fill-in-the-middle (autocomplete) requests reach it: the family's FIM tokens in a prompt
+    (`template`), OpenAI's `suffix` field, or llama.cpp's /infill; a conversation's own `fim` wins."""
     fim_template: str | None = None
+    """The family of its FIM tokens (workload/fim_templates.py), where the model's name does not tell it."""
 
     @field_validator("fim_template")
     @classmethod
@@ -292,17 +326,31 @@ class Slo(_Frozen):
     (report/capacity.py)."""
 
     ttft_p50_s: float | None = Field(default=None, gt=0)
+    """A tier's TTFT median must be at most this (seconds); 2 s when no per-request limit is given."""
     ttft_p90_s: float | None = Field(default=None, gt=0)
+    """A tier's TTFT p90 must be at most this (seconds)."""
     ttft_p99_s: float | None = Field(default=None, gt=0)
+    """A tier's TTFT p99 must be at most this (seconds)."""
     e2e_p50_s: float | None = Field(default=None, gt=0)
+    """A tier's end-to-end latency median must be at most this (seconds); 10 s when no per-request limit is given."""
     e2e_p90_s: float | None = Field(default=None, gt=0)
+    """A tier's end-to-end latency p90 must be at most this (seconds)."""
     e2e_p99_s: float | None = Field(default=None, gt=0)
+    """A tier's end-to-end latency p99 must be at most this (seconds)."""
     success_rate: Number = Field(default=0.99, gt=0, le=1)
+    """The share of a tier's requests that must succeed."""
     ttft_s: Number | None = Field(default=None, gt=0)
+    """Per-request limit on TTFT (seconds): each request's `slo_met` is judged by the limits."""
     tpot_ms: Number | None = Field(default=None, gt=0)
+    """Per-request limit on time per output token (milliseconds); a request of fewer than 2 output
+    tokens has none."""
     e2e_s: float | None = Field(default=None, gt=0)
+    """Per-request limit on end-to-end latency (seconds)."""
     percentile: Literal[50, 90, 95, 99] | None = None
+    """A tier meets the per-request limits when this percentile of each limited metric is within its
+    limit (with neither this nor `attainment`: the median)."""
     attainment: Number | None = Field(default=None, gt=0, le=1)
+    """A tier meets the per-request limits when at least this share of its requests met every limit."""
 
     @model_validator(mode="before")
     @classmethod
@@ -394,17 +442,31 @@ class ConversationSlo(_Frozen):
     """A conversation's own `slo:`: the bounds and limits it gives replace the scenario's for its requests."""
 
     ttft_p50_s: float | None = Field(default=None, gt=0)
+    """A tier's TTFT median must be at most this (seconds)."""
     ttft_p90_s: float | None = Field(default=None, gt=0)
+    """A tier's TTFT p90 must be at most this (seconds)."""
     ttft_p99_s: float | None = Field(default=None, gt=0)
+    """A tier's TTFT p99 must be at most this (seconds)."""
     e2e_p50_s: float | None = Field(default=None, gt=0)
+    """A tier's end-to-end latency median must be at most this (seconds)."""
     e2e_p90_s: float | None = Field(default=None, gt=0)
+    """A tier's end-to-end latency p90 must be at most this (seconds)."""
     e2e_p99_s: float | None = Field(default=None, gt=0)
+    """A tier's end-to-end latency p99 must be at most this (seconds)."""
     success_rate: Number | None = Field(default=None, gt=0, le=1)
+    """The share of a tier's requests that must succeed."""
     ttft_s: Number | None = Field(default=None, gt=0)
+    """Per-request limit on TTFT (seconds): each request's `slo_met` is judged by the limits."""
     tpot_ms: Number | None = Field(default=None, gt=0)
+    """Per-request limit on time per output token (milliseconds); a request of fewer than 2 output
+    tokens has none."""
     e2e_s: float | None = Field(default=None, gt=0)
+    """Per-request limit on end-to-end latency (seconds)."""
     percentile: Literal[50, 90, 95, 99] | None = None
+    """A tier meets the per-request limits when this percentile of each limited metric is within its
+    limit (with neither this nor `attainment`: the median)."""
     attainment: Number | None = Field(default=None, gt=0, le=1)
+    """A tier meets the per-request limits when at least this share of its requests met every limit."""
 
     def given(self) -> dict[str, float]:
         return {name: value for name, value in self.model_dump().items() if value is not None}
@@ -633,7 +695,9 @@ class Persona(_Frozen):
     """One conversation of a team's mix and its weight: its share of a tier's developers."""
 
     conversation: Conversation
+    """What this persona's developers send."""
     weight: Number = Field(gt=0)
+    """Its share of the tier's developers, relative to the other personas' weights."""
 
 
 KIND_MIX = "mix"  # the kind of a mix target's phases and whole-tier rows (no workload kind has this name)
@@ -644,10 +708,15 @@ class Target(_Frozen):
     backend. A mix's developer k plays persona `persona_index(weights, k)` at every tier."""
 
     name: str
+    """How results name it."""
     backend: Backend
+    """Where its requests go."""
     model: Model
+    """The model they ask for and its sampling settings."""
     personas: tuple[Persona, ...] = Field(min_length=1)
-    mix: bool = False  # named a `mix` (its tiers are judged persona by persona), even of one persona
+    """Its conversation (one persona), or its mix's."""
+    mix: bool = False
+    """Whether it was named a `mix` (its tiers are judged persona by persona), even of one persona."""
 
     @model_validator(mode="before")
     @classmethod
@@ -726,11 +795,17 @@ class LlmGrillLoad(_Frozen):
     """llm-grill's `load` section; translated into `Load`."""
 
     concurrent_users: Count | list[Count] | None = None
+    """Users of the one tier (a list: the tiers); `tiers`."""
     ramp_levels: Count | list[Count] | None = None
+    """The tiers of users (a number n: 1 to n); `tiers`."""
     iterations: Count | None = Field(default=None, ge=1)
+    """Iterations per user and tier (llm-grill's default 1)."""
     ramp_up_seconds: Number | None = Field(default=None, ge=0)
+    """Seconds over which a tier's users start; `ramp_s`."""
     think_time_seconds: Number | None = Field(default=None, ge=0)
+    """Pause between a user's requests (llm-grill's default 0); `think_time_s`."""
     ramp_pause_seconds: Number | None = Field(default=None, ge=0)
+    """Pause at 0 users between tiers (llm-grill's default 10); `pause_s`."""
 
 
 LLM_GRILL_LOAD_KEYS = frozenset(LlmGrillLoad.model_fields) - {"iterations"}
@@ -748,9 +823,14 @@ class Search(_Frozen):
     passing one)."""
 
     users: list[Count] | None = None
+    """The bracket `[lo, hi]` of concurrent users searched."""
     rate: list[Number] | None = None
+    """The bracket `[lo, hi]` of open-loop rates searched (requests/s), bisected in log space."""
     probe_s: Number = Field(default=60.0, gt=0)
+    """Each probe tier's length (seconds)."""
     precision: Number | None = Field(default=None, gt=0)
+    """Where the search stops: users apart (whole, default 1), or a rate bracket's relative width
+    (default 0.1)."""
 
     @model_validator(mode="after")
     def _one_bracket(self) -> Search:
@@ -802,32 +882,45 @@ class Load(_Frozen):
     pauses; or a capacity search (`search`) in place of the tiers."""
 
     tiers: list[Count] = Field(default_factory=lambda: list(DEFAULT_TIERS), min_length=1)
+    """Concurrent users of each tier, in order."""
     iterations: Count = Field(default=5, ge=1)
+    """Conversations each user plays per tier: a tier ends when users x iterations have arrived."""
     pause_s: Number = Field(default=30.0, ge=0)
+    """Pause at 0 users between tiers, for the engine to drain (none after the last)."""
     think_time_s: Number = Field(default=0.5, ge=0)
-    # users per second; None: a tier's users start at once
+    """A user's pause between two requests."""
     spawn_rate: Number | None = Field(default=None, gt=0)
-    # the same per tier length: each tier's users spawned evenly over this time (spawn rate users / ramp_s)
+    """Users started per second in every tier (not given: a tier's users start at once)."""
     ramp_s: Number | None = Field(default=None, gt=0)
-    # A request is warmup (recorded, left out of the tier's statistics) when it started within warmup_s
-    # of its tier's start, is among the tier's first warmup_requests by send time (all its users and
-    # workers: picked from the records' send times, report/aggregate.py), or among the first
-    # warmup_requests_per_user its developer started in the tier.
+    """Each tier's users start evenly over this many seconds (a spawn rate of users / ramp_s, so every
+    tier takes as long to fill); give it or `spawn_rate`."""
     warmup_s: Number | None = Field(default=None, gt=0)
+    """Requests started within this many seconds of their tier's start are warmup: recorded, counted
+    toward the tier's iterations, left out of its statistics."""
     warmup_requests: Count | None = Field(default=None, ge=1)
+    """A tier's first N requests by send time, over all its users and workers, are warmup (picked from
+    the records by the report)."""
     warmup_requests_per_user: Count | None = Field(default=None, ge=1)
+    """Each developer's first N requests of a tier are warmup."""
     tier_timeout_s: Number = Field(default=1800.0, gt=0)
-    # after a tier that measured an engine outage: how long to hold at 0 users for the backend to answer
-    # again before the tier runs once more (past it the campaign stops); 0: no hold, no re-run
+    """A tier still running after this long is cut and marked incomplete."""
     engine_wait_s: Number = Field(default=120.0, ge=0)
-    # open loop: each tier a rate (requests/s; sessions/s for session kinds) in place of `tiers`, its sends
-    # drawn from the arrival process for duration_s, at most max_in_flight at once across the workers
+    """After a tier that measured an engine outage: how long to hold at 0 users for the backend to
+    answer again before the tier runs once more (past it the campaign stops, exit 3); 0: no hold, no
+    re-run."""
     rates: list[Number] | None = Field(default=None, min_length=1)
+    """Open-loop tiers in place of `tiers`: each a rate (requests/s; sessions/s for kinds whose
+    iteration is a session), its sends drawn from `arrival` for `duration_s`."""
     arrival: Literal["poisson", "constant", "gamma"] = "poisson"
-    burstiness: Number = Field(default=1.0, gt=0)  # gamma's shape: 1 is Poisson
+    """A rate tier's arrival process: exponential gaps, 1/rate, or gamma gaps of shape `burstiness`."""
+    burstiness: Number = Field(default=1.0, gt=0)
+    """Gamma's shape: 1 is Poisson, below 1 burstier (vllm bench's `--burstiness`)."""
     duration_s: Number = Field(default=60.0, gt=0)
+    """How long each rate tier sends (seconds); the requests still running then finish as cooldown."""
     max_in_flight: Count = Field(default=DEFAULT_MAX_IN_FLIGHT, ge=1)
+    """A rate tier's cap on sends playing at once, across its workers: a send past it waits, late."""
     search: Search | None = None
+    """A capacity search in place of `tiers` or `rates`: the largest load meeting the SLO."""
     other_keys: ClassVar[tuple[str, ...]] = tuple(sorted(LLM_GRILL_LOAD_KEYS))  # translated before validation
 
     @model_validator(mode="before")
@@ -918,9 +1011,13 @@ class Load(_Frozen):
 
 class InfluxSettings(_Frozen):
     url: str
+    """InfluxDB's URL (`--influx-url`, INFLUX_URL)."""
     org: str = ""
+    """The InfluxDB organisation."""
     bucket: str
+    """The bucket written to."""
     token: SecretStr | None = None
+    """The API token; prefer INFLUX_TOKEN or `${VAR}` to writing it here."""
 
     @field_validator("url")
     @classmethod
@@ -934,16 +1031,22 @@ class InfluxSettings(_Frozen):
 
 
 class Sinks(_Frozen):
+    """Where records and telemetry go besides the results folder."""
+
     influx: InfluxSettings | None = None
+    """Write records, tier summaries and telemetry to InfluxDB as the run goes."""
 
 
 class SecretReference(_Frozen):
     """A secret of the scenario file as written there: `text` holds its `${VAR}` reference(s), which each
     worker expands from its own environment; None when the value is written literally (never sent)."""
 
-    path: YamlPath  # as the file spells it (llm-grill's `servers` too)
+    path: YamlPath
+    """Where the secret stands, as the file spells it (llm-grill's `servers` too)."""
     text: str | None
+    """The file's text of it, with its `${VAR}` reference(s)."""
     line: int | None = None
+    """Its line in the file, for messages."""
 
     @property
     def scenario_path(self) -> YamlPath:
@@ -979,17 +1082,27 @@ class Scenario(_Frozen):
     """A whole campaign: what to measure (targets) and how hard (load)."""
 
     name: str
+    """The scenario's name (the file's stem when it gives none)."""
     description: str = ""
-    source: str = ""  # the file it came from, for messages
+    """Free text, kept in run.json."""
+    source: str = ""
+    """The file it came from, for messages."""
     backends: list[Backend]
+    """The engine endpoints."""
     models: list[Model]
+    """The served models and their sampling settings."""
     conversations: list[Conversation]
+    """The workloads."""
     targets: list[Target]
+    """What is measured, each resolved to its backend, model and conversations."""
     load: Load = Load()
+    """The campaign's shape."""
     slo: Slo = Slo()
+    """The service level a tier must meet to count as capacity."""
     sinks: Sinks = Sinks()
-    # each secret as the file wrote it: how workers get it (to_wire, from_wire); set by load_scenario
+    """Where records go besides the results folder."""
     secret_references: tuple[SecretReference, ...] = ()
+    """Each secret as the file wrote it: how workers get it (to_wire, from_wire); set by load_scenario."""
 
     def redacted(self) -> dict[str, Any]:
         """The scenario as plain data with every secret shown as "***" (for files and logs): SecretStr
@@ -1090,28 +1203,51 @@ class Scenario(_Frozen):
 
 
 class FileMixEntry(_Frozen):
+    """One persona of a target's mix, as the file writes it."""
+
     conversation: str
-    weight: Any  # checked where the target is resolved (config/_load.py), with the entry's place
+    """A conversation's name."""
+    weight: Any
+    """Its share of each tier's developers (a positive number, relative to the other entries'; checked
+    where the target is resolved, config/_load.py, with the entry's place)."""
 
 
 class FileTarget(_Frozen):
+    """One thing to measure, naming a backend, a model and a conversation or mix of the file."""
+
     name: str | None = None
+    """How results name it (default: `backend/model/conversation`, or `backend/model/mix`)."""
     backend: str | None = Field(default=None, validation_alias=AliasChoices("backend", "server"))
+    """A backend's name (may be left out when the file has one backend); llm-grill's `server`."""
     model: str | None = None
+    """A model's name (may be left out when the file has one model)."""
     conversation: str | None = None
+    """A conversation's name; give it or `mix`."""
     mix: list[FileMixEntry] | None = None
+    """A team in one tier: each developer plays one of these conversations, by weight."""
 
 
 class FileScenario(_Frozen):
+    """A scenario file as written, native or llm-grill's, before names are resolved."""
+
     name: str | None = None
+    """The scenario's name (default: the file's stem)."""
     description: str = ""
+    """Free text, kept in run.json."""
     backends: list[Backend] = Field(validation_alias=AliasChoices("backends", "servers"), min_length=1)
+    """The engine endpoints; llm-grill's `servers`."""
     models: list[Model] = Field(min_length=1)
+    """The served models and their sampling settings."""
     conversations: list[Conversation] = Field(default_factory=list)
+    """The workloads, each of a kind."""
     targets: list[FileTarget] = Field(min_length=1)
+    """What to measure: backend x model x conversation (or mix)."""
     load: dict[str, Any] = Field(default_factory=dict)
+    """The campaign's shape (`Load`, or llm-grill's spellings of it), validated once translated."""
     slo: Slo = Slo()
+    """The service level a tier must meet to count as capacity."""
     sinks: Sinks = Sinks()
+    """Where records go besides the results folder."""
 
 
 def _fim_family(value: str | None) -> str | None:
