@@ -795,13 +795,13 @@ class LlmGrillLoad(_Frozen):
     """llm-grill's `load` section; translated into `Load`."""
 
     concurrent_users: Count | list[Count] | None = None
-    """Users of the one tier (a list: the tiers); `tiers`."""
+    """Users of the one tier, or a list of tiers; as a number, the last level of `ramp_levels`' steps."""
     ramp_levels: Count | list[Count] | None = None
-    """The tiers of users (a number n: 1 to n); `tiers`."""
+    """The tiers of users (`tiers`); a number n splits `concurrent_users` into n even steps."""
     iterations: Count | None = Field(default=None, ge=1)
     """Iterations per user and tier (llm-grill's default 1)."""
     ramp_up_seconds: Number | None = Field(default=None, ge=0)
-    """Seconds over which a tier's users start; `ramp_s`."""
+    """Seconds to start the largest tier's users (a `spawn_rate` of its users over this time)."""
     think_time_seconds: Number | None = Field(default=None, ge=0)
     """Pause between a user's requests (llm-grill's default 0); `think_time_s`."""
     ramp_pause_seconds: Number | None = Field(default=None, ge=0)
