@@ -187,6 +187,8 @@ class XYChartOptions(xychart.Options):
 
 
 class XYChartPanel(xychart_builder.Panel):
+    """The SDK's XY chart builder, its options written as `XYChartOptions`."""
+
     def build(self) -> model.Panel:
         panel = super().build()
         if isinstance(panel.options, xychart.Options):
