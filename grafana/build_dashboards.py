@@ -1,8 +1,11 @@
 """Writes grafana/dashboards/*.json: the three grill-locust boards, every query in InfluxQL.
 
 The JSON files are committed (Grafana provisions them as they are); this script is the one place they are
-made, so the three boards share their variables and filters. Run `python grafana/build_dashboards.py` after
-changing it; tests/influx check that the committed files match and run every query against influxd.
+made, so the three boards share their variables and filters. They are built with Grafana's own
+grafana-foundation-sdk (pinned in pyproject's [test] extra to the Grafana of docker-compose.yml), so their JSON
+follows Grafana's dashboard schema; tests/deploy/test_grafana_boards.py names the few keys outside it. Run
+`python grafana/build_dashboards.py` after changing it; tests/influx check that the committed files match and
+run every query against influxd.
 Measurements and fields: grill_locust/sinks/influx.py and grill_locust/telemetry/samples.py.
 """
 
@@ -10,12 +13,21 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+
+from grafana_foundation_sdk.builders import common as common_builder
+from grafana_foundation_sdk.builders import dashboard as dashboard_builder
+from grafana_foundation_sdk.builders import timeseries as timeseries_builder
+from grafana_foundation_sdk.builders import xychart as xychart_builder
+from grafana_foundation_sdk.cog import variants
+from grafana_foundation_sdk.cog.builder import Builder
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common, xychart
+from grafana_foundation_sdk.models import dashboard as model
 
 DASHBOARD_DIR = Path(__file__).resolve().parent / "dashboards"
-DATASOURCE = {"type": "influxdb", "uid": "grill-influxdb"}
-SCHEMA_VERSION = 39
+DATASOURCE = model.DataSourceRef(type_val="influxdb", uid="grill-influxdb")
 
 RUN_FILTER = '"run_id" =~ /^$run_id$/'
 # one comparison series per run, backend and model (a gateway may serve two models)
@@ -39,43 +51,41 @@ ENGINE_FILTER = '"backend" =~ /^$backend$/ AND $timeFilter'
 GPU_FILTER = '"host" =~ /^$host$/ AND $timeFilter'
 
 
-def variable(name: str, query: str, label: str) -> dict[str, Any]:
+def variable(name: str, query: str, label: str) -> dashboard_builder.QueryVariable:
     """A multi-value query variable with "All", answered by SHOW TAG VALUES."""
-    return {
-        "name": name,
-        "label": label,
-        "type": "query",
-        "datasource": DATASOURCE,
-        "query": query,
-        "definition": query,
-        "refresh": 2,  # on time range change
-        "multi": True,
-        "includeAll": True,
-        "current": {"selected": True, "text": ["All"], "value": ["$__all"]},
-        "sort": 1,
-        "hide": 0,
-        "options": [],
-    }
+    return (
+        dashboard_builder.QueryVariable(name)
+        .label(label)
+        .datasource(DATASOURCE)
+        .query(query)
+        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .multi(True)
+        .include_all(True)
+        .current(model.VariableOption(selected=True, text=["All"], value=["$__all"]))
+        .sort(model.VariableSort.ALPHABETICAL_ASC)
+        .hide(model.VariableHide.DONT_HIDE)
+        .options([])
+    )
 
 
-def run_variable() -> dict[str, Any]:
+def run_variable() -> dashboard_builder.QueryVariable:
     return variable("run_id", 'SHOW TAG VALUES FROM "grill_request" WITH KEY = "run_id"', "run")
 
 
-def backend_variable(measurement: str = "grill_request") -> dict[str, Any]:
+def backend_variable(measurement: str = "grill_request") -> dashboard_builder.QueryVariable:
     query = f'SHOW TAG VALUES FROM "{measurement}" WITH KEY = "backend"'
     if measurement == "grill_request":
         query += f" WHERE {RUN_FILTER}"
     return variable("backend", query, "backend")
 
 
-def kind_variable() -> dict[str, Any]:
+def kind_variable() -> dashboard_builder.QueryVariable:
     return variable(
         "kind", f'SHOW TAG VALUES FROM "grill_request" WITH KEY = "kind" WHERE {RUN_FILTER}', "workload kind"
     )
 
 
-def conversation_variable() -> dict[str, Any]:
+def conversation_variable() -> dashboard_builder.QueryVariable:
     """The conversations of the selected runs and workload kinds."""
     return variable(
         "conversation",
@@ -84,167 +94,228 @@ def conversation_variable() -> dict[str, Any]:
     )
 
 
-def request_variables() -> list[dict[str, Any]]:
+def request_variables() -> list[dashboard_builder.QueryVariable]:
     """The variables of the boards that read grill_request and grill_tier."""
     return [run_variable(), backend_variable(), kind_variable(), conversation_variable()]
 
 
-def target(
-    query: str, ref_id: str = "A", alias: str = "", result_format: str = "time_series"
-) -> dict[str, Any]:
-    return {
-        "refId": ref_id,
-        "datasource": DATASOURCE,
-        "rawQuery": True,
-        "query": query,
-        "resultFormat": result_format,
-        "alias": alias,
-    }
+class InfluxQLQuery(variants.Dataquery, Builder[variants.Dataquery]):
+    """A raw InfluxQL target as Grafana's InfluxDB datasource reads it: the SDK has no InfluxDB query type,
+    so this is one made the way its own are (a `Dataquery` with `to_json`, built by itself)."""
+
+    def __init__(
+        self, query: str, ref_id: str = "A", alias: str = "", result_format: str = "time_series"
+    ) -> None:
+        self.query = query
+        self.ref_id = ref_id
+        self.alias = alias
+        self.result_format = result_format
+
+    def build(self) -> InfluxQLQuery:
+        return self
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "refId": self.ref_id,
+            "datasource": DATASOURCE,
+            "rawQuery": True,
+            "query": self.query,
+            "resultFormat": self.result_format,
+            "alias": self.alias,
+        }
 
 
-def grid(x: int, y: int, w: int = 12, h: int = 8) -> dict[str, int]:
-    return {"x": x, "y": y, "w": w, "h": h}
+def grid(x: int, y: int, w: int = 12, h: int = 8) -> model.GridPos:
+    return model.GridPos(x=x, y=y, w=w, h=h)
 
 
 def timeseries(
     panel_id: int,
     title: str,
-    targets: list[dict[str, Any]],
-    position: dict[str, int],
+    targets: list[InfluxQLQuery],
+    position: model.GridPos,
     unit: str,
     description: str,
-    draw_style: str = "line",
-) -> dict[str, Any]:
-    return {
-        "id": panel_id,
-        "type": "timeseries",
-        "title": title,
-        "description": description,
-        "datasource": DATASOURCE,
-        "gridPos": position,
-        "targets": targets,
-        "fieldConfig": {
-            "defaults": {
-                "unit": unit,
-                "custom": {"drawStyle": draw_style, "spanNulls": True, "showPoints": "auto", "lineWidth": 1},
-            },
-            "overrides": [],
-        },
-        "options": {
-            "legend": {"displayMode": "table", "placement": "bottom", "calcs": ["lastNotNull", "max"]},
-            "tooltip": {"mode": "multi", "sort": "desc"},
-        },
-    }
+    draw_style: common.GraphDrawStyle = common.GraphDrawStyle.LINE,
+) -> timeseries_builder.Panel:
+    return (
+        timeseries_builder.Panel()
+        .id(panel_id)
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .grid_pos(position)
+        .targets(list(targets))
+        .unit(unit)
+        .draw_style(draw_style)
+        .span_nulls(True)
+        .show_points(common.VisibilityMode.AUTO)
+        .line_width(1)
+        .overrides([])
+        .legend(
+            common_builder.VizLegendOptions()
+            .display_mode(common.LegendDisplayMode.TABLE)
+            .placement(common.LegendPlacement.BOTTOM)
+            .show_legend(True)
+            .calcs(["lastNotNull", "max"])
+        )
+        .tooltip(
+            common_builder.VizTooltipOptions()
+            .mode(common.TooltipDisplayMode.MULTI)
+            .sort(common.SortOrder.DESCENDING)
+        )
+    )
 
 
 def versus_users(
-    panel_id: int, title: str, query: str, position: dict[str, int], unit: str, description: str
-) -> dict[str, Any]:
+    panel_id: int, title: str, query: str, position: model.GridPos, unit: str, description: str
+) -> xychart_builder.Panel:
     """A metric against tier users, one series per run, backend and model (the query groups by those
     and tier_users): runs and models are never pooled, whatever the variables select. The seed's
     "metric vs concurrent users" lines."""
     return xy_chart(panel_id, title, query, position, unit, description, "tier_users", SERIES_TAGS)
 
 
+class XYChartOptions(xychart.Options):
+    """The XY chart's options with its x field also written the way Grafana 11's XY chart reads it
+    (`mapping` and `series[].x.matcher`), which the SDK's model of the panel (`dims`, `seriesMapping`)
+    does not hold; tests/influx checks every other key against the SDK's models."""
+
+    def to_json(self) -> dict[str, object]:
+        x_matcher = {"id": "byName", "options": self.dims.x}
+        return {"mapping": "auto", **super().to_json(), "series": [{"x": {"matcher": x_matcher}}]}
+
+
+class XYChartPanel(xychart_builder.Panel):
+    """The SDK's XY chart builder, its options written as `XYChartOptions`."""
+
+    def build(self) -> model.Panel:
+        panel = super().build()
+        if isinstance(panel.options, xychart.Options):
+            options = panel.options
+            panel.options = XYChartOptions(dims=options.dims, legend=options.legend, tooltip=options.tooltip)
+        return panel
+
+
 def xy_chart(
     panel_id: int,
     title: str,
     query: str,
-    position: dict[str, int],
+    position: model.GridPos,
     unit: str,
     description: str,
     x_field: str,
     line_tags: tuple[str, ...],
-) -> dict[str, Any]:
+) -> xychart_builder.Panel:
     """Lines of a metric against `x_field` (a column of the query: a field, or a tag it groups by),
     one line per value of `line_tags` (tags the query groups by).
 
     The table result (Time, the tags, the values) is turned into one frame per line with x as a number,
     sorted by x, so the XY chart draws lines.
     """
-    return {
-        "id": panel_id,
-        "type": "xychart",
-        "title": title,
-        "description": description,
-        "datasource": DATASOURCE,
-        "gridPos": position,
-        "targets": [target(query, result_format="table")],
-        "transformations": [
-            {"id": "organize", "options": {"excludeByName": {"Time": True}}},
-            {
-                "id": "convertFieldType",
-                "options": {"conversions": [{"targetField": x_field, "destinationType": "number"}]},
-            },
-            {"id": "partitionByValues", "options": {"fields": list(line_tags), "keepFields": False}},
-            {"id": "sortBy", "options": {"sort": [{"field": x_field, "desc": False}]}},
-        ],
-        "fieldConfig": {
-            "defaults": {
-                "unit": unit,
-                "custom": {"show": "points+lines", "lineWidth": 2, "pointSize": {"fixed": 6}},
-            },
-            "overrides": [
-                {
-                    "matcher": {"id": "byName", "options": x_field},
-                    "properties": [{"id": "unit", "value": "none"}],
-                }
-            ],
-        },
-        "options": {
-            "mapping": "auto",
-            "series": [{"x": {"matcher": {"id": "byName", "options": x_field}}}],
-            "dims": {"x": x_field},
-            "legend": {"showLegend": True, "displayMode": "list", "placement": "bottom"},
-            "tooltip": {"mode": "multi"},
-        },
-    }
+    return (
+        XYChartPanel()
+        .id(panel_id)
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .grid_pos(position)
+        .targets([InfluxQLQuery(query, result_format="table")])
+        .transformations(
+            [
+                transformation("organize", {"excludeByName": {"Time": True}}),
+                transformation(
+                    "convertFieldType",
+                    {"conversions": [{"targetField": x_field, "destinationType": "number"}]},
+                ),
+                transformation("partitionByValues", {"fields": list(line_tags), "keepFields": False}),
+                transformation("sortBy", {"sort": [{"field": x_field, "desc": False}]}),
+            ]
+        )
+        .unit(unit)
+        .show(xychart.ScatterShow.POINTS_AND_LINES)
+        .line_width(2)
+        .point_size(common_builder.ScaleDimensionConfig().fixed(6))
+        .override_by_name(x_field, [model.DynamicConfigValue(id_val="unit", value="none")])
+        .dims(xychart_builder.XYDimensionConfig().x(x_field))
+        .legend(
+            common_builder.VizLegendOptions()
+            .display_mode(common.LegendDisplayMode.LIST)
+            .placement(common.LegendPlacement.BOTTOM)
+            .show_legend(True)
+        )
+        .tooltip(
+            common_builder.VizTooltipOptions()
+            .mode(common.TooltipDisplayMode.MULTI)
+            .sort(common.SortOrder.NONE)
+        )
+    )
+
+
+def transformation(transformer: str, options: dict[str, object]) -> model.DataTransformerConfig:
+    return model.DataTransformerConfig(id_val=transformer, options=options)
 
 
 def dashboard(
     uid: str,
     title: str,
     description: str,
-    variables: list[dict[str, Any]],
-    panels: list[dict[str, Any]],
+    variables: Sequence[dashboard_builder.QueryVariable],
+    panels: Sequence[Builder[model.Panel] | dashboard_builder.Row],
     time_from: str,
     refresh: str,
-) -> dict[str, Any]:
-    return {
-        "uid": uid,
-        "title": title,
-        "description": description,
-        "tags": ["grill-locust"],
-        "editable": True,
-        "graphTooltip": 1,
-        "schemaVersion": SCHEMA_VERSION,
-        "version": 1,
-        "time": {"from": time_from, "to": "now"},
-        "refresh": refresh,
-        "timezone": "",
-        "templating": {"list": variables},
-        "annotations": {"list": [phase_annotation()]},
-        "panels": panels,
-        "links": [
-            {"type": "dashboards", "tags": ["grill-locust"], "asDropdown": False, "title": "grill-locust"}
-        ],
-    }
+) -> model.Dashboard:
+    board = (
+        dashboard_builder.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(["grill-locust"])
+        .editable()
+        .tooltip(model.DashboardCursorSync.CROSSHAIR)
+        .version(1)
+        .time(time_from, "now")
+        .refresh(refresh)
+        .timezone("")
+        .variables(list(variables))
+        .annotation(PhaseAnnotation())
+        .link(
+            dashboard_builder.DashboardLink("grill-locust")
+            .type(model.DashboardLinkType.DASHBOARDS)
+            .tags(["grill-locust"])
+            .as_dropdown(False)
+        )
+    )
+    for panel in panels:
+        if isinstance(panel, dashboard_builder.Row):
+            board.with_row(panel)
+        else:
+            board.with_panel(panel)
+    return board.build()
 
 
-def phase_annotation() -> dict[str, Any]:
-    """Tier starts and ends, from grill_phase (written by the master)."""
-    query = f'SELECT "users", "event", "target", "tier_users" FROM "grill_phase" WHERE {RUN_FILTER} AND $timeFilter'
-    return {
-        "name": "Tiers",
-        "datasource": DATASOURCE,
-        "enable": True,
-        "iconColor": "rgba(255, 176, 0, 0.8)",
-        "query": query,
-        "target": {"refId": "Anno", "query": query, "rawQuery": True, "resultFormat": "table"},
-        "textColumn": "target",
-        "tagsColumn": "event,tier_users",
-        "titleColumn": "",
-    }
+class PhaseAnnotation(model.AnnotationQuery, Builder[model.AnnotationQuery]):
+    """Tier starts and ends, from grill_phase (written by the master). An InfluxDB annotation takes its
+    query and its columns beside the SDK's fields, which hold only Grafana's built-in annotation target."""
+
+    QUERY = f'SELECT "users", "event", "target", "tier_users" FROM "grill_phase" WHERE {RUN_FILTER} AND $timeFilter'
+
+    def __init__(self) -> None:
+        super().__init__(
+            name="Tiers", datasource=DATASOURCE, enable=True, icon_color="rgba(255, 176, 0, 0.8)"
+        )
+
+    def build(self) -> PhaseAnnotation:
+        return self
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            **super().to_json(),
+            "query": self.QUERY,
+            "target": {"refId": "Anno", "query": self.QUERY, "rawQuery": True, "resultFormat": "table"},
+            "textColumn": "target",
+            "tagsColumn": "event,tier_users",
+            "titleColumn": "",
+        }
 
 
 # ---------------------------------------------------------------- (a) Engine comparison
@@ -276,17 +347,13 @@ TIER_METRICS: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
-def engine_comparison() -> dict[str, Any]:
-    panels: list[dict[str, Any]] = [
-        {
-            "id": 1,
-            "type": "row",
-            "title": "Conversation $conversation",
-            "repeat": "conversation",
-            "collapsed": False,
-            "gridPos": grid(0, 0, 24, 1),
-            "panels": [],
-        }
+def engine_comparison() -> model.Dashboard:
+    panels: list[Builder[model.Panel] | dashboard_builder.Row] = [
+        dashboard_builder.Row("Conversation $conversation")
+        .id(1)
+        .repeat("conversation")
+        .collapsed(False)
+        .grid_pos(grid(0, 0, 24, 1))
     ]
     panel_id = 2
     for index, (title, select, unit, description) in enumerate(COMPARISON_METRICS):
@@ -318,7 +385,7 @@ def engine_comparison() -> dict[str, Any]:
     )
 
 
-def agent_panels(first_id: int, y: int) -> list[dict[str, Any]]:
+def agent_panels(first_id: int, y: int) -> list[Builder[model.Panel]]:
     """The agent-session panels of a conversation's row (empty for conversations of other kinds)."""
     step_group = f'GROUP BY {SERIES_GROUP}, "tier_users", "step"'
     ttft_by_context = (
@@ -370,10 +437,10 @@ def agent_panels(first_id: int, y: int) -> list[dict[str, Any]]:
     ]
 
 
-def open_loop_panels(first_id: int, y: int) -> list[dict[str, Any]]:
+def open_loop_panels(first_id: int, y: int) -> list[Builder[model.Panel]]:
     """The comparison metrics against an open-loop tier's rate (req/s, or sessions/s for session kinds):
     empty for runs of user tiers, whose points carry no tier_rate."""
-    panels = []
+    panels: list[Builder[model.Panel]] = []
     for index, (title, select, unit, description) in enumerate(COMPARISON_METRICS):
         query = (
             f'SELECT {select} FROM "grill_request" WHERE {OK_REQUEST_FILTER} AND "tier_rate" != \'\' '
@@ -387,7 +454,7 @@ def open_loop_panels(first_id: int, y: int) -> list[dict[str, Any]]:
     return panels
 
 
-def autocomplete_panels(first_id: int, y: int) -> list[dict[str, Any]]:
+def autocomplete_panels(first_id: int, y: int) -> list[Builder[model.Panel]]:
     """The autocomplete panels of a conversation's row (empty for conversations of other kinds)."""
     by_tier = f'GROUP BY {SERIES_GROUP}, "tier_users"'
     shares = (
@@ -436,7 +503,7 @@ def autocomplete_panels(first_id: int, y: int) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- (b) Live run
 
 
-def live_run() -> dict[str, Any]:
+def live_run() -> model.Dashboard:
     per_s = "* 1000 / $__interval_ms"
     users_seen = (
         'SELECT sum("users") AS "users_seen" FROM (SELECT count(distinct("user_id")) AS "users" '
@@ -460,7 +527,7 @@ def live_run() -> dict[str, Any]:
             1,
             "Requests/s (by start time)",
             [
-                target(
+                InfluxQLQuery(
                     f'SELECT count("output_tokens") {per_s} AS "requests_per_s" FROM "grill_request" '
                     f'WHERE {REQUEST_FILTER} GROUP BY time($__interval), "backend" fill(0)',
                     alias="$tag_backend",
@@ -474,8 +541,8 @@ def live_run() -> dict[str, Any]:
             2,
             "Active users",
             [
-                target(users_seen, "A", alias="seen $tag_backend"),
-                target(tier_users, "B", alias="tier $tag_target"),
+                InfluxQLQuery(users_seen, "A", alias="seen $tag_backend"),
+                InfluxQLQuery(tier_users, "B", alias="tier $tag_target"),
             ],
             grid(12, 0),
             "none",
@@ -484,7 +551,7 @@ def live_run() -> dict[str, Any]:
         timeseries(
             3,
             "TTFT percentiles",
-            [target(percentiles("ttft_s"), alias="$tag_backend $col")],
+            [InfluxQLQuery(percentiles("ttft_s"), alias="$tag_backend $col")],
             grid(0, 8),
             "s",
             "Time to first output token of ok requests, p50 / p90 / p99 per interval",
@@ -492,7 +559,7 @@ def live_run() -> dict[str, Any]:
         timeseries(
             4,
             "E2E percentiles",
-            [target(percentiles("e2e_s"), alias="$tag_backend $col")],
+            [InfluxQLQuery(percentiles("e2e_s"), alias="$tag_backend $col")],
             grid(12, 8),
             "s",
             "End-to-end latency of ok requests, p50 / p90 / p99 per interval",
@@ -501,7 +568,7 @@ def live_run() -> dict[str, Any]:
             5,
             "Errors by kind",
             [
-                target(
+                InfluxQLQuery(
                     f'SELECT count("output_tokens") AS "errors" FROM "grill_request" WHERE {FAILED_REQUEST_FILTER} '
                     'GROUP BY time($__interval), "backend", "status" fill(null)',
                     alias="$tag_backend $tag_status",
@@ -511,13 +578,13 @@ def live_run() -> dict[str, Any]:
             "none",
             "Failed requests per interval by status (http_<code>, timeout, connect, stream_cut, bad_event, empty); "
             "autocomplete requests abandoned by typing are no failures",
-            draw_style="bars",
+            draw_style=common.GraphDrawStyle.BARS,
         ),
         timeseries(
             6,
             "Output tokens/s (by start time)",
             [
-                target(
+                InfluxQLQuery(
                     f'SELECT sum("output_tokens") {per_s} AS "tokens_per_s" FROM "grill_request" '
                     f'WHERE {REQUEST_FILTER} GROUP BY time($__interval), "backend" fill(0)',
                     alias="$tag_backend",
@@ -531,7 +598,7 @@ def live_run() -> dict[str, Any]:
             7,
             "Load generator health (event-loop lag p99)",
             [
-                target(
+                InfluxQLQuery(
                     f'SELECT max("worker_lag_p99_ms") AS "lag_p99_ms" FROM "grill_request" WHERE {REQUEST_FILTER} '
                     'GROUP BY time($__interval), "worker" fill(null)',
                     alias="$tag_worker",
@@ -545,7 +612,7 @@ def live_run() -> dict[str, Any]:
             8,
             "TTFT p90 per conversation (a mix's personas apart)",
             [
-                target(
+                InfluxQLQuery(
                     f'SELECT percentile("ttft_s", 90) AS "ttft_p90_s" FROM "grill_request" WHERE {OK_REQUEST_FILTER} '
                     'GROUP BY time($__interval), "backend", "conversation" fill(null)',
                     alias="$tag_backend $tag_conversation",
@@ -571,7 +638,7 @@ def live_run() -> dict[str, Any]:
 # ---------------------------------------------------------------- (c) GPUs and engines
 
 
-def gpus_and_engines() -> dict[str, Any]:
+def gpus_and_engines() -> model.Dashboard:
     def gpu(field: str, aggregate: str = "mean") -> str:
         return (
             f'SELECT {aggregate}("{field}") AS "{field}" FROM "grill_gpu" WHERE {GPU_FILTER} '
@@ -589,7 +656,7 @@ def gpus_and_engines() -> dict[str, Any]:
         timeseries(
             1,
             "GPU utilisation",
-            [target(gpu("gpu_util_pct"), alias=gpu_alias)],
+            [InfluxQLQuery(gpu("gpu_util_pct"), alias=gpu_alias)],
             grid(0, 0, 8),
             "percent",
             "NVML",
@@ -597,18 +664,18 @@ def gpus_and_engines() -> dict[str, Any]:
         timeseries(
             2,
             "VRAM used",
-            [target(gpu("mem_used_bytes", "max"), alias=gpu_alias)],
+            [InfluxQLQuery(gpu("mem_used_bytes", "max"), alias=gpu_alias)],
             grid(8, 0, 8),
             "bytes",
             "Peak per interval",
         ),
         timeseries(
-            3, "Power", [target(gpu("power_w"), alias=gpu_alias)], grid(16, 0, 8), "watt", "NVML power"
+            3, "Power", [InfluxQLQuery(gpu("power_w"), alias=gpu_alias)], grid(16, 0, 8), "watt", "NVML power"
         ),
         timeseries(
             4,
             "KV-cache use",
-            [target(engine("kv_cache_usage"), alias="$tag_backend")],
+            [InfluxQLQuery(engine("kv_cache_usage"), alias="$tag_backend")],
             grid(0, 8, 8),
             "percentunit",
             "Fraction of the engine's KV cache in use (vllm:kv_cache_usage_perc and equivalents)",
@@ -616,7 +683,7 @@ def gpus_and_engines() -> dict[str, Any]:
         timeseries(
             5,
             "Prefix-cache hit rate",
-            [target(engine("prefix_cache_hit_rate"), alias="$tag_backend")],
+            [InfluxQLQuery(engine("prefix_cache_hit_rate"), alias="$tag_backend")],
             grid(8, 8, 8),
             "percentunit",
             "Cached prompt tokens / prompt tokens looked up, between two scrapes",
@@ -625,8 +692,8 @@ def gpus_and_engines() -> dict[str, Any]:
             6,
             "Queue",
             [
-                target(engine("requests_waiting"), "A", alias="waiting $tag_backend"),
-                target(engine("requests_running"), "B", alias="running $tag_backend"),
+                InfluxQLQuery(engine("requests_waiting"), "A", alias="waiting $tag_backend"),
+                InfluxQLQuery(engine("requests_running"), "B", alias="running $tag_backend"),
             ],
             grid(16, 8, 8),
             "none",
@@ -636,7 +703,7 @@ def gpus_and_engines() -> dict[str, Any]:
             7,
             "Engine output tokens/s",
             [
-                target(
+                InfluxQLQuery(
                     'SELECT non_negative_derivative(last("generation_tokens_total"), 1s) AS "tokens_per_s" '
                     f'FROM "grill_engine" WHERE {ENGINE_FILTER} GROUP BY time($__interval), "backend" fill(null)',
                     alias="$tag_backend",
@@ -662,7 +729,7 @@ def gpus_and_engines() -> dict[str, Any]:
     )
 
 
-DASHBOARDS: dict[str, Any] = {
+DASHBOARDS: dict[str, Callable[[], model.Dashboard]] = {
     "engine-comparison.json": engine_comparison,
     "live-run.json": live_run,
     "gpus-engines.json": gpus_and_engines,
@@ -670,7 +737,7 @@ DASHBOARDS: dict[str, Any] = {
 
 
 def render(name: str) -> str:
-    return json.dumps(DASHBOARDS[name](), indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(DASHBOARDS[name](), cls=JSONEncoder, indent=2, ensure_ascii=False) + "\n"
 
 
 def main() -> None:
