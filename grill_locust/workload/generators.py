@@ -247,12 +247,12 @@ class Workload:
         )
 
     def dataset_rows(self) -> tuple[DatasetRow, ...]:
-        if "dataset" not in self._shared:
+        if "dataset rows" not in self._shared:
             conversation = self.conversation
             assert conversation.path is not None  # a dataset conversation has one (config/_schema.py)
-            self._shared["dataset"] = load_dataset(conversation.path, conversation.format)
+            self._shared["dataset rows"] = load_dataset(conversation.path, conversation.format)
             self._shared["next_row"] = itertools.count()
-        rows: tuple[DatasetRow, ...] = self._shared["dataset"].rows
+        rows: tuple[DatasetRow, ...] = self._shared["dataset rows"].rows
         return rows
 
     def trace_script(self, conversation_id: str, replay_key: str, iteration: int) -> ConversationScript:
