@@ -423,54 +423,85 @@ def _merged_slo(own: ConversationSlo, base: Slo) -> Slo:
 class Conversation(_Frozen):
     """What one simulated user sends in one iteration: a workload kind and its sizes (tokens)."""
 
+    # each field's docstring is its description (docs/scenarios.md is generated from them)
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     name: str = Field(min_length=1)
+    """The conversation's name, as targets and mixes refer to it (a built-in one's name implies its kind)."""
     kind: str  # a name of WORKLOAD_KINDS (checked in _kind_and_defaults)
+    """The workload kind (workload/kinds/); `turns` imply `fixed`."""
     description: str = ""
+    """Free text, for the reader of the scenario."""
     system_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    """The system prompt's size in tokens (multi-turn; agentic: the tools' JSON counted in it)."""
     user_turns: Count | None = Field(default=None, ge=1, le=100)
+    """Requests in one multi-turn session, each user turn one request."""
     turn_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    """Each user turn's size in tokens (multi-turn)."""
     shared_system: bool | None = None
+    """Whether every session of the conversation shares one system prompt (multi-turn)."""
     prefix_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    """The shared prefix's size (shared-prefix); the text before the cursor (autocomplete)."""
     question_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    """Each question's size after the shared prefix (shared-prefix)."""
     prompt_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    # agentic (workload/agentic.py): model calls per session as [min, max] (a number n is [n, n])
+    """The single prompt's size (short-baseline, unique-prompts)."""
     steps: tuple[Count, Count] | None = None
-    tool_result_tokens: LogNormalTokens | None = None  # each step's tool results, in all
+    """Model calls per agent session as [min, max], drawn per session (a number n is [n, n])."""
+    tool_result_tokens: LogNormalTokens | None = None
+    """Each agent step's tool results, in all: a number, or a log-normal's {median, p95}."""
     step_max_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    """max_tokens of an agent's steps before the last."""
     final_max_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    """max_tokens of an agent's final answer (and of a summary when the context is compacted)."""
     context_limit_tokens: Count | None = Field(default=None, ge=1, le=10 * _MAX_TOKENS_PER_MESSAGE)
+    """The agent's context limit: a request with its answer that would pass it is preceded by a summary."""
     subagents: Count | None = Field(default=None, ge=1, le=_MAX_SUBAGENTS)
-    # autocomplete (workload/autocomplete.py): prefix_tokens before the cursor, suffix_tokens after the
-    # code typed there; requests sent per iteration (abandoned ones included), typing speed, the pause
-    # after a keystroke before a request goes out, the share of shown completions accepted, the time a
-    # completion must arrive within to count as shown in budget, and each completion's max_tokens
+    """Sub-agents one drawn step of an agent session starts, played in parallel."""
     suffix_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    """The file after the code the developer types (autocomplete)."""
     requests: Count | None = Field(default=None, ge=1, le=100_000)
+    """FIM requests one autocomplete iteration sends, abandoned ones included."""
     typing_cps: Number | None = Field(default=None, gt=0)
+    """The developer's typing speed, characters per second (autocomplete)."""
     debounce_ms: Number | None = Field(default=None, ge=0)
+    """The pause after a keystroke before a request goes out (autocomplete)."""
     accept_rate: Number | None = Field(default=None, ge=0, le=1)
+    """The share of shown completions the developer accepts (autocomplete)."""
     budget_ms: Number | None = Field(default=None, gt=0)
+    """The time a completion must arrive within to count as shown in budget (autocomplete)."""
     max_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    # the file kind dataset (workload/dataset.py) and kind trace (workload/trace.py) replay; a relative
-    # path is from the scenario file's folder (config/_load.py), or from the current folder for data
-    # without a file
+    """Each request's max_tokens (autocomplete; dataset rows without their own), over the model's."""
+    # a relative path is from the scenario file's folder (config/_load.py), or from the current folder
+    # for data without a file
     path: str | None = Field(default=None, min_length=1)
-    # dataset: jsonl or sharegpt (from the extension when not given); trace: one of TRACE_FORMATS
+    """The file a dataset or a trace replays; relative to the scenario file's folder."""
     format: str | None = None
-    sample: Literal["seed", "order"] | None = None  # dataset: rows drawn by the seed, or in file order
-    # trace: how much faster than recorded it is sent, and the window of it replayed (trace seconds, rows)
+    """dataset: jsonl or sharegpt (from the extension when not given); trace: one of its formats."""
+    sample: Literal["seed", "order"] | None = None
+    """dataset: rows drawn by the seed, or in file order."""
     speedup: Number | None = Field(default=None, gt=0)
+    """trace: how much faster than recorded it is sent."""
     start_s: Number | None = Field(default=None, ge=0)
+    """trace: the window replayed starts here, in trace seconds."""
     duration_s: Number | None = Field(default=None, gt=0)
+    """trace: the window's length, in trace seconds (None: to the end)."""
     max_requests: Count | None = Field(default=None, ge=1)
-    ignore_eos: bool | None = None  # trace: generation run to each row's output length
+    """trace: at most this many rows of the window."""
+    ignore_eos: bool | None = None
+    """trace: generation run to each row's output length, over the model's setting."""
     seed: Count = 0
+    """What draws the conversation's text and shapes (from its name when not given)."""
     salt: bool = True
+    """fixed: a line of its own first in each iteration, so none shares a cached prefix by accident."""
     turns: list[Turn] = Field(default_factory=list)
-    # this conversation's own service level, over the scenario's `slo` (its bounds win)
+    """fixed: the scripted messages (role and content); each user turn is one request."""
     slo: ConversationSlo | None = None
-    fim: FimTransport | None = None  # FIM requests: over the model's tokens, `suffix` or /infill
-    fim_template: str | None = None  # the model's FIM family, when its name does not tell it
+    """This conversation's own service level, over the scenario's `slo` (its bounds win)."""
+    fim: FimTransport | None = None
+    """How FIM requests go: over the model's tokens (template), `suffix`, or /infill."""
+    fim_template: str | None = None
+    """The model's FIM family, when its name does not tell it."""
 
     @field_validator("fim_template")
     @classmethod
