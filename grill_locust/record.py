@@ -24,10 +24,6 @@ STATUS_EMPTY = "empty"
 # an error and not a failure, and left out of latency percentiles
 STATUS_ABANDONED = "abandoned"
 
-KIND_AGENTIC = "agentic"  # the workload kind of agent sessions: each record is a step, `turn` its number
-# the workload kind of a typing developer's FIM requests: `turn` is the request's index in the iteration
-KIND_AUTOCOMPLETE = "autocomplete"
-
 # The load generator's own health: above either threshold its latencies are suspect (the tier is flagged).
 SATURATION_LAG_P99_MS = 5.0  # the worker's timing lag p99 (`timing_lag_ms`)
 SATURATION_CPU_PCT = 70.0  # CPU use of the worker process, percent of one core

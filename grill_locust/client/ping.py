@@ -23,7 +23,7 @@ from grill_locust.client.backend_http import NoReply, fetch_text, headers_for, l
 from grill_locust.client.payloads import INFILL_PATH, fim_request, request_for
 from grill_locust.engines import engine_facts
 from grill_locust.errors import GrillError, is_known_refusal, is_refusal, refusal_advice
-from grill_locust.record import KIND_AGENTIC, KIND_AUTOCOMPLETE, STATUS_OK, RawTiming, measure
+from grill_locust.record import STATUS_OK, RawTiming, measure
 from grill_locust.workload.fim_templates import choose_fim
 
 if TYPE_CHECKING:
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
         targets = [t for t in scenario.targets if t.backend.name == backend.name]
         models = list(dict.fromkeys(t.model.name for t in targets))
         tools = None
-        if any(p.conversation.kind == KIND_AGENTIC for t in targets for p in t.personas):
+        if any(p.conversation.workload_kind.uses_tools for t in targets for p in t.personas):
             from grill_locust.workload.tools import TOOLS
 
             tools = TOOLS
@@ -107,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
             (t.model.name, choose_fim(backend.engine, t.model, p.conversation)): (t.model, p.conversation)
             for t in targets
             for p in t.personas
-            if p.conversation.kind == KIND_AUTOCOMPLETE
+            if p.conversation.workload_kind.typed_completions
         }
         with _running(backend, models) as live:
             checks.append(

@@ -42,7 +42,7 @@ from grill_locust.config._secrets import reveal, secret_paths
 from grill_locust.config._yaml_lines import DuplicateKey, parse_yaml
 from grill_locust.errors import GrillError
 from grill_locust.workload.fim_templates import FimChoiceError, choose_fim
-from grill_locust.workload.trace import TraceError, conversation_trace
+from grill_locust.workload.trace import TraceError
 
 log = logging.getLogger(__name__)
 
@@ -192,17 +192,14 @@ def _with_replay_file(
     """A dataset or trace conversation with its file's absolute path (workers read the same file, with
     no scenario folder), once the file is read and every row checked: bad input stops the run here,
     before any request, naming the file's line."""
-    if conversation.kind not in ("dataset", "trace") or conversation.path is None:
+    if not conversation.workload_kind.replays_file or conversation.path is None:
         return conversation
-    from grill_locust.workload.dataset import DatasetError, load_dataset
+    from grill_locust.workload.dataset import DatasetError
 
     path = os.path.abspath(folder / Path(conversation.path).expanduser())
     resolved = conversation.model_copy(update={"path": path})
     try:
-        if conversation.kind == "dataset":
-            load_dataset(path, conversation.format)
-        else:
-            conversation_trace(resolved)
+        resolved.workload_kind.check_file(resolved)
     except (DatasetError, TraceError) as error:
         raise ConfigError(at(source, ("conversations", index, "path"), lines, str(error))) from None
     return resolved
@@ -276,9 +273,8 @@ def _mix_personas(
             message = f"conversation {entry.conversation!r} is already in this mix: give it one weight"
             raise ConfigError(at(source, (*place, "conversation"), lines, message))
         seen.add(entry.conversation)
-        if (
-            conversations[entry.conversation].kind == "trace"
-        ):  # it runs at the trace's times, not a developer's
+        # it runs at the trace's times, not a developer's
+        if conversations[entry.conversation].workload_kind.replays_at_own_times:
             message = (
                 f"conversation {entry.conversation!r} replays a trace, which is its own target: not a persona"
             )
@@ -296,17 +292,10 @@ def _mix_personas(
 def _check_api(
     backend: Backend, conversation: Conversation, place: YamlPath, source: str, lines: LineMap
 ) -> None:
-    if conversation.kind == "agentic" and backend.api == "completions":
+    refusal = conversation.workload_kind.api_refusal(backend.api)
+    if refusal is not None:
         message = (
-            f"conversation {conversation.name!r} is agentic: its tool calls need a backend with api: chat "
-            f"or messages (backend {backend.name!r} has api: completions)"
-        )
-        raise ConfigError(at(source, place, lines, message))
-    if conversation.kind == "trace" and backend.api == "messages":
-        # vLLM's Messages API drops ignore_eos: a row's output length could not be asked for there
-        message = (
-            f"conversation {conversation.name!r} replays a trace: it needs a backend with api: chat or "
-            f"completions, where output lengths can be asked for (backend {backend.name!r} has api: messages)"
+            f"conversation {conversation.name!r} {refusal} (backend {backend.name!r} has api: {backend.api})"
         )
         raise ConfigError(at(source, place, lines, message))
 
@@ -339,4 +328,6 @@ def _check_fim(
 def _uses_fim(model: Model, conversation: Conversation) -> bool:
     """Whether the target's FIM keys count: it sends FIM requests (autocomplete), or a transport is
     named, which must work wherever it is written."""
-    return conversation.kind == "autocomplete" or conversation.fim is not None or model.fim is not None
+    return (
+        conversation.workload_kind.typed_completions or conversation.fim is not None or model.fim is not None
+    )

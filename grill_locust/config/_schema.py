@@ -34,19 +34,18 @@ from grill_locust.sim.params import PROFILES as SIM_PROFILES
 from grill_locust.workload.fim_templates import FIM_FAMILIES, FIM_TEMPLATES
 from grill_locust.workload.kinds import (
     BUILTIN_CONVERSATION_KINDS,
-    KINDS,
     MODEL_SETTINGS,
-    SIZE_FIELDS,
     WORKLOAD_KINDS,
+    WorkloadKind,
+    kind_names,
+    size_fields,
 )
-from grill_locust.workload.trace import TRACE_FORMATS
 
 FimTransport = Literal["template", "suffix", "infill"]  # FIM_TRANSPORTS, as a type
 DEFAULT_TIERS = (1, 5, 10, 20, 50, 100, 150, 200)
 DEFAULT_MAX_IN_FLIGHT = 1024  # an open-loop tier's cap on requests in flight, across its workers
 _MAX_TOKENS_PER_MESSAGE = 1_000_000
 _MAX_SUBAGENTS = 16
-_TRACE_KEYS_HELP = f"format: {' | '.join(TRACE_FORMATS)}, path: the trace file"
 
 
 class _Frozen(BaseModel):
@@ -486,54 +485,85 @@ def _merged_slo(own: ConversationSlo, base: Slo) -> Slo:
 class Conversation(_Frozen):
     """What one simulated user sends in one iteration: a workload kind and its sizes (tokens)."""
 
+    # each field's docstring is its description (docs/scenarios.md is generated from them)
+    model_config = ConfigDict(use_attribute_docstrings=True)
+
     name: str = Field(min_length=1)
+    """The conversation's name, as targets and mixes refer to it (a built-in one's name implies its kind)."""
     kind: str  # a name of WORKLOAD_KINDS (checked in _kind_and_defaults)
+    """The workload kind (workload/kinds/); `turns` imply `fixed`."""
     description: str = ""
+    """Free text, for the reader of the scenario."""
     system_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    """The system prompt's size in tokens (multi-turn; agentic: the tools' JSON counted in it)."""
     user_turns: Count | None = Field(default=None, ge=1, le=100)
+    """Requests in one multi-turn session, each user turn one request."""
     turn_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    """Each user turn's size in tokens (multi-turn)."""
     shared_system: bool | None = None
+    """Whether every session of the conversation shares one system prompt (multi-turn)."""
     prefix_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    """The shared prefix's size (shared-prefix); the text before the cursor (autocomplete)."""
     question_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    """Each question's size after the shared prefix (shared-prefix)."""
     prompt_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    # agentic (workload/agentic.py): model calls per session as [min, max] (a number n is [n, n])
+    """The single prompt's size (short-baseline, unique-prompts)."""
     steps: tuple[Count, Count] | None = None
-    tool_result_tokens: LogNormalTokens | None = None  # each step's tool results, in all
+    """Model calls per agent session as [min, max], drawn per session (a number n is [n, n])."""
+    tool_result_tokens: LogNormalTokens | None = None
+    """Each agent step's tool results, in all: a number, or a log-normal's {median, p95}."""
     step_max_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    """max_tokens of an agent's steps before the last."""
     final_max_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    """max_tokens of an agent's final answer (and of a summary when the context is compacted)."""
     context_limit_tokens: Count | None = Field(default=None, ge=1, le=10 * _MAX_TOKENS_PER_MESSAGE)
+    """The agent's context limit: a request with its answer that would pass it is preceded by a summary."""
     subagents: Count | None = Field(default=None, ge=1, le=_MAX_SUBAGENTS)
-    # autocomplete (workload/autocomplete.py): prefix_tokens before the cursor, suffix_tokens after the
-    # code typed there; requests sent per iteration (abandoned ones included), typing speed, the pause
-    # after a keystroke before a request goes out, the share of shown completions accepted, the time a
-    # completion must arrive within to count as shown in budget, and each completion's max_tokens
+    """Sub-agents one drawn step of an agent session starts, played in parallel."""
     suffix_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    """The file after the code the developer types (autocomplete)."""
     requests: Count | None = Field(default=None, ge=1, le=100_000)
+    """FIM requests one autocomplete iteration sends, abandoned ones included."""
     typing_cps: Number | None = Field(default=None, gt=0)
+    """The developer's typing speed, characters per second (autocomplete)."""
     debounce_ms: Number | None = Field(default=None, ge=0)
+    """The pause after a keystroke before a request goes out (autocomplete)."""
     accept_rate: Number | None = Field(default=None, ge=0, le=1)
+    """The share of shown completions the developer accepts (autocomplete)."""
     budget_ms: Number | None = Field(default=None, gt=0)
+    """The time a completion must arrive within to count as shown in budget (autocomplete)."""
     max_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    # the file kind dataset (workload/dataset.py) and kind trace (workload/trace.py) replay; a relative
-    # path is from the scenario file's folder (config/_load.py), or from the current folder for data
-    # without a file
+    """Each request's max_tokens (autocomplete; dataset rows without their own), over the model's."""
+    # a relative path is from the scenario file's folder (config/_load.py), or from the current folder
+    # for data without a file
     path: str | None = Field(default=None, min_length=1)
-    # dataset: jsonl or sharegpt (from the extension when not given); trace: one of TRACE_FORMATS
+    """The file a dataset or a trace replays; relative to the scenario file's folder."""
     format: str | None = None
-    sample: Literal["seed", "order"] | None = None  # dataset: rows drawn by the seed, or in file order
-    # trace: how much faster than recorded it is sent, and the window of it replayed (trace seconds, rows)
+    """dataset: jsonl or sharegpt (from the extension when not given); trace: one of its formats."""
+    sample: Literal["seed", "order"] | None = None
+    """dataset: rows drawn by the seed, or in file order."""
     speedup: Number | None = Field(default=None, gt=0)
+    """trace: how much faster than recorded it is sent."""
     start_s: Number | None = Field(default=None, ge=0)
+    """trace: the window replayed starts here, in trace seconds."""
     duration_s: Number | None = Field(default=None, gt=0)
+    """trace: the window's length, in trace seconds (None: to the end)."""
     max_requests: Count | None = Field(default=None, ge=1)
-    ignore_eos: bool | None = None  # trace: generation run to each row's output length
+    """trace: at most this many rows of the window."""
+    ignore_eos: bool | None = None
+    """trace: generation run to each row's output length, over the model's setting."""
     seed: Count = 0
+    """What draws the conversation's text and shapes (from its name when not given)."""
     salt: bool = True
+    """fixed: a line of its own first in each iteration, so none shares a cached prefix by accident."""
     turns: list[Turn] = Field(default_factory=list)
-    # this conversation's own service level, over the scenario's `slo` (its bounds win)
+    """fixed: the scripted messages (role and content); each user turn is one request."""
     slo: ConversationSlo | None = None
-    fim: FimTransport | None = None  # FIM requests: over the model's tokens, `suffix` or /infill
-    fim_template: str | None = None  # the model's FIM family, when its name does not tell it
+    """This conversation's own service level, over the scenario's `slo` (its bounds win)."""
+    fim: FimTransport | None = None
+    """How FIM requests go: over the model's tokens (template), `suffix`, or /infill."""
+    fim_template: str | None = None
+    """The model's FIM family, when its name does not tell it."""
 
     @field_validator("fim_template")
     @classmethod
@@ -547,19 +577,20 @@ class Conversation(_Frozen):
             return data
         data = dict(data)
         name = data.get("name")
+        kinds = kind_names()
         if "kind" not in data:
             if data.get("turns"):
-                data["kind"] = "fixed"
+                data["kind"] = next(k for k in kinds if WORKLOAD_KINDS[k].scripted_turns)
             elif isinstance(name, str) and name in BUILTIN_CONVERSATION_KINDS:
                 data["kind"] = BUILTIN_CONVERSATION_KINDS[name]
             else:
-                raise ValueError(f"kind: required, one of {', '.join(KINDS)} (or give turns)")
+                raise ValueError(f"kind: required, one of {', '.join(kinds)} (or give turns)")
         kind = data["kind"]
         if not isinstance(kind, str) or kind not in WORKLOAD_KINDS:
-            choices = ", ".join(repr(name) for name in KINDS[:-1]) + f" or {KINDS[-1]!r}"
+            choices = ", ".join(repr(name) for name in kinds[:-1]) + f" or {kinds[-1]!r}"
             raise ValueError(f"kind: expected {choices}, got {shown_input(kind, ())}")
         defaults = WORKLOAD_KINDS[kind].sizes
-        for key in SIZE_FIELDS:
+        for key in size_fields():
             if data.get(key) is not None and key not in defaults:
                 used = ", ".join(defaults) or "turns"
                 raise ValueError(f"{key}: not used by kind {kind!r} (it uses: {used})")
@@ -567,11 +598,12 @@ class Conversation(_Frozen):
             # wrote is what model_fields_set holds
             if data.get(key) is None and key in defaults and key not in MODEL_SETTINGS:
                 data[key] = defaults[key]
-        if kind == "fixed":
+        if WORKLOAD_KINDS[kind].scripted_turns:
             if not data.get("turns"):
-                raise ValueError("turns: kind 'fixed' needs turns (a list of role/content)")
+                raise ValueError(f"turns: kind {kind!r} needs turns (a list of role/content)")
         elif data.get("turns"):
-            raise ValueError(f"turns: only for kind 'fixed', not {kind!r}")
+            scripted = next(k for k in kinds if WORKLOAD_KINDS[k].scripted_turns)
+            raise ValueError(f"turns: only for kind {scripted!r}, not {kind!r}")
         if data.get("seed") is None:
             data["seed"] = zlib.crc32(str(name).encode("utf-8"))
         return data
@@ -598,7 +630,7 @@ class Conversation(_Frozen):
     @model_validator(mode="after")
     def _settings_defaults(self) -> Conversation:
         """The kind's defaults of the settings a model gives too, set without counting as written."""
-        for key, default in WORKLOAD_KINDS[self.kind].sizes.items():
+        for key, default in self.workload_kind.sizes.items():
             if key in MODEL_SETTINGS and getattr(self, key) is None:
                 object.__setattr__(self, key, default)
         return self
@@ -607,7 +639,7 @@ class Conversation(_Frozen):
         """This conversation as `model` drives it: each setting both give (MODEL_SETTINGS) is the
         conversation's where it wrote it, else the model's where the model wrote it, else the kind's
         default. Settling again changes nothing (the values settled count as written)."""
-        kind_sizes = WORKLOAD_KINDS[self.kind].sizes
+        kind_sizes = self.workload_kind.sizes
         update = {
             key: getattr(model, model_key)
             for key, model_key in MODEL_SETTINGS.items()
@@ -618,77 +650,27 @@ class Conversation(_Frozen):
     def sending(self, model: Model) -> Model:
         """`model`'s sampling settings as this (settled) conversation's requests send them: its
         max_tokens and ignore_eos where its kind has them (an agent's steps set theirs per request)."""
-        kind_sizes = WORKLOAD_KINDS[self.kind].sizes
+        kind_sizes = self.workload_kind.sizes
         return model.with_settings(
             max_tokens=self.max_tokens if "max_tokens" in kind_sizes else None,
             ignore_eos=self.ignore_eos if "ignore_eos" in kind_sizes else None,
         )
 
     @model_validator(mode="after")
-    def _has_user_turn(self) -> Conversation:
-        if self.kind == "fixed" and not any(turn.role == "user" for turn in self.turns):
-            raise ValueError("turns: needs at least one user turn (each user turn is one request)")
+    def _kind_checks(self) -> Conversation:
+        for key, value in self.workload_kind.check(self).items():
+            object.__setattr__(self, key, value)
         return self
 
-    @model_validator(mode="after")
-    def _trace_has_its_file(self) -> Conversation:
-        if self.kind == "trace":
-            for key in ("format", "path"):
-                if getattr(self, key) is None:
-                    raise ValueError(f"{key}: kind 'trace' needs a {key} ({_TRACE_KEYS_HELP})")
-            if self.format not in TRACE_FORMATS:
-                raise ValueError(f"format: expected {' | '.join(TRACE_FORMATS)}, got {self.format!r}")
-        return self
-
-    @model_validator(mode="after")
-    def _agentic_sizes_fit(self) -> Conversation:
-        if self.kind != "agentic":
-            return self
-        from grill_locust.workload.tools import MIN_SYSTEM_TOKENS
-
-        system_tokens = self.system_tokens or 1
-        if system_tokens < MIN_SYSTEM_TOKENS:
-            raise ValueError(
-                f"system_tokens: {system_tokens} cannot hold the tool definitions and an instruction "
-                f"(give at least {MIN_SYSTEM_TOKENS})"
-            )
-        if self.context_limit_tokens is not None and system_tokens >= self.context_limit_tokens:
-            raise ValueError(
-                f"context_limit_tokens: {self.context_limit_tokens} leaves no room after the system prompt "
-                f"(system_tokens: {system_tokens}): give a limit above it"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _dataset_file(self) -> Conversation:
-        if self.kind != "dataset":
-            return self
-        from grill_locust.workload.dataset import dataset_format
-
-        if not self.path:
-            raise ValueError("path: kind 'dataset' needs the file to replay (JSONL or ShareGPT JSON)")
-        object.__setattr__(self, "format", dataset_format(self.path, self.format))
-        return self
+    @property
+    def workload_kind(self) -> WorkloadKind:
+        return WORKLOAD_KINDS[self.kind]
 
     @property
     def requests_per_iteration(self) -> float:
         """Requests one iteration (one whole conversation) sends; for an agentic session, the expected
         number (workload/agentic.py says how it is estimated)."""
-        if self.kind == "fixed":
-            return sum(1 for turn in self.turns if turn.role == "user")
-        if self.kind == "multi-turn":
-            return self.user_turns or 1
-        if self.kind == "agentic":
-            from grill_locust.workload.agentic import expected_requests_per_session
-
-            return expected_requests_per_session(self)
-        if self.kind == "autocomplete":
-            return self.requests or 1
-        if self.kind == "dataset":  # a ShareGPT row sends each of its user turns
-            from grill_locust.workload.dataset import load_dataset
-
-            return load_dataset(self.path or "", self.format).mean_user_turns
-        return 1
+        return self.workload_kind.requests_per_iteration(self)
 
 
 class Persona(_Frozen):

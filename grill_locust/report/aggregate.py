@@ -36,7 +36,6 @@ import pandas as pd
 from grill_locust.config import KIND_MIX, Slo
 from grill_locust.record import (
     CANCELLED,
-    KIND_AUTOCOMPLETE,
     LABEL_COLUMNS,
     SATURATION_CPU_PCT,
     SATURATION_LAG_P99_MS,
@@ -70,6 +69,7 @@ from grill_locust.report.sessions import (
     session_tier_figures,
 )
 from grill_locust.run.arrivals import SCHEDULE_LAG_P99_LIMIT_S
+from grill_locust.workload.kinds import names_where
 
 TIER_KEYS: list[str] = ["target", "tier_index"]
 
@@ -222,7 +222,7 @@ class _Stats:
             "cancelled": (
                 (records["status"] == STATUS_STREAM_CUT) & (records["error"] == CANCELLED)
             ).to_numpy(),
-            "autocomplete": (records["kind"] == KIND_AUTOCOMPLETE).to_numpy(),
+            "autocomplete": records["kind"].isin(names_where("typed_completions")).to_numpy(),
             "abandoned": (records["status"] == STATUS_ABANDONED).to_numpy(),
             "shown_in_budget": records["shown_in_budget"].eq(True).fillna(False).to_numpy(dtype=bool),
             "cooldown": records["cooldown"].eq(True).fillna(False).to_numpy(dtype=bool),

@@ -18,7 +18,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from grill_locust.record import CANCELLED, KIND_AGENTIC, STATUS_OK, STATUS_STREAM_CUT
+from grill_locust.record import CANCELLED, STATUS_OK, STATUS_STREAM_CUT
+from grill_locust.workload.kinds import names_where
 
 SESSIONS_CSV = "sessions.csv"
 SESSION_KEYS: list[str] = ["target", "tier_index", "worker_id", "user_id", "iteration"]
@@ -71,7 +72,7 @@ TIER_KEYS: list[str] = ["target", "tier_index"]
 
 def agent_sessions(records: pd.DataFrame) -> pd.DataFrame:
     """One row per agent session of the run (SESSION_COLUMNS), sorted by target, tier and id."""
-    agentic = records[records["kind"] == KIND_AGENTIC]
+    agentic = records[records["kind"].isin(names_where("agent_steps"))]
     if not len(agentic):
         return pd.DataFrame(columns=SESSION_COLUMNS)
     frame = agentic[[*SESSION_KEYS, "conversation_id", "turn", "retries", "status", "error"]].copy()
@@ -151,7 +152,7 @@ def session_tier_figures(sessions: pd.DataFrame) -> pd.DataFrame:
 
 def agent_steps(records: pd.DataFrame) -> pd.DataFrame:
     """Per target x tier x step of agent sessions, over ok requests (STEP_COLUMNS but `series`)."""
-    ok = records[(records["kind"] == KIND_AGENTIC) & (records["status"] == STATUS_OK)]
+    ok = records[records["kind"].isin(names_where("agent_steps")) & (records["status"] == STATUS_OK)]
     if not len(ok):
         return pd.DataFrame(columns=STEP_COLUMNS)
     frame = pd.DataFrame(
@@ -179,9 +180,8 @@ def agent_steps(records: pd.DataFrame) -> pd.DataFrame:
             "cached_ratio_p10": by_step["cached_ratio"].quantile(0.1),
         }
     ).reset_index()
-    labels = ok.groupby(ok["target"].astype(str))[["backend", "model", "conversation"]].first()
+    labels = ok.groupby(ok["target"].astype(str))[["backend", "model", "conversation", "kind"]].first()
     steps = steps.join(labels, on="target")
-    steps["kind"] = KIND_AGENTIC
     steps["tier_users"] = steps["tier_users"].astype("int64")
     return steps
 

@@ -19,7 +19,6 @@ import pandas as pd
 
 from grill_locust.record import (
     ADDED_LABEL_COLUMNS,
-    KIND_AUTOCOMPLETE,
     RECORD_COLUMN_TYPES,
     RECORD_COLUMNS,
     RENAMED_COLUMNS,
@@ -28,6 +27,7 @@ from grill_locust.record import (
 )
 from grill_locust.report.load import phases_from_records
 from grill_locust.sinks.results import PHASE_COLUMNS
+from grill_locust.workload.kinds import KIND_AUTOCOMPLETE
 
 START_WALL = 1_767_225_600.0  # 2026-01-01 00:00 UTC: synthetic runs start here
 TIER_PAUSE_S = 30.0

@@ -20,11 +20,7 @@ from grill_locust.errors import GrillError
 from grill_locust.run.arrivals import rate_unit
 from grill_locust.run.phase import replays_trace, trace_rate
 from grill_locust.run.search import check_search_runnable
-from grill_locust.workload.agentic import AgenticPlan
-from grill_locust.workload.autocomplete import AutocompletePlan
 from grill_locust.workload.generators import build_workload
-from grill_locust.workload.tokens import count_tokens
-from grill_locust.workload.tools import TOOLS_APPROX_TOKENS
 from grill_locust.workload.trace import TraceRow, conversation_trace
 
 # assumptions of the duration estimate (overridable on the command line)
@@ -117,24 +113,12 @@ def _conversation_estimate(
     load = scenario.load
     workload = build_workload(target.conversation, target.model)
     first = workload.script("validate", 0)
-    typing_s = None  # an autocomplete iteration's length: its typing, whatever the engine's speed
-    if isinstance(first, AgenticPlan):
-        first_prompt_tokens = count_tokens(first.system) + TOOLS_APPROX_TOKENS + count_tokens(first.task)
-    elif isinstance(first, AutocompletePlan):
-        first_prompt_tokens = count_tokens(first.prefix) + count_tokens(first.suffix)
-        typing_s = first.requests[-1].next_keystroke_at_s
-    else:
-        first_prompt_tokens = count_tokens(first.system or "") + count_tokens(first.user_turns[0])
+    kind = target.conversation.workload_kind
+    first_prompt_tokens = kind.first_prompt_tokens(first)
     per_iteration = workload.requests_per_iteration
-    request_s = ttft_s + _max_tokens(target)[0] * tpot_ms / 1000.0
-    # think time between the turns of an iteration, not between an agent's steps or a typist's requests
-    turns_think_s = (
-        0.0
-        if target.conversation.kind in ("agentic", "autocomplete")
-        else max(0.0, per_iteration - 1) * load.think_time_s
-    )
-    iteration_s = typing_s if typing_s is not None else per_iteration * request_s + turns_think_s
-    agentic = target.conversation.kind == "agentic"
+    request_s = ttft_s + kind.max_tokens(target)[0] * tpot_ms / 1000.0
+    iteration_s = kind.iteration_s(first, per_iteration, request_s, load.think_time_s)
+    expected = kind.expected_requests is not None
     if load.rates is not None:  # each tier sends for duration_s, then its last sends play out
         requests = round(sum(developers) * per_iteration)
         durations = [load.duration_s + iteration_s for _ in load.rates]
@@ -150,7 +134,7 @@ def _conversation_estimate(
         durations.append(spawn_s + load.iterations * iteration_s + think_s)
         requests += round(users * load.iterations * per_iteration)
     return TargetEstimate(
-        target, per_iteration, first_prompt_tokens, requests, durations, developers, expected=agentic
+        target, per_iteration, first_prompt_tokens, requests, durations, developers, expected=expected
     )
 
 
@@ -187,7 +171,7 @@ def format_estimate(estimate: CampaignEstimate, ttft_s: float, tpot_ms: float) -
         engine = target.backend.engine
         if target.backend.profile:
             engine += f" ({target.backend.profile})"
-        agentic = target.conversation.kind == "agentic"
+        expected = target.conversation.workload_kind.expected_requests is not None
         rows.append(
             (
                 target.name,
@@ -195,7 +179,7 @@ def format_estimate(estimate: CampaignEstimate, ttft_s: float, tpot_ms: float) -
                 target.model.name,
                 f"{target.conversation.name} [{target.conversation.kind}]",
                 f"~{target_estimate.requests_per_iteration:.1f}"
-                if agentic
+                if expected
                 else f"{target_estimate.requests_per_iteration:g}",
                 str(target_estimate.first_prompt_tokens),
                 _max_tokens(target, target_estimate.replay)[1],
@@ -219,11 +203,11 @@ def format_estimate(estimate: CampaignEstimate, ttft_s: float, tpot_ms: float) -
     lines.append(f"requests to send: {'~' if expected else ''}{estimate.requests:,}")
     if expected:
         reasons = []
-        if any(t.expected and t.target.conversation.kind == "agentic" for t in estimate.targets):
-            reasons.append(
-                "agentic sessions draw their steps per session; their requests per iteration are the mean "
-                "of steps, plus the sub-agents' steps, plus the compactions the mean sizes lead to"
-            )
+        for reason in dict.fromkeys(
+            t.target.conversation.workload_kind.expected_requests for t in estimate.targets if t.expected
+        ):
+            if reason is not None:
+                reasons.append(reason)
         if tiered and load.rates is not None:
             reasons.append(
                 "a rate tier's sends are drawn by its arrival process: rate x duration_s on average"
@@ -308,18 +292,10 @@ def _mix_lines(scenario: Scenario) -> list[str]:
 def _max_tokens(target: Target, replay: tuple[TraceRow, ...] | None = None) -> tuple[int, str]:
     """max_tokens of most requests, and as the table shows it (an agent's steps / its final answer; a
     trace's rows, from the shortest output to the longest)."""
-    conversation = target.conversation
     if replay is not None:
         lengths = sorted(row.output_tokens for row in replay)
         return lengths[len(lengths) // 2], f"{lengths[0]}..{lengths[-1]}"
-    if conversation.kind == "agentic":
-        step, final = conversation.step_max_tokens or 1, conversation.final_max_tokens or 1
-        return step, f"{step}/{final}"
-    if conversation.kind == "autocomplete":
-        completion = conversation.max_tokens or 1
-        return completion, str(completion)
-    sent = target.sent_model.max_tokens  # the conversation's where it writes one (a dataset's)
-    return sent, str(sent)
+    return target.conversation.workload_kind.max_tokens(target)
 
 
 def format_duration(seconds: float) -> str:

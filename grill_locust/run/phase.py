@@ -11,8 +11,6 @@ from grill_locust.config import Scenario, Target
 from grill_locust.run.arrivals import Split
 from grill_locust.workload.trace import TraceRow, conversation_trace
 
-TRACE_KIND = "trace"
-
 
 @dataclass
 class DeveloperSeats:
@@ -169,7 +167,7 @@ def campaign_phases(scenario: Scenario, run_id: str, session: str = "", repeats:
 
 def replays_trace(target: Target) -> bool:
     """Whether the target replays a trace: once, at the trace's own times, not through the load's tiers."""
-    return target.kind_label == TRACE_KIND
+    return not target.mix and target.conversation.workload_kind.replays_at_own_times
 
 
 def trace_rate(rows: tuple[TraceRow, ...]) -> float:

@@ -1,16 +1,13 @@
 """Locust users: each one plays coding-assistant conversations against a target and records every request.
 
 `CampaignUser` follows the phases a scenario's load shape broadcasts (k conversations per user per
-tier, then idle). An agentic conversation is a session of model calls played step by step
-(workload/agentic.py), its sub-agents in greenlets of the same user. An autocomplete iteration is a
-developer typing (workload/autocomplete.py): each request sent when its debounce runs out, abandoned
-at the next keystroke unless its completion has arrived. `MultiTurnUser`, `SharedPrefixUser`, `ShortBaselineUser` and `UniquePromptsUser` work
+tier, then idle). Its conversation's kind plays each iteration (workload/kinds/), sending every
+request through the user (`send_chat`, `send_request`), which times and records it. `MultiTurnUser`, `SharedPrefixUser`, `ShortBaselineUser` and `UniquePromptsUser` work
 as plain Locust users with `--host` and `--model`, with no scenario file (`-u/-r/-t` rule then).
 """
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from typing import Any, ClassVar
 
@@ -18,16 +15,15 @@ import gevent
 from gevent import GreenletExit
 from locust import User, constant, task
 
-from grill_locust.client import EngineClient, StreamResult, fim_request, request_for
+from grill_locust.client import EngineClient, StreamResult, request_for
 from grill_locust.config import Model, Scenario, Target
 from grill_locust.record import CANCELLED, STATUS_ABANDONED, STATUS_OK, Measurement, build_record, measure
 from grill_locust.run.arrivals import ScheduledSend
 from grill_locust.run.phase import Phase, replays_trace
 from grill_locust.run.state import run_state
 from grill_locust.run.worker import WorkerState
-from grill_locust.workload.agentic import AgenticPlan, AgenticSession, AgentReply
-from grill_locust.workload.autocomplete import AutocompletePlan, AutocompleteSession
-from grill_locust.workload.tools import TOOLS
+from grill_locust.workload.kinds import Iteration
+from grill_locust.workload.kinds.autocomplete import shown
 
 IDLE_POLL_S = 0.1  # how often an idle user looks for new work
 STATUS_RATE_LIMITED = "http_429"
@@ -92,104 +88,10 @@ class GrillUser(User):
         }
         if send is not None:
             labels[SCHEDULED_SEND] = send
-        if isinstance(script, AgenticPlan):
-            self.run_agentic_session(target, AgenticSession(script), labels, client)
-            return
-        if isinstance(script, AutocompletePlan):
-            self.run_autocomplete(target, script, labels, client)
-            return
-        # a row's own max_tokens (a trace's output length, a dataset row's) over the conversation's
-        model = target.sent_model.with_settings(max_tokens=script.max_tokens)
-        messages: list[dict[str, Any]] = []
-        if script.system:
-            messages.append({"role": "system", "content": script.system})
-        messages += script.history
-        labels["trace_line"] = script.trace_line
-        for turn, user_text in enumerate(script.user_turns):
-            if turn > 0:
-                gevent.sleep(phase.think_time_s)
-            messages.append({"role": "user", "content": user_text})
-            sent = self._send(target, messages, labels, turn, client, model=model)
-            if sent is None:
-                return  # the conversation cannot go on without the reply
-            messages.append({"role": "assistant", "content": sent[0].text})
+        iteration_played = Iteration(script, phase.think_time_s, labels, client, send)
+        target.conversation.workload_kind.play(self, target, iteration_played)
 
-    def run_agentic_session(
-        self, target: Target, session: AgenticSession, labels: dict[str, Any], client: EngineClient
-    ) -> str | None:
-        """Play one agent session, step after step with no pause (the agent runs its tools at once), its
-        sub-agents in parallel greenlets; the final answer, or None when a step failed (which ends it)."""
-        labels = {**labels, "conversation_id": session.conversation_id}
-        while (request := session.next_request()) is not None:
-            model = target.sent_model.with_settings(max_tokens=request.max_tokens)
-            sent = self._send(
-                target, request.messages, labels, request.turn, client, model=model, tools=TOOLS
-            )
-            if sent is None:
-                return None
-            result, measurement = sent
-            reply = AgentReply(result.text, result.tool_calls, measurement.prompt_tokens)
-            subagent_plans = session.on_reply(reply)
-            if subagent_plans:
-                answers = self._run_subagents(target, subagent_plans, labels)
-                if any(answer is None for answer in answers):
-                    return None  # a sub-agent's failed step ends the whole session
-                session.on_subagents_done([answer or "" for answer in answers])
-        return session.final_answer
-
-    def run_autocomplete(
-        self, target: Target, plan: AutocompletePlan, labels: dict[str, Any], client: EngineClient
-    ) -> None:
-        """Type through the file as planned: each request sent at its time (a sleep to that deadline,
-        its body built before), abandoned at the next keystroke unless its completion has arrived; a
-        completion shown and drawn as accepted is inserted at the cursor. The keystrokes in between
-        change only the text."""
-        session = AutocompleteSession(plan)
-        start = time.perf_counter()
-        send = labels.get(SCHEDULED_SEND)
-        if send is not None and plan.requests:
-            send.plan_delay_s = plan.requests[0].send_at_s
-        model = target.sent_model
-        for turn, planned in enumerate(plan.requests):
-            session.insert(planned.typed)
-            path, payload = fim_request(
-                target.backend,
-                model,
-                target.conversation,
-                session.prefix,
-                session.suffix,
-                plan.extra_files,
-            )
-            wait_s = start + planned.send_at_s - time.perf_counter()
-            if wait_s > 0:
-                gevent.sleep(wait_s)
-            abandon_at = start + planned.next_keystroke_at_s
-            result, measurement = self._send_request(
-                target.backend, path, payload, labels, turn, client, abandon_at, plan.budget_s
-            )
-            if planned.accept and _shown(result, measurement, abandon_at):
-                session.insert(result.text)
-
-    def _run_subagents(
-        self, target: Target, plans: list[AgenticPlan], labels: dict[str, Any]
-    ) -> list[str | None]:
-        """Each sub-agent on its own connection, all at once; their final answers in order."""
-        clients = [EngineClient(target.backend) for _ in plans]
-        greenlets = [
-            gevent.spawn(self.run_agentic_session, target, AgenticSession(plan), labels, client)
-            for plan, client in zip(plans, clients, strict=True)
-        ]
-        try:
-            gevent.joinall(greenlets, raise_error=True)
-        except BaseException:  # the user stopped (GreenletExit) or a sub-agent broke: none outlives it
-            gevent.killall(greenlets)
-            raise
-        finally:
-            for client in clients:
-                client.close()
-        return [greenlet.value for greenlet in greenlets]
-
-    def _send(
+    def send_chat(
         self,
         target: Target,
         messages: list[dict[str, Any]],
@@ -202,12 +104,12 @@ class GrillUser(User):
         """Send one chat-shaped request with `model`'s sampling settings; its result and measurement when
         it succeeded, else None."""
         path, payload = request_for(target.backend, model, messages, tools=tools)
-        result, measurement = self._send_request(target.backend, path, payload, labels, turn, client)
+        result, measurement = self.send_request(target, path, payload, labels, turn, client)
         return (result, measurement) if measurement.status == STATUS_OK else None
 
-    def _send_request(
+    def send_request(
         self,
-        backend: Any,
+        target: Target,
         path: str,
         payload: dict[str, Any],
         labels: dict[str, Any],
@@ -239,14 +141,14 @@ class GrillUser(User):
             if budget_s is not None and measurement.status == STATUS_OK:
                 e2e_s = measurement.e2e_s
                 shown_in_budget = (
-                    _shown(result, measurement, abandon_at) and e2e_s is not None and e2e_s <= budget_s
+                    shown(result, measurement, abandon_at) and e2e_s is not None and e2e_s <= budget_s
                 )
             self._record(
                 labels, turn, record_id, measurement, retries, shown_in_budget, request_ordinal=ordinal
             )
             if (
                 measurement.status != STATUS_RATE_LIMITED
-                or retries >= backend.retries
+                or retries >= target.backend.retries
                 or abandon_at is not None
             ):
                 break
@@ -320,14 +222,6 @@ class GrillUser(User):
                 exception=RequestFailed(f"{measurement.status}: {measurement.error}"),
                 context={},
             )
-
-
-def _shown(result: StreamResult, measurement: Measurement, abandon_at: float | None) -> bool:
-    """A completion the editor showed: all of it arrived before the next keystroke."""
-    end_time = result.raw.end_time
-    if measurement.status != STATUS_OK or end_time is None:
-        return False
-    return abandon_at is None or end_time <= abandon_at
 
 
 class RequestFailed(Exception):

@@ -17,8 +17,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from grill_locust.record import KIND_AGENTIC, LABEL_COLUMNS, RECORD_COLUMN_TYPES
+from grill_locust.record import LABEL_COLUMNS, RECORD_COLUMN_TYPES
 from grill_locust.telemetry.samples import KIND_GPU
+from grill_locust.workload.kinds import WORKLOAD_KINDS
 
 MEASUREMENT_REQUEST = "grill_request"
 MEASUREMENT_TIER = "grill_tier"
@@ -122,7 +123,8 @@ def request_point(record: Mapping[str, Any], worker: str) -> Point | None:
     """A grill_request point from a record dict (record.py RECORD_COLUMNS)."""
     tags = {key: record.get(key) for key in REQUEST_TAGS}
     tags[WORKER_TAG] = worker
-    if record.get("kind") == KIND_AGENTIC:
+    kind = WORKLOAD_KINDS.get(str(record.get("kind")))
+    if kind is not None and kind.agent_steps:
         tags[STEP_TAG] = record.get("turn")
     fields = {}
     for name in REQUEST_FIELDS:

@@ -26,13 +26,11 @@ import logging
 import math
 import random
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from grill_locust.client.payloads import completion_prompt
-from grill_locust.workload.agentic import AgenticPlan, plan_session
-from grill_locust.workload.autocomplete import AutocompletePlan, plan_autocomplete
 from grill_locust.workload.calibrate import MeasuredCorpus, TokenCounter, name_span
 from grill_locust.workload.corpus import Corpus, Excerpt, stdlib_corpus
 from grill_locust.workload.dataset import DatasetRow, load_dataset
@@ -52,6 +50,8 @@ from grill_locust.workload.trace import BLOCK_TOKENS, TraceRow, block_count, con
 
 if TYPE_CHECKING:
     from grill_locust.config import Conversation, Model
+    from grill_locust.workload.agentic import AgenticPlan
+    from grill_locust.workload.autocomplete import AutocompletePlan
 
 log = logging.getLogger(__name__)
 
@@ -137,14 +137,12 @@ class Workload:
         conversation_id = f"{conversation.name}:{user_key}:{iteration}"
         rng = seeded_rng(conversation.seed, conversation.name, user_key, str(iteration))
         shape_key = f"developer {developer}" if developer is not None else user_key
-        if conversation.kind == "trace":  # a row of the file, not a draw: trace.trace_schedule says how
-            return self._trace_row(conversation_id, user_key, iteration)
         shape = ShapeKey(conversation.seed, f"{conversation.name}|{shape_key}|{iteration}")
-        return _SCRIPT_BUILDERS[conversation.kind](self, conversation_id, rng, shape)
+        return conversation.workload_kind.build_script(self, conversation_id, user_key, iteration, rng, shape)
 
-    # ---- the kinds (grill_locust/workload/kinds.py): one script builder each ------------------
+    # ---- the chat scripts of the kinds (grill_locust/workload/kinds/) ------------------------------
 
-    def _multi_turn(self, conversation_id: str, rng: random.Random, shape: ShapeKey) -> ConversationScript:
+    def multi_turn_script(self, conversation_id: str, rng: random.Random) -> ConversationScript:
         conversation = self.conversation
         system_tokens = conversation.system_tokens or 1
         turn_tokens = conversation.turn_tokens or 1
@@ -165,22 +163,16 @@ class Workload:
             turns.append(self._render(head, {"name": follow_up.name}, follow_up, turn_tokens, _CODE_END))
         return ConversationScript(conversation_id, system, turns)
 
-    def _shared_prefix_script(
-        self, conversation_id: str, rng: random.Random, shape: ShapeKey
-    ) -> ConversationScript:
+    def shared_prefix_script(self, conversation_id: str, rng: random.Random) -> ConversationScript:
         question = self._question(rng, self.conversation.question_tokens or 1)
         return ConversationScript(conversation_id, self._shared_prefix(), [question])
 
-    def _short_baseline(
-        self, conversation_id: str, rng: random.Random, shape: ShapeKey
-    ) -> ConversationScript:
+    def short_baseline_script(self, conversation_id: str, rng: random.Random) -> ConversationScript:
         return ConversationScript(
             conversation_id, None, [self._question(rng, self.conversation.prompt_tokens or 1)]
         )
 
-    def _unique_prompts(
-        self, conversation_id: str, rng: random.Random, shape: ShapeKey
-    ) -> ConversationScript:
+    def unique_prompt_script(self, conversation_id: str, rng: random.Random) -> ConversationScript:
         return ConversationScript(conversation_id, None, [self._unique_prompt(rng)])
 
     def _system_prompt(self, rng: random.Random, system_tokens: int, turn_tokens: int) -> tuple[str, _Code]:
@@ -221,7 +213,7 @@ class Workload:
         values = {"id": request_id, "module": code.module, "name": code.name}
         return self._render(head, values, code, size, _CODE_END)
 
-    def _fixed(self, conversation_id: str, rng: random.Random, shape: ShapeKey) -> ConversationScript:
+    def fixed_script(self, conversation_id: str, rng: random.Random) -> ConversationScript:
         turns = self.conversation.turns
         system_parts = [turn.content for turn in turns if turn.role == "system"]
         user_turns = [turn.content for turn in turns if turn.role == "user"]
@@ -235,12 +227,12 @@ class Workload:
                 user_turns[0] = salt_line + user_turns[0]
         return ConversationScript(conversation_id, system, user_turns)
 
-    def _dataset(self, conversation_id: str, rng: random.Random, shape: ShapeKey) -> ConversationScript:
+    def dataset_script(self, conversation_id: str, rng: random.Random) -> ConversationScript:
         """A recorded row as it is: drawn by the seed per user and iteration, or the next in file order
         (one counter per process, target and conversation, wrapping around). Nothing is made unique: a row sent
         twice may be served from the engine's prefix cache, as it would be in production."""
         conversation = self.conversation
-        rows = self._dataset_rows()
+        rows = self.dataset_rows()
         if conversation.sample == "order":
             row = rows[next(self._shared["next_row"]) % len(rows)]
         else:
@@ -254,16 +246,16 @@ class Workload:
             trace_line=row.line,
         )
 
-    def _dataset_rows(self) -> tuple[DatasetRow, ...]:
-        if "dataset" not in self._shared:
+    def dataset_rows(self) -> tuple[DatasetRow, ...]:
+        if "dataset rows" not in self._shared:
             conversation = self.conversation
             assert conversation.path is not None  # a dataset conversation has one (config/_schema.py)
-            self._shared["dataset"] = load_dataset(conversation.path, conversation.format)
+            self._shared["dataset rows"] = load_dataset(conversation.path, conversation.format)
             self._shared["next_row"] = itertools.count()
-        rows: tuple[DatasetRow, ...] = self._shared["dataset"].rows
+        rows: tuple[DatasetRow, ...] = self._shared["dataset rows"].rows
         return rows
 
-    def _trace_row(self, conversation_id: str, replay_key: str, iteration: int) -> ConversationScript:
+    def trace_script(self, conversation_id: str, replay_key: str, iteration: int) -> ConversationScript:
         """Row `iteration` of the trace: its prompt of `input_tokens`, its output length asked for."""
         row = conversation_trace(self.conversation)[iteration]
         return ConversationScript(
@@ -359,23 +351,6 @@ class Workload:
         return asked if self.token_counter is None else self.token_counter.approx_tokens(asked)
 
 
-# the kinds of workload/kinds.py, each with its script builder (an agentic session's and a typing
-# developer's is their plan)
-_SCRIPT_BUILDERS: dict[
-    str,
-    Callable[[Workload, str, random.Random, ShapeKey], ConversationScript | AgenticPlan | AutocompletePlan],
-] = {
-    "multi-turn": Workload._multi_turn,
-    "shared-prefix": Workload._shared_prefix_script,
-    "short-baseline": Workload._short_baseline,
-    "unique-prompts": Workload._unique_prompts,
-    "fixed": Workload._fixed,
-    "agentic": plan_session,
-    "autocomplete": plan_autocomplete,
-    "dataset": Workload._dataset,
-}
-
-
 def _measured_message(
     measured: MeasuredCorpus, head: str, values: dict[str, str], definition: int, n_tokens: int
 ) -> str:
@@ -409,8 +384,7 @@ def build_workload(
     # read the whole corpus now, not file by file under load (and not as slow memory growth in a soak)
     stdlib_corpus().preload()
     workload = Workload(conversation, model, token_counter)
-    if conversation.kind == "dataset":  # a dataset file too (a large one takes seconds to parse)
-        workload._dataset_rows()
+    conversation.workload_kind.prepare(workload)
     return workload
 
 

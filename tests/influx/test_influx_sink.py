@@ -12,9 +12,9 @@ from typing import Any
 from influx_dataset import WORKERS, make_campaign, make_record
 from influx_servers import VictoriaMetrics, free_port
 
-from grill_locust.record import KIND_AGENTIC
 from grill_locust.sinks.influx import InfluxSink
 from grill_locust.sinks.line_protocol import REQUEST_FIELDS, REQUEST_TAGS, STEP_TAG
+from grill_locust.workload.kinds import KIND_AGENTIC
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from grill_locust.config import Slo
-from grill_locust.record import KIND_AUTOCOMPLETE, STATUS_ABANDONED, STATUS_OK
+from grill_locust.record import STATUS_ABANDONED, STATUS_OK
 from grill_locust.report import format_table, load_run, summarize
 from grill_locust.report.build import LabelledRun, assemble
 from grill_locust.report.figures import write_figures
@@ -23,6 +23,7 @@ from grill_locust.report.synthetic import (
     synthetic_records,
     write_results_folder,
 )
+from grill_locust.workload.kinds import KIND_AUTOCOMPLETE
 
 TARGET = f"sim/grill-sim/{AUTOCOMPLETE_CONVERSATION}"
 BUDGET_MS = 400
