@@ -275,14 +275,18 @@ class Turn(_Frozen):
     """One scripted message of a fixed (llm-grill) conversation."""
 
     role: Literal["system", "user", "assistant"]
+    """Who says it: the system prompt, the developer (user) or a scripted assistant reply."""
     content: str
+    """The message's text, sent as written."""
 
 
 class LogNormalTokens(_Frozen):
     """A size in tokens drawn from a log-normal with this median and 95th percentile (equal: fixed)."""
 
     median: Count = Field(ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    """The size's median, in tokens (a plain number gives a fixed size)."""
     p95: int = Field(ge=1, le=_MAX_TOKENS_PER_MESSAGE)
+    """The size's 95th percentile, in tokens: not below the median."""
 
     @model_validator(mode="before")
     @classmethod
@@ -484,9 +488,6 @@ def _merged_slo(own: ConversationSlo, base: Slo) -> Slo:
 
 class Conversation(_Frozen):
     """What one simulated user sends in one iteration: a workload kind and its sizes (tokens)."""
-
-    # each field's docstring is its description (docs/scenarios.md is generated from them)
-    model_config = ConfigDict(use_attribute_docstrings=True)
 
     name: str = Field(min_length=1)
     """The conversation's name, as targets and mixes refer to it (a built-in one's name implies its kind)."""
