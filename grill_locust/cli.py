@@ -11,7 +11,7 @@ from grill_locust.errors import GrillError
 # name -> (module with `configure_parser(parser)` and `run(args) -> int`, one-line help)
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "validate": ("grill_locust.run.estimate", "check a scenario file and print an estimate of the campaign"),
-    "ping": ("grill_locust.client.ping", "check each backend of a scenario and print its capabilities"),
+    "ping": ("grill_locust.ping", "check each backend of a scenario and print its capabilities"),
     "sim": ("grill_locust.sim.cli", "run the simulated OpenAI-compatible engine"),
     "report": ("grill_locust.report.cli", "turn a run's results into tables, figures and report.html"),
     "compare": ("grill_locust.report.cli", "compare several runs in one report"),

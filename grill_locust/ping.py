@@ -123,9 +123,9 @@ def _running(backend: Backend, models: list[str]) -> Iterator[Backend]:
     if not backend.managed:
         yield backend
         return
-    from grill_locust.sim import SimProcess
+    from grill_locust.run.state import simulated_engine
 
-    sim = SimProcess.for_backend(backend, models[0] if models else "grill-sim")
+    sim = simulated_engine(backend, models[0] if models else "grill-sim")
     try:
         yield backend.with_url(sim.url)
     finally:
