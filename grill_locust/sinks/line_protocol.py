@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grill_locust.record import KIND_AGENTIC, LABEL_COLUMNS, RECORD_COLUMN_TYPES
-from grill_locust.telemetry.samples import KIND_GPU
+from grill_locust.samples import KIND_GPU
 
 MEASUREMENT_REQUEST = "grill_request"
 MEASUREMENT_TIER = "grill_tier"
