@@ -77,6 +77,10 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
+# each subcommand this module serves, with its one-line help (grill_locust/command.py)
+COMMANDS = {"ping": "check each backend of a scenario and print its capabilities"}
+
+
 def configure_parser(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("scenario", metavar="FILE", help="scenario YAML whose backends to check")
     parser.add_argument(

@@ -81,4 +81,4 @@ def test_grill_sim_is_routed_by_the_main_cli():
     assert done.stdout.strip() == "9"
     from grill_locust.cli import SUBCOMMANDS
 
-    assert SUBCOMMANDS["sim"][0] == "grill_locust.sim.cli"
+    assert SUBCOMMANDS["sim"] == "grill_locust.sim.cli"
