@@ -23,8 +23,8 @@ from grill_locust.client.backend_http import NoReply, fetch_text, headers_for, l
 from grill_locust.client.payloads import INFILL_PATH, fim_request, request_for
 from grill_locust.engines import engine_facts
 from grill_locust.errors import GrillError, is_known_refusal, is_refusal, refusal_advice
+from grill_locust.fim_templates import choose_fim
 from grill_locust.record import KIND_AGENTIC, KIND_AUTOCOMPLETE, STATUS_OK, RawTiming, measure
-from grill_locust.workload.fim_templates import choose_fim
 
 if TYPE_CHECKING:
     from grill_locust.config import Backend, Conversation, Model

@@ -28,10 +28,10 @@ from grill_locust.config._env import expand_env_string
 from grill_locust.config._errors import ConfigError, YamlPath, at, describe_validation_error, shown_input
 from grill_locust.config._secrets import REDACTED, reveal, secret_paths, walk_secrets
 from grill_locust.engines import engine_facts, engine_name
+from grill_locust.fim_templates import FIM_FAMILIES, FIM_TEMPLATES
 from grill_locust.record import STATUS_ABANDONED, STATUS_OK
 from grill_locust.redact import redact_secret_keys
 from grill_locust.sim.params import PROFILES as SIM_PROFILES
-from grill_locust.workload.fim_templates import FIM_FAMILIES, FIM_TEMPLATES
 from grill_locust.workload.kinds import (
     BUILTIN_CONVERSATION_KINDS,
     KINDS,
@@ -210,7 +210,7 @@ class Model(_Frozen):
     top_p: Number | None = Field(default=None, ge=0, le=1)
     top_k: Count | None = None
     ignore_eos: bool = False
-    # how FIM (autocomplete) requests reach it and its FIM tokens' family (workload/fim_templates.py);
+    # how FIM (autocomplete) requests reach it and its FIM tokens' family (fim_templates.py);
     # a conversation's own keys win
     fim: FimTransport | None = None
     fim_template: str | None = None

@@ -20,10 +20,10 @@ from grill_locust.errors import GrillError
 from grill_locust.run.arrivals import rate_unit
 from grill_locust.run.phase import replays_trace, trace_rate
 from grill_locust.run.search import check_search_runnable
+from grill_locust.tokens import count_tokens
 from grill_locust.workload.agentic import AgenticPlan
 from grill_locust.workload.autocomplete import AutocompletePlan
 from grill_locust.workload.generators import build_workload
-from grill_locust.workload.tokens import count_tokens
 from grill_locust.workload.tools import TOOLS_APPROX_TOKENS
 from grill_locust.workload.trace import TraceRow, conversation_trace
 

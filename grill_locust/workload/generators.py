@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from grill_locust.client.payloads import completion_prompt
+from grill_locust.tokens import fit_tokens
 from grill_locust.workload.agentic import AgenticPlan, plan_session
 from grill_locust.workload.autocomplete import AutocompletePlan, plan_autocomplete
 from grill_locust.workload.calibrate import MeasuredCorpus, TokenCounter, name_span
@@ -47,7 +48,6 @@ from grill_locust.workload.heads import (
     UNIQUE_HEADS,
 )
 from grill_locust.workload.seeding import ShapeKey, seeded_rng
-from grill_locust.workload.tokens import fit_tokens
 from grill_locust.workload.trace import BLOCK_TOKENS, TraceRow, block_count, conversation_trace
 
 if TYPE_CHECKING:
