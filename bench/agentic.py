@@ -35,9 +35,9 @@ sys.path.insert(0, str(ROOT / "bench"))  # client_overhead's live method
 
 from grill_locust.client import request_for  # noqa: E402
 from grill_locust.config import Backend, Conversation, Model  # noqa: E402
+from grill_locust.tokens import count_tokens  # noqa: E402
 from grill_locust.workload import build_workload  # noqa: E402
 from grill_locust.workload.agentic import AgenticPlan, AgenticSession, AgentReply, tools_tokens  # noqa: E402
-from grill_locust.workload.tokens import count_tokens  # noqa: E402
 from grill_locust.workload.tools import TOOLS  # noqa: E402
 
 LOCUSTFILE = ROOT / "locustfiles" / "coding.py"

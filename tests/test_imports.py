@@ -1,4 +1,5 @@
-"""The package's import graph has no cycles: every module can be read, and imported, on its own."""
+"""The package's import graph has no cycles, and its packages import one way only: down the layers
+that docs/ARCHITECTURE.md draws ("Layers"), so every module can be read, and imported, on its own."""
 
 from __future__ import annotations
 
@@ -23,26 +24,27 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _imports(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+def _imports(node: ast.AST, type_checking: bool) -> Iterator[ast.Import | ast.ImportFrom]:
     """Every import statement, at module level or inside functions; those under `if TYPE_CHECKING:`
-    never run, so they are left out."""
+    only when `type_checking` (they never run, so they make no cycle, but they still depend on the
+    module they name)."""
     if isinstance(node, ast.Import | ast.ImportFrom):
         yield node
         return
-    if isinstance(node, ast.If) and _is_type_checking(node.test):
+    if isinstance(node, ast.If) and _is_type_checking(node.test) and not type_checking:
         children: list[ast.AST] = [*node.orelse]
     else:
         children = list(ast.iter_child_nodes(node))
     for child in children:
-        yield from _imports(child)
+        yield from _imports(child, type_checking)
 
 
-def imported_modules(module: str, path: Path, modules: set[str]) -> set[str]:
+def imported_modules(module: str, path: Path, modules: set[str], type_checking: bool = False) -> set[str]:
     """The package's own modules that `module` imports (a name imported from a package counts as the
     submodule when there is one, else as the package)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
-    for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in _imports(ast.parse(path.read_text(encoding="utf-8")), type_checking):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
             continue
@@ -56,10 +58,10 @@ def imported_modules(module: str, path: Path, modules: set[str]) -> set[str]:
     return {name for name in found if name in modules and name != module}
 
 
-def import_graph() -> dict[str, set[str]]:
+def import_graph(type_checking: bool = False) -> dict[str, set[str]]:
     paths = {module_name(path): path for path in sorted((ROOT / PACKAGE).rglob("*.py"))}
     modules = set(paths)
-    return {module: imported_modules(module, path, modules) for module, path in paths.items()}
+    return {module: imported_modules(module, path, modules, type_checking) for module, path in paths.items()}
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -148,3 +150,87 @@ def test_package_has_no_import_cycles() -> None:
     assert "grill_locust.report.build" in graph and graph["grill_locust.sim.engine"]
     found = cycles(graph)
     assert not found, "import cycles in grill_locust:\n" + "\n".join("  " + " -> ".join(c) for c in found)
+
+
+# The layers, lowest first: a module may import its own package (or top-level module) and anything on a
+# lower layer, nothing beside it or above it. docs/ARCHITECTURE.md "Layers" draws the same table.
+# "scenario" is the top-level scenario file's package; "grill_locust" is the package's lazy public API.
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("record", "samples", "engines", "errors", "redact", "tokens"),
+    ("command", "fim_templates"),
+    ("client", "sim"),
+    ("config",),
+    ("workload",),
+    ("scenario",),
+    ("sinks",),
+    ("telemetry",),
+    ("report",),
+    ("run",),
+    ("cli", "ping", "grill_locust"),
+)
+
+# Imports against the layers that another part of issue 28 removes; the merge empties this list.
+PENDING: dict[tuple[str, str], str] = {
+    ("config", "workload"): "the kinds' models and the scenario loader move out of config/ (kinds helper)",
+    ("report", "run"): "run/arrivals.py's rate unit and lag limit go to the kinds and to report/verdicts.py",
+}
+
+
+def unit_of(module: str) -> str:
+    """The package (or top-level module) directly under grill_locust that `module` belongs to."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def layer_of(unit: str) -> int:
+    for index, units in enumerate(LAYERS):
+        if unit in units:
+            return index
+    raise AssertionError(f"grill_locust.{unit} is on no layer: add it to LAYERS (and the picture)")
+
+
+def against_layers(graph: dict[str, set[str]]) -> dict[tuple[str, str], list[str]]:
+    """Each pair of units (importer, imported) that imports sideways or up, with the modules doing it."""
+    found: dict[tuple[str, str], list[str]] = {}
+    for module, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            pair = (unit_of(module), unit_of(target))
+            if pair[0] != pair[1] and layer_of(pair[1]) >= layer_of(pair[0]):
+                found.setdefault(pair, []).append(f"{module} -> {target}")
+    return found
+
+
+def test_layer_check_sees_function_and_type_checking_imports_sideways_and_up(tmp_path: Path) -> None:
+    source = tmp_path / "probe.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from grill_locust.record import RequestRecord\n"
+        "if TYPE_CHECKING:\n"
+        "    from grill_locust.run.campaign import Campaign\n"
+        "def later():\n"
+        "    from grill_locust.sim import engine\n",
+        encoding="utf-8",
+    )
+    modules = {
+        "grill_locust.record",
+        "grill_locust.run.campaign",
+        "grill_locust.sim",
+        "grill_locust.sim.engine",
+    }
+    imported = imported_modules("grill_locust.client.probe", source, modules, type_checking=True)
+    found = against_layers({"grill_locust.client.probe": imported})
+    assert found == {
+        ("client", "run"): ["grill_locust.client.probe -> grill_locust.run.campaign"],
+        ("client", "sim"): ["grill_locust.client.probe -> grill_locust.sim.engine"],
+    }
+
+
+def test_packages_import_only_down_the_layers() -> None:
+    found = against_layers(import_graph(type_checking=True))
+    unexpected = {pair: edges for pair, edges in found.items() if pair not in PENDING}
+    assert not unexpected, "imports against the layers (tests/test_imports.py LAYERS):\n" + "\n".join(
+        f"  {importer} -> {imported}: " + ", ".join(edges)
+        for (importer, imported), edges in unexpected.items()
+    )
+    stale = sorted(set(PENDING) - set(found))
+    assert not stale, f"PENDING lists pairs that no longer import against the layers: {stale}"

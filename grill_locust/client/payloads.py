@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from grill_locust.engines import engine_facts
-from grill_locust.workload.fim_templates import choose_fim
+from grill_locust.fim_templates import choose_fim
 
 CHAT_PATH = "/v1/chat/completions"
 COMPLETIONS_PATH = "/v1/completions"

@@ -41,7 +41,7 @@ from grill_locust.config._schema import (
 from grill_locust.config._secrets import reveal, secret_paths
 from grill_locust.config._yaml_lines import DuplicateKey, parse_yaml
 from grill_locust.errors import GrillError
-from grill_locust.workload.fim_templates import FimChoiceError, choose_fim
+from grill_locust.fim_templates import FimChoiceError, choose_fim
 from grill_locust.workload.trace import TraceError
 
 log = logging.getLogger(__name__)

@@ -28,10 +28,10 @@ from grill_locust.config._env import expand_env_string
 from grill_locust.config._errors import ConfigError, YamlPath, at, describe_validation_error, shown_input
 from grill_locust.config._secrets import REDACTED, reveal, secret_paths, walk_secrets
 from grill_locust.engines import engine_facts, engine_name
+from grill_locust.fim_templates import FIM_FAMILIES, FIM_TEMPLATES
 from grill_locust.record import STATUS_ABANDONED, STATUS_OK
 from grill_locust.redact import redact_secret_keys
 from grill_locust.sim.params import PROFILES as SIM_PROFILES
-from grill_locust.workload.fim_templates import FIM_FAMILIES, FIM_TEMPLATES
 from grill_locust.workload.kinds import (
     BUILTIN_CONVERSATION_KINDS,
     MODEL_SETTINGS,
@@ -246,7 +246,7 @@ class Model(_Frozen):
     """How fill-in-the-middle (autocomplete) requests reach it: the family's FIM tokens in a prompt
     (`template`), OpenAI's `suffix` field, or llama.cpp's /infill; a conversation's own `fim` wins."""
     fim_template: str | None = None
-    """The family of its FIM tokens (workload/fim_templates.py), where the model's name does not tell it."""
+    """The family of its FIM tokens (grill_locust/fim_templates.py), where the model's name does not tell it."""
 
     @field_validator("fim_template")
     @classmethod

@@ -28,6 +28,13 @@ FORMAT_HTML = "html"
 FORMAT_TABLE = "table"
 
 
+# each subcommand this module serves, with its one-line help (grill_locust/command.py)
+COMMANDS = {
+    "report": "turn a run's results into tables, figures and report.html",
+    "compare": "compare several runs in one report",
+}
+
+
 def configure_parser(parser: argparse.ArgumentParser, name: str) -> None:
     if name == "compare":
         parser.add_argument("runs", nargs="*", metavar="RUN_DIR", help="results folders (results/<run_id>)")

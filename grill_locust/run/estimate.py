@@ -309,6 +309,10 @@ def format_duration(seconds: float) -> str:
     return f"{hours} h {minutes:02d} min"
 
 
+# each subcommand this module serves, with its one-line help (grill_locust/command.py)
+COMMANDS = {"validate": "check a scenario file and print an estimate of the campaign"}
+
+
 def configure_parser(parser: argparse.ArgumentParser, name: str = "validate") -> None:
     parser.add_argument("files", nargs="+", metavar="FILE", help="scenario YAML file(s)")
     parser.add_argument("--tiers", help="override the tiers, e.g. 1,5,10")
@@ -368,9 +372,9 @@ def _number(text: str | None, option: str, kind: type[int] | type[float], minimu
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m grill_locust.run.estimate`: the same as `grill validate`."""
-    from grill_locust.cli import main_for
+    from grill_locust.command import run_alone
 
-    return main_for("validate", argv)
+    return run_alone(sys.modules[__name__], "validate", argv)
 
 
 if __name__ == "__main__":

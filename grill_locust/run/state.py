@@ -18,7 +18,7 @@ import gevent
 if TYPE_CHECKING:
     from locust.env import Environment
 
-    from grill_locust.config import Scenario
+    from grill_locust.config import Backend, Scenario
     from grill_locust.run.campaign import Campaign
     from grill_locust.run.worker import WorkerState
     from grill_locust.sim import SimProcess
@@ -52,8 +52,6 @@ class RunState:
 
     def start_simulated_backends(self, scenario: Scenario) -> Scenario:
         """Start `engine: sim` backends on free loopback ports; the scenario with their URLs."""
-        from grill_locust.sim import SimProcess
-
         urls: dict[str, str] = {}
         for backend in scenario.backends:
             if not backend.managed:
@@ -61,7 +59,7 @@ class RunState:
             model = next(
                 (t.model.name for t in scenario.targets if t.backend.name == backend.name), "grill-sim"
             )
-            sim = SimProcess.for_backend(backend, model)
+            sim = simulated_engine(backend, model)
             self.sim_processes.append(sim)
             urls[backend.name] = sim.url
             log.info("simulated engine %s (profile %s) at %s", backend.name, backend.profile, sim.url)
@@ -88,3 +86,20 @@ def run_state(environment: Environment) -> RunState:
     if state is None:
         state = _states[environment] = RunState()
     return state
+
+
+def simulated_engine(backend: Backend, served_model_name: str) -> SimProcess:
+    """The simulated engine a scenario's `engine: sim` backend describes: its profile, its `sim_args`
+    as flags, except `api_key`, which goes through the environment."""
+    from grill_locust.client.backend_http import secret_value
+    from grill_locust.sim import SimProcess
+
+    args = dict(backend.sim_args)
+    api_key = secret_value(args.pop("api_key", None))
+    flags = [f"--{key.replace('_', '-')}={value}" for key, value in args.items()]
+    return SimProcess.start(
+        profile=backend.profile or "vllm",
+        served_model_name=served_model_name,
+        extra_args=flags,
+        api_key=api_key,
+    )

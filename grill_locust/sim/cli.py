@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import dataclasses
 import os
+import sys
 from typing import Any
 
 from grill_locust.errors import GrillError
@@ -32,6 +33,10 @@ _PARAM_HELP = {
     "natural_output_tokens": "mean answer length when the answer stops by itself (no ignore_eos)",
     "metrics_flavor": "vllm, sglang (vLLM's answers, SGLang's /metrics names too) or llamacpp (llama-server's answers and names)",
 }
+
+
+# each subcommand this module serves, with its one-line help (grill_locust/command.py)
+COMMANDS = {"sim": "run the simulated OpenAI-compatible engine"}
 
 
 def configure_parser(parser: argparse.ArgumentParser, name: str = "sim") -> None:
@@ -133,6 +138,6 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m grill_locust.sim.cli`: the same as `grill sim`."""
-    from grill_locust.cli import main_for
+    from grill_locust.command import run_alone
 
-    return main_for("sim", argv)
+    return run_alone(sys.modules[__name__], "sim", argv)

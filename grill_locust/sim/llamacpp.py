@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from grill_locust.fim_templates import FILE_SEPARATOR_TOKEN, REPO_NAME_TOKEN
 from grill_locust.sim import llamacpp_wire
 from grill_locust.sim.httpserver import HttpConnection, HttpRequest
 from grill_locust.sim.kvcache import SlotCache
@@ -25,11 +26,10 @@ from grill_locust.sim.server import (
 from grill_locust.sim.text import OUTPUT_IDS, OUTPUT_JSON, VOCAB_SIZE, output_text, prompt_tokens
 from grill_locust.sim.tools import ToolCall
 from grill_locust.sim.wire import CHAT
-from grill_locust.workload.fim_templates import FILE_SEPARATOR_TOKEN, REPO_NAME_TOKEN
-from grill_locust.workload.tokens import token_id, tokenize
+from grill_locust.tokens import token_id, tokenize
 
 PUBLIC_PATHS = frozenset({"/health", "/v1/health"})  # answered without the API key, as llama-server does
-TOKEN_ID_SPACE = 1 << 31  # the simulated tokenizer's ids are 31-bit hashes (`workload.tokens.token_id`)
+TOKEN_ID_SPACE = 1 << 31  # the simulated tokenizer's ids are 31-bit hashes (`tokens.token_id`)
 NO_FIM_TOKENS = (
     "Infill is not supported by this model: prefix token is missing. suffix token is missing. "
     "middle token is missing. "

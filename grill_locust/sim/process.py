@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import os
 import re
 import select
@@ -12,13 +13,10 @@ import tempfile
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import IO, TYPE_CHECKING
+from typing import IO
 
-from grill_locust.client.backend_http import NoReply, health, secret_value
+from grill_locust.engines import engine_facts
 from grill_locust.errors import GrillError
-
-if TYPE_CHECKING:
-    from grill_locust.config import Backend
 
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 5.0
@@ -33,20 +31,6 @@ class SimProcess:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.stderr_file: IO[str] | None = None
-
-    @classmethod
-    def for_backend(cls, backend: Backend, served_model_name: str) -> SimProcess:
-        """The simulated engine a scenario's `engine: sim` backend describes: its profile, its
-        `sim_args` as flags, except `api_key`, which goes through the environment."""
-        args = dict(backend.sim_args)
-        api_key = secret_value(args.pop("api_key", None))
-        flags = [f"--{key.replace('_', '-')}={value}" for key, value in args.items()]
-        return cls.start(
-            profile=backend.profile or "vllm",
-            served_model_name=served_model_name,
-            extra_args=flags,
-            api_key=api_key,
-        )
 
     @classmethod
     def start(
@@ -113,14 +97,22 @@ class SimProcess:
 
     def _wait_healthy(self, deadline: float) -> None:
         while time.monotonic() < deadline:
-            try:
-                if health(self.url, "sim", timeout_s=1.0):
-                    return
-            except NoReply:
-                pass
+            if self._answers_health():
+                return
             time.sleep(0.05)
         self.stop()
         raise GrillError(f"grill sim at {self.url}: /health did not answer 200 in time")
+
+    def _answers_health(self) -> bool:
+        # The standard library's HTTP, not the client's: the simulator sits below client/ (docs/ARCHITECTURE.md "Layers").
+        connection = http.client.HTTPConnection("127.0.0.1", self.port, timeout=1.0)
+        try:
+            connection.request("GET", engine_facts("sim").health_path or "/health")
+            return connection.getresponse().status == 200
+        except OSError:
+            return False
+        finally:
+            connection.close()
 
     def stop(self) -> int | None:
         """SIGTERM, then kill after a grace period; returns the exit status."""

@@ -17,6 +17,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from grill_locust.fim_templates import FIM_TEMPLATES
 from grill_locust.sim import anthropic, wire
 from grill_locust.sim.engine import Engine
 from grill_locust.sim.faults import FAULT_HEADER, FaultPicker, FaultSettings
@@ -27,7 +28,6 @@ from grill_locust.sim.sequence import Sequence
 from grill_locust.sim.text import OUTPUT_JSON, VOCAB_SIZE, output_text, render_chat, token_ids
 from grill_locust.sim.tools import ToolCall, ToolError, answers_with_a_call, plan_tool_call
 from grill_locust.sim.truth import TruthLog
-from grill_locust.workload.fim_templates import FIM_TEMPLATES
 
 NO_STOP = 1 << 62
 SIM_FIM_TEMPLATE = FIM_TEMPLATES["qwen-coder"]  # the simulated model's FIM tokens (and /infill's)

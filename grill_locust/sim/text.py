@@ -1,6 +1,6 @@
 """What the simulated engine reads and writes: the chat template, token ids, and deterministic output.
 
-Prompts are tokenized with the shared tokenizer (`grill_locust.workload.tokens`), so `/tokenize`,
+Prompts are tokenized with the shared tokenizer (`grill_locust.tokens`), so `/tokenize`,
 `usage` and the workload agree exactly. Chat messages go through a fixed template so that a
 conversation's history is a stable token prefix from one turn to the next (and can be cached).
 Output is pseudo-code taken from a fixed corpus at an offset chosen by the seed; each output token's
@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from grill_locust.fim_templates import FIM_TOKEN_PATTERN, FIM_TOKENS
 from grill_locust.sim.tools import tool_functions
-from grill_locust.workload.fim_templates import FIM_TOKEN_PATTERN, FIM_TOKENS
-from grill_locust.workload.tokens import token_id, tokenize
+from grill_locust.tokens import token_id, tokenize
 
 _ID_CACHE: dict[str, int] = {}
 _ID_CACHE_MAX = 500_000

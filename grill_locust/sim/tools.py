@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from grill_locust.workload.tokens import tokenize
+from grill_locust.tokens import tokenize
 
 PREAMBLE_TOKENS_MAX = 8  # a short text some answers give before their call (not with ignore_eos)
 _STRINGS = (

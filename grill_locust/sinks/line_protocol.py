@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grill_locust.record import LABEL_COLUMNS, RECORD_COLUMN_TYPES
-from grill_locust.telemetry.samples import KIND_GPU
+from grill_locust.samples import KIND_GPU
 from grill_locust.workload.kinds import WORKLOAD_KINDS
 
 MEASUREMENT_REQUEST = "grill_request"

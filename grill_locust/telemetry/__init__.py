@@ -13,7 +13,7 @@ _EXPORTS = {
     "TelemetryScraper": "grill_locust.telemetry.scraper",
     "tier_telemetry": "grill_locust.telemetry.tiers",
     "TIER_TELEMETRY_COLUMNS": "grill_locust.telemetry.tiers",
-    "TELEMETRY_COLUMNS": "grill_locust.telemetry.samples",
+    "TELEMETRY_COLUMNS": "grill_locust.samples",
     "EngineSampler": "grill_locust.telemetry.engine_metrics",
     "parse_gpu_text": "grill_locust.telemetry.gpu_metrics",
     "GpuExporter": "grill_locust.telemetry.exporter",

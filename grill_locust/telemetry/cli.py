@@ -20,6 +20,10 @@ DEFAULT_PORT = 9835
 DEFAULT_INTERVAL_S = 1.0
 
 
+# each subcommand this module serves, with its one-line help (grill_locust/command.py)
+COMMANDS = {"gpu-exporter": "serve NVML GPU metrics for Prometheus / InfluxDB"}
+
+
 def configure_parser(parser: argparse.ArgumentParser, name: str = "gpu-exporter") -> None:
     parser.add_argument(
         "--host", default=os.environ.get("GRILL_EXPORTER_HOST", "0.0.0.0"), help="address to listen on"
@@ -111,9 +115,9 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m grill_locust.telemetry.cli`: the same as `grill gpu-exporter`."""
-    from grill_locust.cli import main_for
+    from grill_locust.command import run_alone
 
-    return main_for("gpu-exporter", argv)
+    return run_alone(sys.modules[__name__], "gpu-exporter", argv)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from prometheus_client.parser import text_string_to_metric_families
 
 from grill_locust.engines import ENGINES, MEAN, METRIC_FAMILIES, MetricNames, MetricSource
-from grill_locust.telemetry.samples import KIND_ENGINE, empty_sample
+from grill_locust.samples import KIND_ENGINE, empty_sample
 
 Series = tuple[Mapping[str, str], float]  # one series of a sample name: its labels and its value
 Scrape = Mapping[str, list[Series]]

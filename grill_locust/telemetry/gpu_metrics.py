@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from grill_locust.telemetry.samples import KIND_GPU, empty_sample
+from grill_locust.samples import KIND_GPU, empty_sample
 
 MIB_BYTES = 1024 * 1024
 

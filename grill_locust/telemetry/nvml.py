@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from grill_locust.errors import GrillError
-from grill_locust.telemetry.samples import KIND_GPU, empty_sample
+from grill_locust.samples import KIND_GPU, empty_sample
 
 log = logging.getLogger(__name__)
 

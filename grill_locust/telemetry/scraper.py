@@ -17,9 +17,9 @@ from urllib.parse import urlsplit
 
 from grill_locust.client.backend_http import fetch_text, headers_for
 from grill_locust.engines import engine_facts
+from grill_locust.samples import KIND_ENGINE, KIND_GPU
 from grill_locust.telemetry.engine_metrics import EngineSampler
 from grill_locust.telemetry.gpu_metrics import parse_gpu_text
-from grill_locust.telemetry.samples import KIND_ENGINE, KIND_GPU
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from grill_locust.telemetry.samples import KIND_ENGINE, KIND_GPU
+from grill_locust.samples import KIND_ENGINE, KIND_GPU
 
 TIER_TELEMETRY_COLUMNS: tuple[str, ...] = (
     "target",

@@ -1,6 +1,6 @@
-"""What is sent: the code corpus, token counting and the workload generators (see generators.py).
+"""What is sent: the code corpus and the workload generators (see generators.py).
 
-Imported lazily, so `grill_locust.workload.tokens` (used by the simulated engine) needs no pydantic."""
+Imported lazily, so importing the package needs no pydantic."""
 
 from __future__ import annotations
 

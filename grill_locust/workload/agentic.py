@@ -35,9 +35,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from grill_locust.tokens import count_tokens, fit_tokens, tokenize
 from grill_locust.workload.heads import AGENT_SYSTEM_HEAD, READ_FILE_HEAD
 from grill_locust.workload.seeding import ShapeKey, seeded_rng
-from grill_locust.workload.tokens import count_tokens, fit_tokens, tokenize
 from grill_locust.workload.tools import (
     STEP_TOOLS,
     SUBAGENT_TOOL,

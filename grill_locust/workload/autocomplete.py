@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
+from grill_locust.tokens import tokenize
 from grill_locust.workload.seeding import ShapeKey
-from grill_locust.workload.tokens import tokenize
 
 if TYPE_CHECKING:
     import random

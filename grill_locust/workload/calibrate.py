@@ -52,8 +52,8 @@ from grill_locust.client.backend_http import (
 )
 from grill_locust.client.payloads import completion_prompt
 from grill_locust.engines import engine_facts
+from grill_locust.tokens import count_tokens
 from grill_locust.workload.heads import HEAD_REFERENCE, ID_HEAD, QUESTIONS, measured_heads
-from grill_locust.workload.tokens import count_tokens
 
 if TYPE_CHECKING:
     from grill_locust.config import Backend

@@ -17,7 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from grill_locust.errors import GrillError
-from grill_locust.workload.tokens import tokenize
+from grill_locust.tokens import tokenize
 
 # folders of the standard library that are tests, demos or vendored code rather than library code
 _SKIPPED_DIRS = frozenset(

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from grill_locust.client.payloads import completion_prompt
+from grill_locust.tokens import fit_tokens
 from grill_locust.workload.calibrate import MeasuredCorpus, TokenCounter, name_span
 from grill_locust.workload.corpus import Corpus, Excerpt, stdlib_corpus
 from grill_locust.workload.dataset import DatasetRow, load_dataset
@@ -45,7 +46,6 @@ from grill_locust.workload.heads import (
     UNIQUE_HEADS,
 )
 from grill_locust.workload.seeding import ShapeKey, seeded_rng
-from grill_locust.workload.tokens import fit_tokens
 from grill_locust.workload.trace import BLOCK_TOKENS, TraceRow, block_count, conversation_trace
 
 if TYPE_CHECKING:

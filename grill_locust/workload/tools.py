@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from grill_locust.workload.tokens import count_tokens
+from grill_locust.tokens import count_tokens
 
 
 def _function(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from grill_locust.client.backend_http import auth_headers
-from grill_locust.client.ping import check_backend
 from grill_locust.config import ConfigError, load_scenario
+from grill_locust.ping import check_backend
 
 REPO = Path(__file__).resolve().parents[2]
 

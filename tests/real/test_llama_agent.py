@@ -150,7 +150,7 @@ def test_ping_checks_tools_where_a_backend_carries_agent_sessions(
 ) -> None:
     """`grill ping` sends a request carrying the agent's tools to a backend with agent sessions: the
     --no-jinja server's refusal is named, the --jinja one passes."""
-    from grill_locust.client.ping import check_backend
+    from grill_locust.ping import check_backend
 
     for server, accepts in ((llama_server, False), (llama_agent_server, True)):
         backend = Backend.model_validate(agent_backend("b", server, "chat"))

@@ -272,7 +272,7 @@ def test_telemetry_columns_join_their_tier_and_get_a_gpu_figure(tmp_path):
     from grill_locust.config import Slo
     from grill_locust.report.build import LabelledRun, assemble
     from grill_locust.report.write import write_report
-    from grill_locust.telemetry.samples import KIND_GPU, empty_sample
+    from grill_locust.samples import KIND_GPU, empty_sample
 
     records = [
         make_record(record_id=f"a{i}", tier_index=0, tier_users=1, wall_start=START_WALL + i)
@@ -347,8 +347,8 @@ def test_a_stale_or_broken_parquet_gives_way_to_the_jsonl(tmp_path):
 
 
 def test_a_crashed_runs_telemetry_is_read_from_its_jsonl(tmp_path):
+    from grill_locust.samples import KIND_GPU, empty_sample
     from grill_locust.sinks.results import ResultsWriter
-    from grill_locust.telemetry.samples import KIND_GPU, empty_sample
 
     writer = ResultsWriter(tmp_path, {"run_id": "run"}, {})
     writer.write_records(ten_ok_and_one_failure())

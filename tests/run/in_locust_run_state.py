@@ -18,9 +18,9 @@ from grill_locust.run.campaign import Campaign
 from grill_locust.run.shape import CampaignShape
 from grill_locust.run.state import run_state
 from grill_locust.run.user import CampaignUser
+from grill_locust.samples import KIND_ENGINE, empty_sample
 from grill_locust.sinks import PhaseEvent
 from grill_locust.sinks.results import ResultsWriter
-from grill_locust.telemetry.samples import KIND_ENGINE, empty_sample
 from tests.influx.influx_dataset import make_record
 
 UNREACHABLE_URL = "http://127.0.0.1:9"  # nothing is sent in these tests

@@ -21,7 +21,7 @@ from grill_locust.run.phase import campaign_phases, trace_rate
 from grill_locust.run.search import check_search_runnable
 from grill_locust.sim import SimProcess
 from grill_locust.sim.text import render_chat
-from grill_locust.workload.tokens import count_tokens
+from grill_locust.tokens import count_tokens
 from grill_locust.workload.trace import BLOCK_TOKENS, TraceRow, read_trace
 from tests.run.conftest import only_run_dir, run_locust, write_scenario
 from tests.run.test_distributed import finish, start_cluster

@@ -28,7 +28,7 @@ from grill_locust.sim import SimProcess
 from grill_locust.sim.engine import Engine
 from grill_locust.sim.params import PROFILES, EngineParams
 from grill_locust.sim.sequence import FINISHED, Sequence
-from grill_locust.workload.tokens import truncate_to_tokens
+from grill_locust.tokens import truncate_to_tokens
 
 MODEL = "grill-sim"
 

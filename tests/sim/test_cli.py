@@ -8,6 +8,7 @@ import sys
 from sim_driver import chat_payload, request
 
 from grill_locust.config import Backend
+from grill_locust.run.state import simulated_engine
 from grill_locust.sim import SimProcess
 from grill_locust.sim.params import PROFILES, resolve_params
 
@@ -62,7 +63,7 @@ def test_a_backends_sim_args_become_flags_and_its_key_goes_through_the_environme
     backend = Backend(
         name="sim", engine="sim", profile="sglang", sim_args={"max_model_len": 64, "api_key": key}
     )
-    with SimProcess.for_backend(backend, "served-here") as sim:
+    with simulated_engine(backend, "served-here") as sim:
         assert not any(key in argument for argument in sim.process.args)
         assert "--max-model-len=64" in sim.process.args and "sglang" in sim.process.args
         assert request(sim.port, "/v1/models", method="GET").status == 401
@@ -80,4 +81,4 @@ def test_grill_sim_is_routed_by_the_main_cli():
     assert done.stdout.strip() == "9"
     from grill_locust.cli import SUBCOMMANDS
 
-    assert SUBCOMMANDS["sim"][0] == "grill_locust.sim.cli"
+    assert SUBCOMMANDS["sim"] == "grill_locust.sim.cli"

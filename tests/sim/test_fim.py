@@ -12,9 +12,9 @@ import pytest
 from grill_locust.client import EngineClient, fim_request
 from grill_locust.client.backend_http import tokenize
 from grill_locust.config import Backend, Conversation, Model
+from grill_locust.fim_templates import FIM_TEMPLATES
 from grill_locust.record import Measurement, measure
 from grill_locust.sim import SimProcess
-from grill_locust.workload.fim_templates import FIM_TEMPLATES
 
 MODEL = "grill-sim"
 BATCH_TOKENS = 512  # the profile's n_batch, small so that a prefix of a few hundred tokens is cut

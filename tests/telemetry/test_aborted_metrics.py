@@ -8,12 +8,12 @@ import pytest
 from telemetry_helpers import fixture_text
 
 from grill_locust.engines import SIM_ABORTED_TOKENS
+from grill_locust.samples import KIND_ENGINE, TELEMETRY_COLUMNS, empty_sample
 from grill_locust.sim.engine import Engine
 from grill_locust.sim.metrics import render_metrics
 from grill_locust.sim.params import PROFILES
 from grill_locust.sim.sequence import Sequence
 from grill_locust.telemetry.engine_metrics import EngineSampler
-from grill_locust.telemetry.samples import KIND_ENGINE, TELEMETRY_COLUMNS, empty_sample
 from grill_locust.telemetry.tiers import tier_telemetry
 
 MODEL = 'model_name="m"'

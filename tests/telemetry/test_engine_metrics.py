@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from telemetry_helpers import fixture_text
 
+from grill_locust.samples import TELEMETRY_COLUMNS
 from grill_locust.telemetry.engine_metrics import EngineSampler, parse_samples
-from grill_locust.telemetry.samples import TELEMETRY_COLUMNS
 
 
 def sampler(engine: str) -> EngineSampler:

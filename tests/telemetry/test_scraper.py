@@ -20,10 +20,10 @@ import pytest
 from telemetry_helpers import FakeGpu, FakeNvml, MetricsServer, fixture_text
 
 from grill_locust.config import Backend
+from grill_locust.samples import TELEMETRY_COLUMNS
 from grill_locust.sim import SimProcess
 from grill_locust.telemetry.exporter import GpuExporter
 from grill_locust.telemetry.nvml import NvmlReader
-from grill_locust.telemetry.samples import TELEMETRY_COLUMNS
 from grill_locust.telemetry.scraper import TelemetryScraper, build_targets, exporter_metrics_url
 from grill_locust.telemetry.tiers import tier_telemetry
 

@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from grill_locust.telemetry.samples import KIND_ENGINE, KIND_GPU, TELEMETRY_COLUMNS, empty_sample
+from grill_locust.samples import KIND_ENGINE, KIND_GPU, TELEMETRY_COLUMNS, empty_sample
 from grill_locust.telemetry.tiers import TIER_TELEMETRY_COLUMNS, tier_telemetry
 
 TARGET = "vllm-a/devstral/shared-prefix"

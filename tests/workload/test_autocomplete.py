@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from grill_locust.config import ConfigError, Conversation, parse_scenario
+from grill_locust.tokens import count_tokens
 from grill_locust.workload.autocomplete import (
     BURST_WORDS,
     EXTRA_FILE_TOKENS,
@@ -24,7 +25,6 @@ from grill_locust.workload.autocomplete import (
 )
 from grill_locust.workload.corpus import stdlib_corpus
 from grill_locust.workload.generators import build_workload
-from grill_locust.workload.tokens import count_tokens
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,9 +16,9 @@ import pytest
 
 from grill_locust.config import Backend, Conversation
 from grill_locust.sim import SimProcess
+from grill_locust.tokens import count_tokens
 from grill_locust.workload import backend_token_counter, build_workload
 from grill_locust.workload.calibrate import clear_cache
-from grill_locust.workload.tokens import count_tokens
 from tests.real.conftest import ServerProcess, free_port
 
 TOLERANCE = 0.02  # sizes within ±2 % on the backend's tokenizer

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from grill_locust.tokens import tokenize
 from grill_locust.workload import build_workload
 from grill_locust.workload.generators import (
     ID_ENTROPY_BITS,
@@ -27,7 +28,6 @@ from grill_locust.workload.generators import (
     ConversationScript,
     id_words_needed,
 )
-from grill_locust.workload.tokens import tokenize
 from tests.workload.test_measured import conversation, counter, measured_on_approximate_tokenizer
 
 PROMPTS_PER_KIND = 100_000

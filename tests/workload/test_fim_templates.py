@@ -7,15 +7,15 @@ import pytest
 
 from grill_locust.client import COMPLETIONS_PATH, INFILL_PATH, fim_request
 from grill_locust.config import Backend, Conversation, Model
-from grill_locust.sim.text import prompt_tokens
-from grill_locust.workload.fim_templates import (
+from grill_locust.fim_templates import (
     FIM_TEMPLATES,
     FIM_TOKENS,
     FimChoiceError,
     choose_fim,
     guess_family,
 )
-from grill_locust.workload.tokens import tokenize
+from grill_locust.sim.text import prompt_tokens
+from grill_locust.tokens import tokenize
 
 PREFIX = "def add(a, b):\n    "
 SUFFIX = "\n\nprint(add(1, 2))\n"

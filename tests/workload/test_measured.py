@@ -15,10 +15,10 @@ import pytest
 
 from grill_locust.client.backend_http import decode_token_strs
 from grill_locust.config import Conversation
+from grill_locust.tokens import count_tokens, tokenize
 from grill_locust.workload import TokenCounter, build_workload
 from grill_locust.workload.calibrate import MeasuredCorpus, measure_corpus, name_span
 from grill_locust.workload.heads import HEAD_REFERENCE, measured_heads
-from grill_locust.workload.tokens import count_tokens, tokenize
 
 SCRIPT_BUDGET_MS = 5.0
 BYTE_LEVEL_SPACE = "\u0120"  # GPT-2's byte-level alphabet: a space
@@ -173,7 +173,7 @@ def test_vllm_token_strs_decode_back_into_text() -> None:
 def test_the_tokenizer_imports_without_pydantic() -> None:
     code = (
         "import sys; sys.modules['pydantic'] = None\n"
-        "import grill_locust.workload.tokens, grill_locust.workload\n"
+        "import grill_locust.tokens, grill_locust.workload\n"
         "assert 'grill_locust.workload.generators' not in sys.modules\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

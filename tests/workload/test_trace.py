@@ -23,9 +23,9 @@ from grill_locust.config import (
 from grill_locust.record import measure
 from grill_locust.sim import SimProcess
 from grill_locust.sim.text import render_chat
+from grill_locust.tokens import count_tokens
 from grill_locust.workload import backend_token_counter, build_workload
 from grill_locust.workload.generators import ConversationScript
-from grill_locust.workload.tokens import count_tokens
 from grill_locust.workload.trace import (
     BLOCK_TOKENS,
     TraceError,

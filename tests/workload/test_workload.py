@@ -13,12 +13,12 @@ import pytest
 from pydantic import BaseModel
 
 from grill_locust.config import Conversation
+from grill_locust.tokens import count_tokens, fit_tokens, seam_change, tokenize
 from grill_locust.workload import ConversationScript, TokenCounter, build_workload
 from grill_locust.workload.agentic import AgenticPlan
 from grill_locust.workload.autocomplete import AutocompletePlan
 from grill_locust.workload.heads import QUESTIONS
 from grill_locust.workload.kinds import WORKLOAD_KINDS
-from grill_locust.workload.tokens import count_tokens, fit_tokens, seam_change, tokenize
 
 BLOCK_TOKENS = 16  # prefix caches share whole blocks of this many tokens (vLLM's default)
 SCRIPT_BUDGET_MS = 5.0

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from grill_locust.workload.tokens import count_tokens
+from grill_locust.tokens import count_tokens
 
 if TYPE_CHECKING:
     from grill_locust.client import EngineClient, StreamResult

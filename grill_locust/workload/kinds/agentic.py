@@ -7,6 +7,7 @@ import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from grill_locust.tokens import count_tokens
 from grill_locust.workload.agentic import (
     AgenticPlan,
     AgenticSession,
@@ -15,7 +16,6 @@ from grill_locust.workload.agentic import (
     plan_session,
 )
 from grill_locust.workload.kinds._kind import SESSIONS_PER_S, ChatKind
-from grill_locust.workload.tokens import count_tokens
 from grill_locust.workload.tools import MIN_SYSTEM_TOKENS, TOOLS, TOOLS_APPROX_TOKENS
 
 if TYPE_CHECKING:

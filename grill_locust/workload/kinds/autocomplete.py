@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from grill_locust.record import STATUS_OK
+from grill_locust.tokens import count_tokens
 from grill_locust.workload.autocomplete import AutocompletePlan, AutocompleteSession, plan_autocomplete
 from grill_locust.workload.kinds._kind import SESSIONS_PER_S, ChatKind
-from grill_locust.workload.tokens import count_tokens
 
 if TYPE_CHECKING:
     from grill_locust.client import StreamResult

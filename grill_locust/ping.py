@@ -23,8 +23,8 @@ from grill_locust.client.backend_http import NoReply, fetch_text, headers_for, l
 from grill_locust.client.payloads import INFILL_PATH, fim_request, request_for
 from grill_locust.engines import engine_facts
 from grill_locust.errors import GrillError, is_known_refusal, is_refusal, refusal_advice
+from grill_locust.fim_templates import choose_fim
 from grill_locust.record import STATUS_OK, RawTiming, measure
-from grill_locust.workload.fim_templates import choose_fim
 
 if TYPE_CHECKING:
     from grill_locust.config import Backend, Conversation, Model
@@ -77,6 +77,10 @@ COLUMNS: tuple[tuple[str, str], ...] = (
 )
 
 
+# each subcommand this module serves, with its one-line help (grill_locust/command.py)
+COMMANDS = {"ping": "check each backend of a scenario and print its capabilities"}
+
+
 def configure_parser(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("scenario", metavar="FILE", help="scenario YAML whose backends to check")
     parser.add_argument(
@@ -123,9 +127,9 @@ def _running(backend: Backend, models: list[str]) -> Iterator[Backend]:
     if not backend.managed:
         yield backend
         return
-    from grill_locust.sim import SimProcess
+    from grill_locust.run.state import simulated_engine
 
-    sim = SimProcess.for_backend(backend, models[0] if models else "grill-sim")
+    sim = simulated_engine(backend, models[0] if models else "grill-sim")
     try:
         yield backend.with_url(sim.url)
     finally:
