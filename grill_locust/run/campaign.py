@@ -18,14 +18,11 @@ again, the target's other tiers are skipped, and the run exits ENGINE_REFUSED, s
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import logging
-import math
 import time
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,24 +31,12 @@ import gevent.event
 from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
 from grill_locust.errors import (
-    RETRY_LATER_STATUSES,
-    http_code,
-    is_known_refusal,
-    is_refusal,
     refusal_advice,
 )
-from grill_locust.record import (
-    CANCELLED,
-    SATURATION_CPU_PCT,
-    SATURATION_LAG_P99_MS,
-    STATUS_ABANDONED,
-    STATUS_CONNECT,
-    STATUS_OK,
-    timing_lag_ms,
-)
 from grill_locust.run import exit_codes
-from grill_locust.run.arrivals import SCHEDULE_LAG_P99_LIMIT_S, rate_unit
-from grill_locust.run.phase import DeveloperSeats, Phase, campaign_phases, probe_phase, replays_trace
+from grill_locust.run.arrivals import rate_unit
+from grill_locust.run.phase import Phase, campaign_phases, probe_phase, replays_trace
+from grill_locust.run.progress import OUTAGE_MIN_FAILED, PhaseProgress
 from grill_locust.run.search import Bisection, Probe
 from grill_locust.run.worker import LOCAL_CLIENT_ID, MSG_DEVELOPER, MSG_PHASE, runner_of
 from grill_locust.sinks import PhaseEvent
@@ -77,172 +62,12 @@ DRAIN_MARGIN_S = 5.0
 FINAL_RECORDS_WAIT_S = 1.0
 # how long the results folder may refuse every write (a full disk) before the run stops (--disk-full-give-up)
 DISK_FULL_GIVE_UP_S = 60.0
-# A tier measured an outage, not the engine, when the backend refused a connection during it or when more
-# than this share of its requests failed (a request cut by our own stop, or abandoned by typing, is not counted).
-OUTAGE_FAILED_SHARE = 0.5
-# Fewer failed requests than this are no evidence of an outage (nor one message on each of a refusal)
-# unless the backend also fails its probe: one request that failed says nothing of the engine's state.
-OUTAGE_MIN_FAILED = 3
 ENGINE_PROBE_INTERVAL_S = 2.0
 ENGINE_PROBE_TIMEOUT_S = 2.0
 STOPPED_NOTE = "run stopped"
 # A rate tier re-split over the remaining workers (a worker lost) holds from this long after the master
 # decides it: time for every dispatcher to hear of it (openloop.RESPLIT_POLL_S), so none sends late for it.
 RESPLIT_LEAD_S = 0.5
-
-
-@dataclass
-class PhaseProgress:
-    phase: Phase
-    started_wall: float = 0.0
-    started: float = 0.0  # monotonic
-    ended_wall: float | None = None
-    ended_monotonic: float = 0.0
-    iterations_done: int = 0
-    records: int = 0
-    errors: int = 0
-    refused: int = 0  # requests whose connection the backend refused (status `connect`)
-    cancelled: int = 0  # requests cut by our own stop: neither a success nor the engine's failure
-    abandoned: int = 0  # autocomplete requests the developer's typing cancelled: not errors either
-    by_worker: Counter[str] = field(default_factory=Counter)
-    complete: bool = False
-    end_reason: str = ""  # why it ended incomplete ("time cap ... reached", "run stopped")
-    note: str = ""
-    lost_by_worker: Counter[str] = field(default_factory=Counter)
-    tier_records: list[dict[str, Any]] = field(default_factory=list)  # for the live tier row, while it runs
-    # each worker's timing lag p99 (record.timing_lag_ms) over this tier so far: on its latest record
-    # (wall end, value)
-    worker_lag_p99_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
-    worker_cpu_max: float = 0.0
-    developers: DeveloperSeats = field(default_factory=DeveloperSeats)
-    records_by_conversation: Counter[str] = field(default_factory=Counter)  # a mix's personas apart
-    errors_by_conversation: Counter[str] = field(default_factory=Counter)
-    # an open-loop tier: each dispatcher's {"sends", "waited"} once it sent its share; its sends' lags
-    dispatched: dict[str, dict[str, int]] = field(default_factory=dict)
-    schedule_lags_s: list[float] = field(default_factory=list)
-    max_in_flight: int = 0  # the scenario's load.max_in_flight, which the flag names
-    last_records_wall: dict[str, float] = field(default_factory=dict)  # each worker's latest, as they came
-    # a rate tier: what each worker lost mid-tier took with it
-    losses: list[str] = field(default_factory=list)
-    # the failed requests (not cut by our stop) by (status, the engine's message)
-    failed_replies: Counter[tuple[str, str]] = field(default_factory=Counter)
-    refusal: str = ""  # the engine's message when it refused the tier's requests (Campaign._judge_failures)
-    # the load's warmup_requests (0: none), and the tier's earliest sends so far, as many, each as
-    # (wall_start, record_id, its worker marked it warmup), in order; and the records no worker marked
-    warmup_requests: int = 0
-    earliest_sends: list[tuple[float, str, bool]] = field(default_factory=list)
-    unmarked_records: int = 0
-    remark: str = ""  # why failures that looked like an outage were not taken for one
-
-    @property
-    def iterations_target(self) -> int:
-        """Iterations to do: N x k in a tier of users; in a rate tier, the sends its dispatchers reported,
-        and those of a lost worker (which reports none) that its records show."""
-        if self.phase.tier_rate is None:
-            return self.phase.iterations_target
-        reported = sum(share["sends"] for share in self.dispatched.values())
-        return reported + sum(
-            n for client_id, n in self.by_worker.items() if client_id not in self.dispatched
-        )
-
-    @property
-    def open_loop_flags(self) -> str:
-        """A rate tier's flags: sends held back by max_in_flight, sends late enough to measure the load
-        generator rather than the engine; "" when neither."""
-        flags = []
-        waited = sum(share["waited"] for share in self.dispatched.values())
-        if waited:
-            flags.append(f"max_in_flight {self.max_in_flight} reached: {waited} sends waited")
-        lags = sorted(self.schedule_lags_s)
-        lag_p99_s = lags[min(len(lags) - 1, math.ceil(0.99 * len(lags)) - 1)] if lags else 0.0
-        if lag_p99_s > SCHEDULE_LAG_P99_LIMIT_S:
-            flags.append(
-                f"LOAD-GENERATOR-BOUND (schedule lag p99 {lag_p99_s * 1000:.1f} ms > "
-                f"{SCHEDULE_LAG_P99_LIMIT_S * 1000:g} ms)"
-            )
-        return "; ".join(flags)
-
-    def count_warmup(self, record: dict[str, Any]) -> None:
-        """Count a record toward the tier's warmup: the tier's first warmup_requests by send time (as the
-        report picks them, report/aggregate.py _tier_warmup) or marked by its worker."""
-        marked = record.get("warmup") is True
-        self.unmarked_records += not marked
-        if not self.warmup_requests:
-            return
-        send = (float(record["wall_start"]), str(record["record_id"]), marked)
-        earliest = self.earliest_sends
-        if len(earliest) < self.warmup_requests or send < earliest[-1]:
-            bisect.insort(earliest, send)
-            del earliest[self.warmup_requests :]
-
-    @property
-    def all_warmup(self) -> str:
-        """The flag of a tier whose every request was warmup (none left to measure), or ""."""
-        measured = self.unmarked_records - sum(not marked for _, _, marked in self.earliest_sends)
-        if not self.records or measured > 0:
-            return ""
-        return (
-            f"no measured request: all {self.records} requests were warmup "
-            "(load.warmup_s or warmup_requests covers the tier)"
-        )
-
-    @property
-    def lag_p99_ms(self) -> float:
-        """The tier's timing lag p99 so far: the highest of its workers'."""
-        return max((lag for _, lag in self.worker_lag_p99_ms.values()), default=0.0)
-
-    @property
-    def failed_and_sent(self) -> tuple[int, int]:
-        """Requests that failed, and requests sent (neither counts one cut by our stop or by typing)."""
-        return self.errors - self.cancelled, self.records - self.cancelled - self.abandoned
-
-    @property
-    def outage(self) -> str:
-        """Why this tier's failures look like an engine outage rather than the engine, or "" (before
-        Campaign._judge_failures tells a refusal or too few failures apart). Warmup requests count: the
-        engine failed them as it would any other."""
-        if self.refused:
-            return f"engine outage: {self.refused} requests could not connect to the backend"
-        failed, sent = self.failed_and_sent
-        if sent and failed / sent > OUTAGE_FAILED_SHARE:
-            return (
-                f"engine outage: {failed} of {sent} requests failed "
-                f"(more than {OUTAGE_FAILED_SHARE * 100:g} %)"
-            )
-        return ""
-
-    @property
-    def refusal_by_status(self) -> str:
-        """The engine's (most frequent) message when every failed request was refused by its status
-        (errors.is_refusal), else "": the engine will never serve these requests as sent."""
-        if not self.failed_replies or not all(is_refusal(status) for status, _ in self.failed_replies):
-            return ""
-        (status, message), _ = self.failed_replies.most_common(1)[0]
-        return message or status
-
-    @property
-    def one_server_error(self) -> tuple[str, str] | None:
-        """(status, message) when every failed request, at least OUTAGE_MIN_FAILED of them, got one server
-        error with one message from the engine, of no "not now" kind (503...), else None (one failure is
-        enough when the message is a known refusal's)."""
-        if len(self.failed_replies) != 1:
-            return None
-        (status, message), count = next(iter(self.failed_replies.items()))
-        code = http_code(status)
-        if code is None or code < 500 or code in RETRY_LATER_STATUSES or not message:
-            return None
-        enough = count >= OUTAGE_MIN_FAILED or is_known_refusal(message)
-        return (status, message) if enough else None
-
-    @property
-    def saturation(self) -> str:
-        """Why the load generator was saturated in this tier, or "" (records carry each worker's state)."""
-        if self.lag_p99_ms > SATURATION_LAG_P99_MS or self.worker_cpu_max > SATURATION_CPU_PCT:
-            return (
-                f"LOAD GENERATOR SATURATED (timing lag p99 {self.lag_p99_ms:.1f} ms, "
-                f"CPU up to {self.worker_cpu_max:.0f} %): this tier's latencies are suspect"
-            )
-        return ""
 
 
 @dataclass
@@ -336,41 +161,14 @@ class Campaign:
             if progress is not None:
                 if progress.ended_wall is not None:
                     ended[progress.phase.key] = progress
-                progress.records += 1
-                progress.count_warmup(record)
-                progress.records_by_conversation[record["conversation"]] += 1
-                if (progress is self.current or progress is self._probe_to_judge) and (
-                    self._live or self.searches
-                ):
-                    progress.tier_records.append(record)
-                if record["status"] == STATUS_ABANDONED:
-                    progress.abandoned += 1
-                elif record["status"] != STATUS_OK:
-                    progress.errors += 1
-                    progress.errors_by_conversation[record["conversation"]] += 1
-                    progress.refused += record["status"] == STATUS_CONNECT
-                    if record["error"] == CANCELLED:
-                        progress.cancelled += 1
-                    else:
-                        progress.failed_replies[(record["status"], record["error"] or "")] += 1
-                cpu = record.get("worker_cpu")
-                if record.get("worker_lag_p99_ms") is not None:
-                    lag = timing_lag_ms(record["worker_lag_p99_ms"], record.get("worker_read_lag_p99_ms"))
-                    end = record["wall_start"] + (record.get("e2e_s") or 0.0)
-                    if end >= progress.worker_lag_p99_ms.get(record["worker_id"], (-math.inf, 0.0))[0]:
-                        progress.worker_lag_p99_ms[record["worker_id"]] = (end, lag)
-                if cpu is not None and cpu > progress.worker_cpu_max:
-                    progress.worker_cpu_max = cpu
-                if record.get("schedule_lag_s") is not None:
-                    progress.schedule_lags_s.append(record["schedule_lag_s"])
+                keep = (progress is self.current or progress is self._probe_to_judge) and (
+                    self._live or bool(self.searches)
+                )
+                progress.count_record(record, keep_for_tier_row=keep)
         for phase_key, count in iterations.items():
             progress = self.progress.get(phase_key)  # another session's phase is none of ours
             if progress is not None:
-                progress.iterations_done += count
-                progress.by_worker[client_id] += count
-                progress.last_records_wall[client_id] = time.time()
-                if progress.lost_by_worker.get(worker):
-                    self._delivered_late(progress, worker, count)
+                progress.count_iterations(client_id, worker, count)
                 if progress.ended_wall is not None:
                     ended[phase_key] = progress
         for phase_key, share in (dispatched or {}).items():
@@ -382,7 +180,7 @@ class Campaign:
         for progress in ended.values():
             # iterations in flight when the tier ended (its time cap, a stop) finish after its row was
             # written: phases.csv counts them as records.jsonl holds them (live sinks had their "end")
-            progress.note = self._note(progress)
+            progress.note = progress.compose_note()
             self.results.write_phase("end", self._phase_row(progress))
         self.worker_names[client_id] = worker
         if iterations or dispatched:
@@ -403,11 +201,6 @@ class Campaign:
         progress = self.progress.get(data["phase"])
         if progress is not None:
             progress.developers.release((client_id, data["user"]))
-
-    @staticmethod
-    def _delivered_late(progress: PhaseProgress, worker: str, iterations: int) -> None:
-        """A worker counted lost was cut off, not gone: the iterations it delivers were not lost."""
-        progress.lost_by_worker[worker] = max(0, progress.lost_by_worker[worker] - iterations)
 
     def _own_session(self, worker: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The records sent in this session; the others (a killed master's workers, still running when
@@ -744,7 +537,7 @@ class Campaign:
         refused = f"refused: {refusal}" if refusal else ""
         progress.complete = complete and not outage and not refusal and not unwritten
         progress.end_reason = "; ".join(part for part in (refused, outage, note, unwritten) if part)
-        progress.note = note = self._note(progress)
+        progress.note = note = progress.compose_note()
         self.current = None
         self.broadcast()
         self._write_phase("end", progress)
@@ -948,21 +741,6 @@ class Campaign:
         if self.repeats > 1:
             label += f", repeat {phase.repeat + 1}/{self.repeats}"
         return f"{label}, attempt {phase.attempt + 1}" if phase.attempt else label
-
-    @staticmethod
-    def _note(progress: PhaseProgress) -> str:
-        lost = "; ".join(
-            f"{n} iterations lost on worker {w}" for w, n in progress.lost_by_worker.items() if n
-        )
-        parts = (
-            progress.end_reason,
-            progress.remark,
-            lost,
-            *progress.losses,
-            progress.open_loop_flags,
-            progress.all_warmup,
-        )
-        return "; ".join(part for part in parts if part)
 
     def _write_tier_row(self, progress: PhaseProgress) -> None:
         """The finished tier's summary row, from the records it received, to the sinks read live."""
