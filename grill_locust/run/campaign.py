@@ -35,6 +35,15 @@ from grill_locust.errors import (
 )
 from grill_locust.run import exit_codes
 from grill_locust.run.arrivals import rate_unit
+from grill_locust.run.campaign_state import (
+    DONE,
+    DRAINING,
+    HOLDING,
+    PAUSING,
+    RUNNING,
+    SETTLING,
+    CampaignStateMachine,
+)
 from grill_locust.run.phase import Phase, campaign_phases, probe_phase, replays_trace
 from grill_locust.run.progress import OUTAGE_MIN_FAILED, PhaseProgress
 from grill_locust.run.search import Bisection, Probe
@@ -122,11 +131,8 @@ class Campaign:
         self.targets = {t.name: t for t in scenario.targets}
         self.current: PhaseProgress | None = None
         self._next_index = 0
-        self._pause_until: float | None = None
-        self._drain_until: float | None = None  # set when the last tier has ended
-        self._final_wait_until: float | None = None
+        self.walk = CampaignStateMachine()
         self._changed = gevent.event.Event()
-        self.finished = False  # the shape walked every tier
         self.ended = False  # Locust stopped the test (after the last tier, or a stop): Start begins anew
         self.closed = False  # the sinks are closed: the run is over
         self.worker_names: dict[str, str] = {}  # Locust client id -> our worker id
@@ -247,9 +253,12 @@ class Campaign:
         if self.current is None:
             if self._next_index >= len(self.phases):
                 return
+            if self.walk.state is HOLDING:  # the refusal ends the campaign: no engine to wait for
+                self._engine_wait = None
+                self.walk.move(PAUSING, self.walk.until)
             self._start_phase(self.phases[self._next_index])  # its row carries the note
         self._end_phase(complete=False, note=note)
-        self._next_index = len(self.phases)
+        self._stop_walking()
         self._changed.set()
 
     def on_telemetry(self, samples: list[dict[str, Any]]) -> None:
@@ -257,60 +266,88 @@ class Campaign:
             sink.write_telemetry(samples)
 
     # -- the shape --------------------------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        """The shape walked every tier (or the engine was gone): Locust stops the test."""
+        return self.walk.state is DONE
+
     def tick(self) -> tuple[int, float] | None:
         """Users and spawn rate for now; None when the campaign is over. Waits up to TICK_WAIT_S for news."""
         self._changed.wait(TICK_WAIT_S)
         self._changed.clear()
         now = time.monotonic()
         self._watch_disk()
-        current = self.current
-        if current is not None:
-            phase = current.phase
-            self._watch_workers(current)
-            held, _ = self.results.unwritten_of(phase.target, phase.tier_index)
-            if phase.tier_rate is not None:  # it sends for duration_s: done once every send is recorded
-                done = self._all_sent(current) and current.iterations_done >= current.iterations_target
-            elif phase.duration_s is not None:  # a search's probe of users: done when its time is up
-                done = now - current.started >= phase.duration_s
-            else:
-                done = current.iterations_done >= current.iterations_target
-            if done and held and not self.gave_up_on_disk:
-                return phase.users, self._spawn_rate(phase)  # its users are idle; its records wait for space
-            if done:
-                self._end_phase(complete=True, note="")
-            elif now - current.started > self._time_cap_s(phase):
-                self._end_phase(complete=False, note=f"time cap {self._time_cap_s(phase):g} s reached")
-            else:
-                return phase.users, self._spawn_rate(phase)
-        if self._pause_until is not None and now < self._pause_until:
+        walk = self.walk
+        if walk.state is RUNNING:
+            users = self._tick_running(now)
+            if users is not None:
+                return users
+        if walk.state in (PAUSING, HOLDING) and walk.waiting(now):
             return 0, PAUSE_SPAWN_RATE
-        if self._engine_wait is not None and self._next_index < len(self.phases):
+        if walk.state is HOLDING:
             if self._engine_gone(now):
-                self.finished = True
+                walk.move(DONE)
                 return None
-            if self._engine_wait is not None:
+            if walk.state is HOLDING:
                 return 0, PAUSE_SPAWN_RATE
-        if self._probe_to_judge is not None:
+        if walk.state is SETTLING:
             runner = self.environment.runner
+            assert self._probe_to_judge is not None
             ended = self._probe_to_judge.ended_monotonic
             if (runner is not None and runner.user_count > 0) or now < ended + FINAL_RECORDS_WAIT_S:
                 return 0, PAUSE_SPAWN_RATE  # its users' last records are on their way
             self._judge_probe()
-        if self._next_index >= len(self.phases):
+        if walk.state is PAUSING and self._next_index >= len(self.phases):
+            self._start_draining(now)
+        if walk.state is DRAINING:
             if self._draining(now) or (self.results.held_record_count and not self.gave_up_on_disk):
                 return 0, PAUSE_SPAWN_RATE
-            self.finished = True
+            walk.move(DONE)
             return None
-        if (
-            self.environment.runner is not None
-            and self.environment.runner.user_count > 0
-            and self._pause_until
-        ):
+        if walk.state is not PAUSING:
+            return 0, PAUSE_SPAWN_RATE
+        runner = self.environment.runner
+        if runner is not None and runner.user_count > 0 and walk.after_tier:
             return 0, PAUSE_SPAWN_RATE  # wait for the previous tier's users to be gone
         self._start_phase(self.phases[self._next_index])
         self._next_index += 1
         assert self.current is not None
         return self.current.phase.users, self._spawn_rate(self.current.phase)
+
+    def _tick_running(self, now: float) -> tuple[int, float] | None:
+        """The tier running: its users and spawn rate, or None once it ended (done, or its time cap)."""
+        current = self.current
+        assert current is not None
+        phase = current.phase
+        self._watch_workers(current)
+        held, _ = self.results.unwritten_of(phase.target, phase.tier_index)
+        if phase.tier_rate is not None:  # it sends for duration_s: done once every send is recorded
+            done = self._all_sent(current) and current.iterations_done >= current.iterations_target
+        elif phase.duration_s is not None:  # a search's probe of users: done when its time is up
+            done = now - current.started >= phase.duration_s
+        else:
+            done = current.iterations_done >= current.iterations_target
+        if done and held and not self.gave_up_on_disk:
+            return phase.users, self._spawn_rate(phase)  # its users are idle; its records wait for space
+        if done:
+            self._end_phase(complete=True, note="")
+        elif now - current.started > self._time_cap_s(phase):
+            self._end_phase(complete=False, note=f"time cap {self._time_cap_s(phase):g} s reached")
+        else:
+            return phase.users, self._spawn_rate(phase)
+        return None
+
+    def _stop_walking(self) -> None:
+        """No further tier starts (a worker refused the campaign, the disk is full): drain and stop."""
+        self._next_index = len(self.phases)
+        if self.walk.state in (PAUSING, HOLDING):
+            self._start_draining(time.monotonic())
+
+    def _start_draining(self, now: float) -> None:
+        """The last tier ended: hold at 0 users while the workers stop theirs (--stop-timeout and a margin)."""
+        stop_timeout = float(getattr(self.environment.parsed_options, "stop_timeout", 0) or 0)
+        self._engine_wait = None
+        self.walk.move(DRAINING, until=now + stop_timeout + DRAIN_MARGIN_S)
 
     def _time_cap_s(self, phase: Phase) -> float:
         """How long a tier may run: tier_timeout_s; a trace replay, as long as its trace and then that."""
@@ -338,8 +375,7 @@ class Campaign:
         )
         if self.current is not None:
             self._end_phase(complete=False, note="run stopped: results folder not writable")
-        self._next_index = len(self.phases)
-        self._pause_until = None
+        self._stop_walking()
         if not self.phases:  # a plain run: no shape to end it
             gevent.spawn(runner_of(self.environment).quit)
 
@@ -349,14 +385,12 @@ class Campaign:
         runner = self.environment.runner
         if not isinstance(runner, MasterRunner):
             return False  # a local runner's records arrive in this process as its users stop
-        if self._drain_until is None:
-            stop_timeout = float(getattr(self.environment.parsed_options, "stop_timeout", 0) or 0)
-            self._drain_until = now + stop_timeout + DRAIN_MARGIN_S
-        if runner.user_count > 0 and now < self._drain_until:
+        walk = self.walk
+        if runner.user_count > 0 and walk.waiting(now):
             return True
-        if self._final_wait_until is None:
-            self._final_wait_until = now + FINAL_RECORDS_WAIT_S
-        return now < self._final_wait_until
+        if walk.records_until is None:
+            walk.records_until = now + FINAL_RECORDS_WAIT_S
+        return now < walk.records_until
 
     def _watch_workers(self, current: PhaseProgress) -> None:
         """A worker that went missing or quit mid-tier: log it and count what it lost; its users are
@@ -453,6 +487,7 @@ class Campaign:
                 now - wait.since,
             )
             self._engine_wait = None
+            self.walk.move(PAUSING, self.walk.until)
             return False
         wait.next_probe = time.monotonic() + ENGINE_PROBE_INTERVAL_S
         if now < wait.deadline:
@@ -484,6 +519,7 @@ class Campaign:
         progress.started, progress.started_wall = time.monotonic(), time.time()
         progress.warmup_requests = self.scenario.load.warmup_requests or 0
         self.current = progress
+        self.walk.move(RUNNING)
         self.broadcast()
         self._write_phase("start", progress)
         if phase.tier_rate is None:
@@ -541,7 +577,7 @@ class Campaign:
         self.current = None
         self.broadcast()
         self._write_phase("end", progress)
-        self._pause_until = time.monotonic() + self.scenario.load.pause_s
+        pause_until = time.monotonic() + self.scenario.load.pause_s
         self._users_seen = {cid: 0 for cid in self._users_seen if cid not in self._gone}
         phase = progress.phase
         log.info(
@@ -568,14 +604,16 @@ class Campaign:
         run_again = (
             self._next_index < len(self.phases) and self.phases[self._next_index].attempt > phase.attempt
         )
+        self.walk.after_tier = True
         if self.searches and not stopped and not run_again:
             self._probe_to_judge = progress
+            self.walk.move(SETTLING)  # the judge pauses before the probe it adds
+            return
+        progress.tier_records = []
+        if self._next_index >= len(self.phases):
+            self._start_draining(time.monotonic())  # no pause: no tier follows
         else:
-            progress.tier_records = []
-        if self._next_index >= len(self.phases) or self._probe_to_judge is not None:
-            # the pause lets the engine drain before a next tier: none follows (a probe's judge holds
-            # it when it adds one)
-            self._pause_until = None
+            self.walk.move(HOLDING if self._engine_wait is not None else PAUSING, pause_until)
 
     def _judge_probe(self) -> None:
         """Judge the probe that ended by the run's SLO (as `grill report` judges tiers), keep its verdict
@@ -606,6 +644,7 @@ class Campaign:
         self.results.meta["search"] = self.search_summary()
         self.results.write_meta()
         if self.refusals or self.gave_up_on_disk or self.ended:
+            self._start_draining(time.monotonic())
             return
         names = list(self.searches)
         for target in names[names.index(phase.target) :]:
@@ -620,8 +659,10 @@ class Campaign:
                 self.phases.append(probe)
                 self.progress[probe.key] = PhaseProgress(probe)
                 self.tier_count += 1
-                self._pause_until = progress.ended_monotonic + self.scenario.load.pause_s
+                pause_until = progress.ended_monotonic + self.scenario.load.pause_s
+                self.walk.move(HOLDING if self._engine_wait is not None else PAUSING, pause_until)
                 return
+        self._start_draining(time.monotonic())
 
     def search_summary(self) -> dict[str, Any]:
         """run.json's `search`: what was searched, and per target the bracket found and every probe."""
@@ -801,7 +842,7 @@ class Campaign:
     def progress_line(self) -> str:
         current = self.current
         if current is None:
-            if self._engine_wait is not None:
+            if self.walk.state is HOLDING and self._engine_wait is not None:
                 wait = self._engine_wait
                 return (
                     f"waiting for backend {wait.backend.name} ({time.monotonic() - wait.since:.0f} of "
@@ -860,7 +901,7 @@ class Campaign:
         incomplete makes the exit code TIER_INCOMPLETE where no other code says more."""
         self.closed = True
         self.end()
-        if self._probe_to_judge is not None:  # the run stopped in the pause after a probe
+        if self.walk.state is SETTLING:  # the run stopped in the pause after a probe
             self._judge_probe()
         incomplete = self.incomplete_tiers()
         if incomplete:
