@@ -18,14 +18,11 @@ again, the target's other tiers are skipped, and the run exits ENGINE_REFUSED, s
 
 from __future__ import annotations
 
-import bisect
 import dataclasses
 import logging
-import math
 import time
-from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,24 +31,21 @@ import gevent.event
 from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterRunner
 
 from grill_locust.errors import (
-    RETRY_LATER_STATUSES,
-    http_code,
-    is_known_refusal,
-    is_refusal,
     refusal_advice,
 )
-from grill_locust.record import (
-    CANCELLED,
-    SATURATION_CPU_PCT,
-    SATURATION_LAG_P99_MS,
-    STATUS_ABANDONED,
-    STATUS_CONNECT,
-    STATUS_OK,
-    timing_lag_ms,
-)
 from grill_locust.run import exit_codes
-from grill_locust.run.arrivals import SCHEDULE_LAG_P99_LIMIT_S, rate_unit
-from grill_locust.run.phase import DeveloperSeats, Phase, campaign_phases, probe_phase, replays_trace
+from grill_locust.run.arrivals import rate_unit
+from grill_locust.run.campaign_state import (
+    DONE,
+    DRAINING,
+    HOLDING,
+    PAUSING,
+    RUNNING,
+    SETTLING,
+    CampaignStateMachine,
+)
+from grill_locust.run.phase import Phase, campaign_phases, probe_phase, replays_trace
+from grill_locust.run.progress import OUTAGE_MIN_FAILED, PhaseProgress
 from grill_locust.run.search import Bisection, Probe
 from grill_locust.run.worker import LOCAL_CLIENT_ID, MSG_DEVELOPER, MSG_PHASE, runner_of
 from grill_locust.sinks import PhaseEvent
@@ -77,172 +71,12 @@ DRAIN_MARGIN_S = 5.0
 FINAL_RECORDS_WAIT_S = 1.0
 # how long the results folder may refuse every write (a full disk) before the run stops (--disk-full-give-up)
 DISK_FULL_GIVE_UP_S = 60.0
-# A tier measured an outage, not the engine, when the backend refused a connection during it or when more
-# than this share of its requests failed (a request cut by our own stop, or abandoned by typing, is not counted).
-OUTAGE_FAILED_SHARE = 0.5
-# Fewer failed requests than this are no evidence of an outage (nor one message on each of a refusal)
-# unless the backend also fails its probe: one request that failed says nothing of the engine's state.
-OUTAGE_MIN_FAILED = 3
 ENGINE_PROBE_INTERVAL_S = 2.0
 ENGINE_PROBE_TIMEOUT_S = 2.0
 STOPPED_NOTE = "run stopped"
 # A rate tier re-split over the remaining workers (a worker lost) holds from this long after the master
 # decides it: time for every dispatcher to hear of it (openloop.RESPLIT_POLL_S), so none sends late for it.
 RESPLIT_LEAD_S = 0.5
-
-
-@dataclass
-class PhaseProgress:
-    phase: Phase
-    started_wall: float = 0.0
-    started: float = 0.0  # monotonic
-    ended_wall: float | None = None
-    ended_monotonic: float = 0.0
-    iterations_done: int = 0
-    records: int = 0
-    errors: int = 0
-    refused: int = 0  # requests whose connection the backend refused (status `connect`)
-    cancelled: int = 0  # requests cut by our own stop: neither a success nor the engine's failure
-    abandoned: int = 0  # autocomplete requests the developer's typing cancelled: not errors either
-    by_worker: Counter[str] = field(default_factory=Counter)
-    complete: bool = False
-    end_reason: str = ""  # why it ended incomplete ("time cap ... reached", "run stopped")
-    note: str = ""
-    lost_by_worker: Counter[str] = field(default_factory=Counter)
-    tier_records: list[dict[str, Any]] = field(default_factory=list)  # for the live tier row, while it runs
-    # each worker's timing lag p99 (record.timing_lag_ms) over this tier so far: on its latest record
-    # (wall end, value)
-    worker_lag_p99_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
-    worker_cpu_max: float = 0.0
-    developers: DeveloperSeats = field(default_factory=DeveloperSeats)
-    records_by_conversation: Counter[str] = field(default_factory=Counter)  # a mix's personas apart
-    errors_by_conversation: Counter[str] = field(default_factory=Counter)
-    # an open-loop tier: each dispatcher's {"sends", "waited"} once it sent its share; its sends' lags
-    dispatched: dict[str, dict[str, int]] = field(default_factory=dict)
-    schedule_lags_s: list[float] = field(default_factory=list)
-    max_in_flight: int = 0  # the scenario's load.max_in_flight, which the flag names
-    last_records_wall: dict[str, float] = field(default_factory=dict)  # each worker's latest, as they came
-    # a rate tier: what each worker lost mid-tier took with it
-    losses: list[str] = field(default_factory=list)
-    # the failed requests (not cut by our stop) by (status, the engine's message)
-    failed_replies: Counter[tuple[str, str]] = field(default_factory=Counter)
-    refusal: str = ""  # the engine's message when it refused the tier's requests (Campaign._judge_failures)
-    # the load's warmup_requests (0: none), and the tier's earliest sends so far, as many, each as
-    # (wall_start, record_id, its worker marked it warmup), in order; and the records no worker marked
-    warmup_requests: int = 0
-    earliest_sends: list[tuple[float, str, bool]] = field(default_factory=list)
-    unmarked_records: int = 0
-    remark: str = ""  # why failures that looked like an outage were not taken for one
-
-    @property
-    def iterations_target(self) -> int:
-        """Iterations to do: N x k in a tier of users; in a rate tier, the sends its dispatchers reported,
-        and those of a lost worker (which reports none) that its records show."""
-        if self.phase.tier_rate is None:
-            return self.phase.iterations_target
-        reported = sum(share["sends"] for share in self.dispatched.values())
-        return reported + sum(
-            n for client_id, n in self.by_worker.items() if client_id not in self.dispatched
-        )
-
-    @property
-    def open_loop_flags(self) -> str:
-        """A rate tier's flags: sends held back by max_in_flight, sends late enough to measure the load
-        generator rather than the engine; "" when neither."""
-        flags = []
-        waited = sum(share["waited"] for share in self.dispatched.values())
-        if waited:
-            flags.append(f"max_in_flight {self.max_in_flight} reached: {waited} sends waited")
-        lags = sorted(self.schedule_lags_s)
-        lag_p99_s = lags[min(len(lags) - 1, math.ceil(0.99 * len(lags)) - 1)] if lags else 0.0
-        if lag_p99_s > SCHEDULE_LAG_P99_LIMIT_S:
-            flags.append(
-                f"LOAD-GENERATOR-BOUND (schedule lag p99 {lag_p99_s * 1000:.1f} ms > "
-                f"{SCHEDULE_LAG_P99_LIMIT_S * 1000:g} ms)"
-            )
-        return "; ".join(flags)
-
-    def count_warmup(self, record: dict[str, Any]) -> None:
-        """Count a record toward the tier's warmup: the tier's first warmup_requests by send time (as the
-        report picks them, report/aggregate.py _tier_warmup) or marked by its worker."""
-        marked = record.get("warmup") is True
-        self.unmarked_records += not marked
-        if not self.warmup_requests:
-            return
-        send = (float(record["wall_start"]), str(record["record_id"]), marked)
-        earliest = self.earliest_sends
-        if len(earliest) < self.warmup_requests or send < earliest[-1]:
-            bisect.insort(earliest, send)
-            del earliest[self.warmup_requests :]
-
-    @property
-    def all_warmup(self) -> str:
-        """The flag of a tier whose every request was warmup (none left to measure), or ""."""
-        measured = self.unmarked_records - sum(not marked for _, _, marked in self.earliest_sends)
-        if not self.records or measured > 0:
-            return ""
-        return (
-            f"no measured request: all {self.records} requests were warmup "
-            "(load.warmup_s or warmup_requests covers the tier)"
-        )
-
-    @property
-    def lag_p99_ms(self) -> float:
-        """The tier's timing lag p99 so far: the highest of its workers'."""
-        return max((lag for _, lag in self.worker_lag_p99_ms.values()), default=0.0)
-
-    @property
-    def failed_and_sent(self) -> tuple[int, int]:
-        """Requests that failed, and requests sent (neither counts one cut by our stop or by typing)."""
-        return self.errors - self.cancelled, self.records - self.cancelled - self.abandoned
-
-    @property
-    def outage(self) -> str:
-        """Why this tier's failures look like an engine outage rather than the engine, or "" (before
-        Campaign._judge_failures tells a refusal or too few failures apart). Warmup requests count: the
-        engine failed them as it would any other."""
-        if self.refused:
-            return f"engine outage: {self.refused} requests could not connect to the backend"
-        failed, sent = self.failed_and_sent
-        if sent and failed / sent > OUTAGE_FAILED_SHARE:
-            return (
-                f"engine outage: {failed} of {sent} requests failed "
-                f"(more than {OUTAGE_FAILED_SHARE * 100:g} %)"
-            )
-        return ""
-
-    @property
-    def refusal_by_status(self) -> str:
-        """The engine's (most frequent) message when every failed request was refused by its status
-        (errors.is_refusal), else "": the engine will never serve these requests as sent."""
-        if not self.failed_replies or not all(is_refusal(status) for status, _ in self.failed_replies):
-            return ""
-        (status, message), _ = self.failed_replies.most_common(1)[0]
-        return message or status
-
-    @property
-    def one_server_error(self) -> tuple[str, str] | None:
-        """(status, message) when every failed request, at least OUTAGE_MIN_FAILED of them, got one server
-        error with one message from the engine, of no "not now" kind (503...), else None (one failure is
-        enough when the message is a known refusal's)."""
-        if len(self.failed_replies) != 1:
-            return None
-        (status, message), count = next(iter(self.failed_replies.items()))
-        code = http_code(status)
-        if code is None or code < 500 or code in RETRY_LATER_STATUSES or not message:
-            return None
-        enough = count >= OUTAGE_MIN_FAILED or is_known_refusal(message)
-        return (status, message) if enough else None
-
-    @property
-    def saturation(self) -> str:
-        """Why the load generator was saturated in this tier, or "" (records carry each worker's state)."""
-        if self.lag_p99_ms > SATURATION_LAG_P99_MS or self.worker_cpu_max > SATURATION_CPU_PCT:
-            return (
-                f"LOAD GENERATOR SATURATED (timing lag p99 {self.lag_p99_ms:.1f} ms, "
-                f"CPU up to {self.worker_cpu_max:.0f} %): this tier's latencies are suspect"
-            )
-        return ""
 
 
 @dataclass
@@ -297,11 +131,8 @@ class Campaign:
         self.targets = {t.name: t for t in scenario.targets}
         self.current: PhaseProgress | None = None
         self._next_index = 0
-        self._pause_until: float | None = None
-        self._drain_until: float | None = None  # set when the last tier has ended
-        self._final_wait_until: float | None = None
+        self.walk = CampaignStateMachine()
         self._changed = gevent.event.Event()
-        self.finished = False  # the shape walked every tier
         self.ended = False  # Locust stopped the test (after the last tier, or a stop): Start begins anew
         self.closed = False  # the sinks are closed: the run is over
         self.worker_names: dict[str, str] = {}  # Locust client id -> our worker id
@@ -336,41 +167,14 @@ class Campaign:
             if progress is not None:
                 if progress.ended_wall is not None:
                     ended[progress.phase.key] = progress
-                progress.records += 1
-                progress.count_warmup(record)
-                progress.records_by_conversation[record["conversation"]] += 1
-                if (progress is self.current or progress is self._probe_to_judge) and (
-                    self._live or self.searches
-                ):
-                    progress.tier_records.append(record)
-                if record["status"] == STATUS_ABANDONED:
-                    progress.abandoned += 1
-                elif record["status"] != STATUS_OK:
-                    progress.errors += 1
-                    progress.errors_by_conversation[record["conversation"]] += 1
-                    progress.refused += record["status"] == STATUS_CONNECT
-                    if record["error"] == CANCELLED:
-                        progress.cancelled += 1
-                    else:
-                        progress.failed_replies[(record["status"], record["error"] or "")] += 1
-                cpu = record.get("worker_cpu")
-                if record.get("worker_lag_p99_ms") is not None:
-                    lag = timing_lag_ms(record["worker_lag_p99_ms"], record.get("worker_read_lag_p99_ms"))
-                    end = record["wall_start"] + (record.get("e2e_s") or 0.0)
-                    if end >= progress.worker_lag_p99_ms.get(record["worker_id"], (-math.inf, 0.0))[0]:
-                        progress.worker_lag_p99_ms[record["worker_id"]] = (end, lag)
-                if cpu is not None and cpu > progress.worker_cpu_max:
-                    progress.worker_cpu_max = cpu
-                if record.get("schedule_lag_s") is not None:
-                    progress.schedule_lags_s.append(record["schedule_lag_s"])
+                keep = (progress is self.current or progress is self._probe_to_judge) and (
+                    self._live or bool(self.searches)
+                )
+                progress.count_record(record, keep_for_tier_row=keep)
         for phase_key, count in iterations.items():
             progress = self.progress.get(phase_key)  # another session's phase is none of ours
             if progress is not None:
-                progress.iterations_done += count
-                progress.by_worker[client_id] += count
-                progress.last_records_wall[client_id] = time.time()
-                if progress.lost_by_worker.get(worker):
-                    self._delivered_late(progress, worker, count)
+                progress.count_iterations(client_id, worker, count)
                 if progress.ended_wall is not None:
                     ended[phase_key] = progress
         for phase_key, share in (dispatched or {}).items():
@@ -382,7 +186,7 @@ class Campaign:
         for progress in ended.values():
             # iterations in flight when the tier ended (its time cap, a stop) finish after its row was
             # written: phases.csv counts them as records.jsonl holds them (live sinks had their "end")
-            progress.note = self._note(progress)
+            progress.note = progress.compose_note()
             self.results.write_phase("end", self._phase_row(progress))
         self.worker_names[client_id] = worker
         if iterations or dispatched:
@@ -403,11 +207,6 @@ class Campaign:
         progress = self.progress.get(data["phase"])
         if progress is not None:
             progress.developers.release((client_id, data["user"]))
-
-    @staticmethod
-    def _delivered_late(progress: PhaseProgress, worker: str, iterations: int) -> None:
-        """A worker counted lost was cut off, not gone: the iterations it delivers were not lost."""
-        progress.lost_by_worker[worker] = max(0, progress.lost_by_worker[worker] - iterations)
 
     def _own_session(self, worker: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The records sent in this session; the others (a killed master's workers, still running when
@@ -454,9 +253,12 @@ class Campaign:
         if self.current is None:
             if self._next_index >= len(self.phases):
                 return
+            if self.walk.state is HOLDING:  # the refusal ends the campaign: no engine to wait for
+                self._engine_wait = None
+                self.walk.move(PAUSING, self.walk.until)
             self._start_phase(self.phases[self._next_index])  # its row carries the note
         self._end_phase(complete=False, note=note)
-        self._next_index = len(self.phases)
+        self._stop_walking()
         self._changed.set()
 
     def on_telemetry(self, samples: list[dict[str, Any]]) -> None:
@@ -464,60 +266,88 @@ class Campaign:
             sink.write_telemetry(samples)
 
     # -- the shape --------------------------------------------------------------------------------
+    @property
+    def finished(self) -> bool:
+        """The shape walked every tier (or the engine was gone): Locust stops the test."""
+        return self.walk.state is DONE
+
     def tick(self) -> tuple[int, float] | None:
         """Users and spawn rate for now; None when the campaign is over. Waits up to TICK_WAIT_S for news."""
         self._changed.wait(TICK_WAIT_S)
         self._changed.clear()
         now = time.monotonic()
         self._watch_disk()
-        current = self.current
-        if current is not None:
-            phase = current.phase
-            self._watch_workers(current)
-            held, _ = self.results.unwritten_of(phase.target, phase.tier_index)
-            if phase.tier_rate is not None:  # it sends for duration_s: done once every send is recorded
-                done = self._all_sent(current) and current.iterations_done >= current.iterations_target
-            elif phase.duration_s is not None:  # a search's probe of users: done when its time is up
-                done = now - current.started >= phase.duration_s
-            else:
-                done = current.iterations_done >= current.iterations_target
-            if done and held and not self.gave_up_on_disk:
-                return phase.users, self._spawn_rate(phase)  # its users are idle; its records wait for space
-            if done:
-                self._end_phase(complete=True, note="")
-            elif now - current.started > self._time_cap_s(phase):
-                self._end_phase(complete=False, note=f"time cap {self._time_cap_s(phase):g} s reached")
-            else:
-                return phase.users, self._spawn_rate(phase)
-        if self._pause_until is not None and now < self._pause_until:
+        walk = self.walk
+        if walk.state is RUNNING:
+            users = self._tick_running(now)
+            if users is not None:
+                return users
+        if walk.state in (PAUSING, HOLDING) and walk.waiting(now):
             return 0, PAUSE_SPAWN_RATE
-        if self._engine_wait is not None and self._next_index < len(self.phases):
+        if walk.state is HOLDING:
             if self._engine_gone(now):
-                self.finished = True
+                walk.move(DONE)
                 return None
-            if self._engine_wait is not None:
+            if walk.state is HOLDING:
                 return 0, PAUSE_SPAWN_RATE
-        if self._probe_to_judge is not None:
+        if walk.state is SETTLING:
             runner = self.environment.runner
+            assert self._probe_to_judge is not None
             ended = self._probe_to_judge.ended_monotonic
             if (runner is not None and runner.user_count > 0) or now < ended + FINAL_RECORDS_WAIT_S:
                 return 0, PAUSE_SPAWN_RATE  # its users' last records are on their way
             self._judge_probe()
-        if self._next_index >= len(self.phases):
+        if walk.state is PAUSING and self._next_index >= len(self.phases):
+            self._start_draining(now)
+        if walk.state is DRAINING:
             if self._draining(now) or (self.results.held_record_count and not self.gave_up_on_disk):
                 return 0, PAUSE_SPAWN_RATE
-            self.finished = True
+            walk.move(DONE)
             return None
-        if (
-            self.environment.runner is not None
-            and self.environment.runner.user_count > 0
-            and self._pause_until
-        ):
+        if walk.state is not PAUSING:
+            return 0, PAUSE_SPAWN_RATE
+        runner = self.environment.runner
+        if runner is not None and runner.user_count > 0 and walk.after_tier:
             return 0, PAUSE_SPAWN_RATE  # wait for the previous tier's users to be gone
         self._start_phase(self.phases[self._next_index])
         self._next_index += 1
         assert self.current is not None
         return self.current.phase.users, self._spawn_rate(self.current.phase)
+
+    def _tick_running(self, now: float) -> tuple[int, float] | None:
+        """The tier running: its users and spawn rate, or None once it ended (done, or its time cap)."""
+        current = self.current
+        assert current is not None
+        phase = current.phase
+        self._watch_workers(current)
+        held, _ = self.results.unwritten_of(phase.target, phase.tier_index)
+        if phase.tier_rate is not None:  # it sends for duration_s: done once every send is recorded
+            done = self._all_sent(current) and current.iterations_done >= current.iterations_target
+        elif phase.duration_s is not None:  # a search's probe of users: done when its time is up
+            done = now - current.started >= phase.duration_s
+        else:
+            done = current.iterations_done >= current.iterations_target
+        if done and held and not self.gave_up_on_disk:
+            return phase.users, self._spawn_rate(phase)  # its users are idle; its records wait for space
+        if done:
+            self._end_phase(complete=True, note="")
+        elif now - current.started > self._time_cap_s(phase):
+            self._end_phase(complete=False, note=f"time cap {self._time_cap_s(phase):g} s reached")
+        else:
+            return phase.users, self._spawn_rate(phase)
+        return None
+
+    def _stop_walking(self) -> None:
+        """No further tier starts (a worker refused the campaign, the disk is full): drain and stop."""
+        self._next_index = len(self.phases)
+        if self.walk.state in (PAUSING, HOLDING):
+            self._start_draining(time.monotonic())
+
+    def _start_draining(self, now: float) -> None:
+        """The last tier ended: hold at 0 users while the workers stop theirs (--stop-timeout and a margin)."""
+        stop_timeout = float(getattr(self.environment.parsed_options, "stop_timeout", 0) or 0)
+        self._engine_wait = None
+        self.walk.move(DRAINING, until=now + stop_timeout + DRAIN_MARGIN_S)
 
     def _time_cap_s(self, phase: Phase) -> float:
         """How long a tier may run: tier_timeout_s; a trace replay, as long as its trace and then that."""
@@ -545,8 +375,7 @@ class Campaign:
         )
         if self.current is not None:
             self._end_phase(complete=False, note="run stopped: results folder not writable")
-        self._next_index = len(self.phases)
-        self._pause_until = None
+        self._stop_walking()
         if not self.phases:  # a plain run: no shape to end it
             gevent.spawn(runner_of(self.environment).quit)
 
@@ -556,14 +385,12 @@ class Campaign:
         runner = self.environment.runner
         if not isinstance(runner, MasterRunner):
             return False  # a local runner's records arrive in this process as its users stop
-        if self._drain_until is None:
-            stop_timeout = float(getattr(self.environment.parsed_options, "stop_timeout", 0) or 0)
-            self._drain_until = now + stop_timeout + DRAIN_MARGIN_S
-        if runner.user_count > 0 and now < self._drain_until:
+        walk = self.walk
+        if runner.user_count > 0 and walk.waiting(now):
             return True
-        if self._final_wait_until is None:
-            self._final_wait_until = now + FINAL_RECORDS_WAIT_S
-        return now < self._final_wait_until
+        if walk.records_until is None:
+            walk.records_until = now + FINAL_RECORDS_WAIT_S
+        return now < walk.records_until
 
     def _watch_workers(self, current: PhaseProgress) -> None:
         """A worker that went missing or quit mid-tier: log it and count what it lost; its users are
@@ -660,6 +487,7 @@ class Campaign:
                 now - wait.since,
             )
             self._engine_wait = None
+            self.walk.move(PAUSING, self.walk.until)
             return False
         wait.next_probe = time.monotonic() + ENGINE_PROBE_INTERVAL_S
         if now < wait.deadline:
@@ -691,6 +519,7 @@ class Campaign:
         progress.started, progress.started_wall = time.monotonic(), time.time()
         progress.warmup_requests = self.scenario.load.warmup_requests or 0
         self.current = progress
+        self.walk.move(RUNNING)
         self.broadcast()
         self._write_phase("start", progress)
         if phase.tier_rate is None:
@@ -744,11 +573,11 @@ class Campaign:
         refused = f"refused: {refusal}" if refusal else ""
         progress.complete = complete and not outage and not refusal and not unwritten
         progress.end_reason = "; ".join(part for part in (refused, outage, note, unwritten) if part)
-        progress.note = note = self._note(progress)
+        progress.note = note = progress.compose_note()
         self.current = None
         self.broadcast()
         self._write_phase("end", progress)
-        self._pause_until = time.monotonic() + self.scenario.load.pause_s
+        pause_until = time.monotonic() + self.scenario.load.pause_s
         self._users_seen = {cid: 0 for cid in self._users_seen if cid not in self._gone}
         phase = progress.phase
         log.info(
@@ -775,14 +604,16 @@ class Campaign:
         run_again = (
             self._next_index < len(self.phases) and self.phases[self._next_index].attempt > phase.attempt
         )
+        self.walk.after_tier = True
         if self.searches and not stopped and not run_again:
             self._probe_to_judge = progress
+            self.walk.move(SETTLING)  # the judge pauses before the probe it adds
+            return
+        progress.tier_records = []
+        if self._next_index >= len(self.phases):
+            self._start_draining(time.monotonic())  # no pause: no tier follows
         else:
-            progress.tier_records = []
-        if self._next_index >= len(self.phases) or self._probe_to_judge is not None:
-            # the pause lets the engine drain before a next tier: none follows (a probe's judge holds
-            # it when it adds one)
-            self._pause_until = None
+            self.walk.move(HOLDING if self._engine_wait is not None else PAUSING, pause_until)
 
     def _judge_probe(self) -> None:
         """Judge the probe that ended by the run's SLO (as `grill report` judges tiers), keep its verdict
@@ -813,6 +644,7 @@ class Campaign:
         self.results.meta["search"] = self.search_summary()
         self.results.write_meta()
         if self.refusals or self.gave_up_on_disk or self.ended:
+            self._start_draining(time.monotonic())
             return
         names = list(self.searches)
         for target in names[names.index(phase.target) :]:
@@ -827,8 +659,10 @@ class Campaign:
                 self.phases.append(probe)
                 self.progress[probe.key] = PhaseProgress(probe)
                 self.tier_count += 1
-                self._pause_until = progress.ended_monotonic + self.scenario.load.pause_s
+                pause_until = progress.ended_monotonic + self.scenario.load.pause_s
+                self.walk.move(HOLDING if self._engine_wait is not None else PAUSING, pause_until)
                 return
+        self._start_draining(time.monotonic())
 
     def search_summary(self) -> dict[str, Any]:
         """run.json's `search`: what was searched, and per target the bracket found and every probe."""
@@ -949,21 +783,6 @@ class Campaign:
             label += f", repeat {phase.repeat + 1}/{self.repeats}"
         return f"{label}, attempt {phase.attempt + 1}" if phase.attempt else label
 
-    @staticmethod
-    def _note(progress: PhaseProgress) -> str:
-        lost = "; ".join(
-            f"{n} iterations lost on worker {w}" for w, n in progress.lost_by_worker.items() if n
-        )
-        parts = (
-            progress.end_reason,
-            progress.remark,
-            lost,
-            *progress.losses,
-            progress.open_loop_flags,
-            progress.all_warmup,
-        )
-        return "; ".join(part for part in parts if part)
-
     def _write_tier_row(self, progress: PhaseProgress) -> None:
         """The finished tier's summary row, from the records it received, to the sinks read live."""
         for row in self._tier_summary(progress).to_dict("records"):
@@ -1023,7 +842,7 @@ class Campaign:
     def progress_line(self) -> str:
         current = self.current
         if current is None:
-            if self._engine_wait is not None:
+            if self.walk.state is HOLDING and self._engine_wait is not None:
                 wait = self._engine_wait
                 return (
                     f"waiting for backend {wait.backend.name} ({time.monotonic() - wait.since:.0f} of "
@@ -1082,7 +901,7 @@ class Campaign:
         incomplete makes the exit code TIER_INCOMPLETE where no other code says more."""
         self.closed = True
         self.end()
-        if self._probe_to_judge is not None:  # the run stopped in the pause after a probe
+        if self.walk.state is SETTLING:  # the run stopped in the pause after a probe
             self._judge_probe()
         incomplete = self.incomplete_tiers()
         if incomplete:
