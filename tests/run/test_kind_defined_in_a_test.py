@@ -78,23 +78,27 @@ def test_a_kind_registered_from_outside_is_loaded_and_estimated(tmp_path: Path, 
 
 
 @pytest.mark.slow
-def test_a_kind_defined_in_a_test_runs_a_campaign_on_the_simulator(tmp_path: Path) -> None:
+def test_a_kind_defined_in_a_test_runs_a_campaign_on_the_simulator(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     scenario = _scenario(tmp_path / "s.yaml")
-    os.environ[REGISTER_ENV] = "1"
-    try:
-        done = run_locust(
-            [
-                "-f",
-                f"{LOCUSTFILE},{Path(__file__).resolve()}",
-                "--scenario",
-                str(scenario),
-                "--results-dir",
-                "results",
-            ],
-            tmp_path,
-        )
-    finally:
-        del os.environ[REGISTER_ENV]
+    monkeypatch.setenv(REGISTER_ENV, "1")
+    # this file imports `tests.`: the run, which imports it from its own folder, needs the repository on its path
+    repository = str(Path(__file__).resolve().parents[2])
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [repository, os.environ.get("PYTHONPATH")]))
+    )
+    done = run_locust(
+        [
+            "-f",
+            f"{LOCUSTFILE},{Path(__file__).resolve()}",
+            "--scenario",
+            str(scenario),
+            "--results-dir",
+            "results",
+        ],
+        tmp_path,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     records = pd.read_parquet(only_run_dir(tmp_path / "results") / "records.parquet")
     assert set(records["kind"]) == {ECHO.name}
