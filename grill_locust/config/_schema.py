@@ -4,6 +4,7 @@ and of the resolved campaign (`Scenario`, whose targets hold their backend, mode
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import math
 import os
@@ -28,10 +29,12 @@ from grill_locust.config._env import expand_env_string
 from grill_locust.config._errors import ConfigError, YamlPath, at, describe_validation_error, shown_input
 from grill_locust.config._secrets import REDACTED, reveal, secret_paths, walk_secrets
 from grill_locust.engines import engine_facts, engine_name
+from grill_locust.errors import GrillError
 from grill_locust.fim_templates import FIM_FAMILIES, FIM_TEMPLATES
 from grill_locust.record import STATUS_ABANDONED, STATUS_OK
 from grill_locust.redact import redact_secret_keys
 from grill_locust.sim.params import PROFILES as SIM_PROFILES
+from grill_locust.sim.params import EngineParams
 from grill_locust.workload.kinds import (
     BUILTIN_CONVERSATION_KINDS,
     MODEL_SETTINGS,
@@ -88,6 +91,28 @@ class Timeouts(_Frozen):
     idle_s: Number = Field(default=60.0, gt=0)
     """Between two output events, once output has begun: a stream that stalls mid-answer fails then,
     not at `total_s`."""
+
+
+# a free-form number (sim_args, extra_body) past this is no setting: JSON's exact integers end here
+_MAX_FREE_NUMBER = 2**53
+_SIM_PARAMS = {
+    field.name: getattr(SIM_PROFILES["vllm"], field.name) for field in dataclasses.fields(EngineParams)
+}
+
+
+def _check_numbers(value: Any, field: str, inner: str = "") -> None:
+    """Every number in a free-form mapping (sim_args, extra_body) finite and of a sane size."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_numbers(item, field, f"{inner}.{key}" if inner else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_numbers(item, field, f"{inner}[{index}]")
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise ValueError(f"{field}: {inner}: expected a finite number, got {value}")
+        if abs(value) > _MAX_FREE_NUMBER:
+            raise ValueError(f"{field}: {inner}: {value:g} is past the largest number accepted (2^53)")
 
 
 class Backend(_Frozen):
@@ -184,6 +209,16 @@ class Backend(_Frozen):
                     f"profile: unknown sim profile {profile!r} (known: {', '.join(SIM_PROFILES)})"
                 )
             object.__setattr__(self, "profile", profile)
+            engine_params = {key: value for key, value in self.sim_args.items() if key in _SIM_PARAMS}
+            try:  # checked now, not when the run starts the simulator
+                SIM_PROFILES[profile].with_overrides(engine_params, "sim_args")
+            except GrillError as error:
+                raise ValueError(str(error)) from None
+            for key, value in self.sim_args.items():
+                if isinstance(value, bool) and not isinstance(_SIM_PARAMS.get(key), bool):
+                    raise ValueError(
+                        f"sim_args: {key}: expected a number or a name, got {str(value).lower()}"
+                    )
         else:
             if self.profile is not None:
                 raise ValueError("profile: only for engine: sim")
@@ -191,6 +226,8 @@ class Backend(_Frozen):
                 raise ValueError("sim_args: only for engine: sim")
             if not self.url:
                 raise ValueError("url: required (e.g. http://127.0.0.1:8000)")
+        for field in ("sim_args", "extra_body"):
+            _check_numbers(getattr(self, field), field)
         served = engine_facts(self.engine).apis
         if self.api not in served:
             raise ValueError(

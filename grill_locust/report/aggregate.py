@@ -516,7 +516,7 @@ def _summarize(measured: _Measured, intervals: bool = True) -> tuple[pd.DataFram
     summary["complete"] = phases["complete"].reindex(summary.index).fillna(True).astype(bool)
     summary["note"] = phases["note"].reindex(summary.index).fillna("").astype(str)
     summary["unreadable_lines"] = _unreadable_per_tier(run, summary.index)
-    summary["not_served"] = _not_served(summary, run.records)
+    summary["not_served"] = _not_served(summary, run.records, phases.reindex(summary.index))
     earlier = phases.get("earlier_attempt_requests", pd.Series(0, index=phases.index))
     summary["earlier_attempt_requests"] = earlier.reindex(summary.index).fillna(0).astype("int64")
     summary["warmup_requests"] = [measured.warmup_requests[(str(t), int(i))] for t, i in summary.index]
@@ -697,13 +697,24 @@ def _unreadable_per_tier(run: RunData, tiers: pd.MultiIndex) -> list[int]:
     return [named[(str(target), int(tier))] + unknown for target, tier in tiers]
 
 
-# the phases.csv notes of a rate tier whose sends waited for a slot and of a tier stopped at its time cap
+# the phases.csv notes of a rate tier whose sends waited for a slot (read only in results folders written
+# before phases.csv had a waited_for_max_in_flight column) and of a tier stopped at its time cap
 # (run/campaign.py writes them)
 _WAITED_NOTE = re.compile(r"max_in_flight (\d+) reached: (\d+) sends waited")
 _TIME_CAP_NOTE = re.compile(r"time cap [^;]* reached")
 
 
-def _not_served(summary: pd.DataFrame, records: pd.DataFrame) -> list[str]:
+def _waited_for_slots(row: pd.Series, phase: pd.Series) -> tuple[str, int]:
+    """A rate tier's max_in_flight and the sends that waited for it: phases.csv's columns, or in a results
+    folder written before them, its note."""
+    waited = pd.to_numeric(phase.get("waited_for_max_in_flight"), errors="coerce")
+    if pd.notna(waited):
+        return f"{float(phase['max_in_flight']):g}", int(waited)
+    found = _WAITED_NOTE.search(str(row["note"]))
+    return (found.group(1), int(found.group(2))) if found else ("", 0)
+
+
+def _not_served(summary: pd.DataFrame, records: pd.DataFrame, phases: pd.DataFrame) -> list[str]:
     """Why each tier is no verdict on the load it was given, or "": the load it offered is not what the
     engine was given. A rate tier whose sends went out late (schedule lag p99 past
     SCHEDULE_LAG_P99_LIMIT_S, as the run's LOAD-GENERATOR-BOUND flag): they waited for max_in_flight, or
@@ -720,8 +731,7 @@ def _not_served(summary: pd.DataFrame, records: pd.DataFrame) -> list[str]:
         p99_s = tier_lags[max(0, math.ceil(0.99 * len(tier_lags)) - 1)] if len(tier_lags) else 0.0
         if p99_s > SCHEDULE_LAG_P99_LIMIT_S:  # nearest rank, as the run's flag
             late = int((tier_lags > SCHEDULE_LAG_P99_LIMIT_S).sum())
-            found = _WAITED_NOTE.search(note)
-            slots, waited = (found.group(1), int(found.group(2))) if found else ("", 0)
+            slots, waited = _waited_for_slots(row, phases.loc[key])
             if waited >= late:
                 parts.append(f"{waited} of {len(tier_lags)} sends waited for max_in_flight {slots}")
             else:

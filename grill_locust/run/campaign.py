@@ -813,6 +813,9 @@ class Campaign:
             "end_wall": progress.ended_wall if progress.ended_wall is not None else "",
             "iterations_target": progress.iterations_target,
             "iterations_done": progress.iterations_done,
+            # a rate tier's limit and the sends that waited for it (the report's "not served on schedule")
+            "max_in_flight": progress.max_in_flight if phase.tier_rate is not None else "",
+            "waited_for_max_in_flight": progress.sends_waited if phase.tier_rate is not None else "",
             "complete": progress.complete,
             "note": progress.note,
         }

@@ -193,6 +193,7 @@ def format_estimate(estimate: CampaignEstimate, ttft_s: float, tpot_ms: float) -
             cell.rjust(widths[i]) if i in numeric else cell.ljust(widths[i]) for i, cell in enumerate(row)
         ]
         lines.append("  " + "  ".join(cells).rstrip())
+    lines += [line for t in estimate.targets if (line := _settings_line(t.target, t.replay))]
     lines += _mix_lines(scenario)
     if tiered:
         lines.append(_load_line(scenario, tiered, iterations))
@@ -296,6 +297,29 @@ def _max_tokens(target: Target, replay: tuple[TraceRow, ...] | None = None) -> t
         lengths = sorted(row.output_tokens for row in replay)
         return lengths[len(lengths) // 2], f"{lengths[0]}..{lengths[-1]}"
     return target.conversation.workload_kind.max_tokens(target)
+
+
+def _settings_line(target: Target, replay: tuple[TraceRow, ...] | None) -> str:
+    """The settings this target's requests send that differ from its model's (the conversation's or the
+    kind's win over it: Conversation.settled), or "" when they send the model's."""
+    model, sent, conversation = target.model, target.sent_model, target.conversation
+    differ = [
+        (name, getattr(sent, name), getattr(model, name))
+        for name in ("temperature", "ignore_eos")
+        if getattr(sent, name) != getattr(model, name)
+    ]
+    if conversation.kind == "agentic":  # each step sends its own max_tokens
+        for name in ("step_max_tokens", "final_max_tokens"):
+            if getattr(conversation, name) != model.max_tokens:
+                differ.append((name, getattr(conversation, name), model.max_tokens))
+    elif replay is None and sent.max_tokens != model.max_tokens:  # a trace's rows send their own
+        differ.append(("max_tokens", sent.max_tokens, model.max_tokens))
+    if not differ:
+        return ""
+    shown = ", ".join(
+        f"{name} {str(value).lower()} (model: {str(was).lower()})" for name, value, was in differ
+    )
+    return f"{target.name} sends {shown}"
 
 
 def format_duration(seconds: float) -> str:

@@ -86,11 +86,16 @@ class PhaseProgress:
         )
 
     @property
+    def sends_waited(self) -> int:
+        """A rate tier's sends that waited for a max_in_flight slot, as its dispatchers reported them."""
+        return sum(share["waited"] for share in self.dispatched.values())
+
+    @property
     def open_loop_flags(self) -> str:
         """A rate tier's flags: sends held back by max_in_flight, sends late enough to measure the load
         generator rather than the engine; "" when neither."""
         flags = []
-        waited = sum(share["waited"] for share in self.dispatched.values())
+        waited = self.sends_waited
         if waited:
             flags.append(f"max_in_flight {self.max_in_flight} reached: {waited} sends waited")
         lags = sorted(self.schedule_lags_s)

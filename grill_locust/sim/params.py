@@ -7,6 +7,7 @@ Every field can be overridden from a YAML file or a command-line flag of the sam
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,9 @@ from grill_locust.errors import GrillError
 
 CACHE_BLOCKS = "blocks"  # paged KV cache, prefix reuse by chained block hashes (vLLM, SGLang)
 CACHE_SLOTS = "slots"  # a few slots, each keeping only its own last prompt (llama.cpp)
+# the largest number any engine parameter takes (tokens, blocks, milliseconds): past it a size only
+# exhausts memory or a step never ends
+MAX_PARAM_VALUE = 10_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +106,12 @@ class EngineParams:
         for name in ("long_prefill_token_threshold", "abort_poll_ms", "abort_delay_ms"):
             if getattr(self, name) < 0:
                 raise GrillError(f"{source}: {name}: must be at least 0")
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if not isinstance(value, (bool, str)) and value > MAX_PARAM_VALUE:
+                raise GrillError(
+                    f"{source}: {field.name}: {value:g} is past the largest value ({MAX_PARAM_VALUE:,})"
+                )
         if self.cache_kind not in (CACHE_BLOCKS, CACHE_SLOTS):
             raise GrillError(f"{source}: cache_kind: expected '{CACHE_BLOCKS}' or '{CACHE_SLOTS}'")
         if self.kv_capacity_tokens < self.max_model_len and self.cache_kind == CACHE_BLOCKS:
@@ -119,14 +129,20 @@ def _coerce(key: str, current: object, value: Any, source: str) -> bool | int | 
                     return False
                 raise ValueError(value)
             return bool(value)
+        if isinstance(value, bool):  # YAML's true is 1 to Python: never a number here
+            raise ValueError(value)
         if isinstance(current, int):
             return int(value)
         if isinstance(current, float):
-            return float(value)
+            number = float(value)
+            if not math.isfinite(number):  # NaN passes every bound's comparison
+                raise ValueError(value)
+            return number
         return str(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise GrillError(
-            f"{source}: {key}: cannot use {value!r} (expected {type(current).__name__})"
+            f"{source}: {key}: cannot use {str(value).lower() if isinstance(value, bool) else repr(value)} "
+            f"(expected {type(current).__name__})"
         ) from None
 
 

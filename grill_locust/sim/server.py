@@ -317,6 +317,12 @@ class SimServer:
             fault = self.faults.pick(request.headers.get(FAULT_HEADER))
         except ValueError as error:
             raise BadRequest(f"{FAULT_HEADER}: unknown fault {error}", FAULT_HEADER) from None
+        # what the request asked for, as the truth log shows it: explicit settings can be checked as received
+        sampling = {
+            "max_tokens": max_tokens,
+            "ignore_eos": bool(body.get("ignore_eos")),
+            "temperature": body.get("temperature"),
+        }
         self.requests += 1
         request_id = request.headers.get("x-request-id") or f"{self._id_prefix}{self.requests:012x}"
         response_id = self._response_id(kind, request_id)
@@ -336,9 +342,10 @@ class SimServer:
             conn.respond(status, self.error_body_for(request.path)(status, messages[status]), headers=headers)
             if self.truth is not None:
                 now = self.clock()
-                self.truth.add(
-                    self._truth_base(request_id, request.path, kind, fault, status, arrival, now, prompt_len)
+                record = self._truth_base(
+                    request_id, request.path, kind, fault, status, arrival, now, prompt_len
                 )
+                self.truth.add({**record, **sampling})
             return
 
         if not isinstance(seed, int):
@@ -381,6 +388,7 @@ class SimServer:
             gap_s,
         )
         reply.seq = seq
+        reply.sampling = sampling
         limit = seq.output_limit
         after_first = fault in ("cut", "error_mid")  # at least one token before, where the answer has two
         reply.fault_at = min(max(1, limit // 2), limit - 1) if after_first else max(0, limit // 2)
@@ -499,6 +507,7 @@ class ResponseWriter:
         "arrival",
         "path",
         "seq",
+        "sampling",
         "templates",
         "reasoning_tokens",
         "tool_call",
@@ -536,6 +545,7 @@ class ResponseWriter:
         self.arrival = arrival
         self.path = path
         self.seq: Sequence | None = None
+        self.sampling: dict[str, Any] = {}  # the request's max_tokens, ignore_eos, temperature
         self.templates: StreamTemplates = self._templates(kind, response_id, server.created, server.model)
         self.reasoning_tokens = server.params.reasoning_tokens
         self.tool_call: ToolCall | None = None
@@ -737,6 +747,7 @@ class ResponseWriter:
             finish_reason=seq.finish_reason,
             preemptions=seq.preemptions,
             event_times=[round(t + offset, 6) for t in times],
+            **self.sampling,
         )
         if seq.closed_at is not None:  # abandoned: every token generated for it, and those after the close
             record.update(

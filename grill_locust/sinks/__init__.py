@@ -28,7 +28,7 @@ class Sink(Protocol):
         """The summary row (report.summarize's columns) of a tier that just ended."""
 
     def write_telemetry(self, samples: list[dict[str, Any]]) -> None:
-        """Engine /metrics scrapes and GPU readings (telemetry.samples' columns)."""
+        """Engine /metrics scrapes and GPU readings (grill_locust/samples.py's columns)."""
 
     def close(self) -> None:
         """Write what is left; the sink takes nothing more."""

@@ -61,6 +61,8 @@ PHASE_COLUMNS = (
     "end_wall",
     "iterations_target",
     "iterations_done",
+    "max_in_flight",  # a rate tier's load.max_in_flight; empty in a tier of users
+    "waited_for_max_in_flight",  # a rate tier's sends that waited for a free slot under it
     "complete",
     "note",
 )

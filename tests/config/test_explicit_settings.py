@@ -142,3 +142,27 @@ def test_validate_shows_each_targets_effective_max_tokens(
     rows = {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("  m32/")}
     assert rows["m32/ac"][-2] == "32" and rows["m32/ag"][-2] == "32/32", text
     assert rows["m32/own"][-2] == "4", text
+
+
+def test_validate_names_the_settings_a_target_sends_that_differ_from_its_models(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    s = scenario(
+        tmp_path,
+        [
+            {"name": "ac", "kind": "autocomplete", "fim": "suffix"},
+            {"name": "ag", "kind": "agentic"},
+            {"name": "tr", "kind": "trace", "format": "mooncake", "path": str(tmp_path / "trace.jsonl")},
+            {"name": "mt", "kind": "multi-turn"},
+        ],
+        [{"name": "m32", "max_tokens": 32}, {"name": "plain", "temperature": 0.5}],
+    )
+    assert estimate.main([s.source]) == 0
+    text = capsys.readouterr().out
+    sends = {line.split()[0]: line for line in text.splitlines() if " sends " in line}
+    assert sends == {
+        "plain/ac": "plain/ac sends max_tokens 64 (model: 256)",
+        "plain/ag": "plain/ag sends final_max_tokens 1024 (model: 256)",
+        "plain/tr": "plain/tr sends ignore_eos true (model: false)",
+        "m32/tr": "m32/tr sends ignore_eos true (model: false)",
+    }, text

@@ -6,11 +6,15 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
 
+from grill_locust.report import summarize
+from grill_locust.report.load import load_run
 from grill_locust.run.exit_codes import TIER_INCOMPLETE
 from grill_locust.sim import SimProcess
 from tests.report.test_report_cli import grill
@@ -45,8 +49,16 @@ def run_and_report(sim: SimProcess, tmp_path: Path, load: dict[str, Any]) -> tup
     return done.returncode, json.loads((out / "summary.json").read_text())
 
 
-def test_sends_that_waited_for_max_in_flight_are_no_verdict_on_their_rate(sim, tmp_path, capsys):
+@pytest.fixture(scope="module")
+def one_slot(sim: SimProcess, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], Path]:
+    """20 req/s through max_in_flight 1: the exit code, the report's summary.json, the results folder."""
+    tmp_path = tmp_path_factory.mktemp("one-slot")
     code, summary = run_and_report(sim, tmp_path, {"rates": [20], "duration_s": 2.0, "max_in_flight": 1})
+    return code, summary, only_run_dir(tmp_path / "results")
+
+
+def test_sends_that_waited_for_max_in_flight_are_no_verdict_on_their_rate(one_slot, capsys):
+    code, summary, _ = one_slot
     assert code == 0
     (tier,) = summary["tiers"]
     # 20 req/s of ~0.1 s requests through one slot: most sends wait (a loaded machine may add sends late
@@ -64,6 +76,31 @@ def test_sends_that_waited_for_max_in_flight_are_no_verdict_on_their_rate(sim, t
         f"for short, sim: 20 req/s not served on schedule ({tier['not_served']})"
     )
     assert "holds" not in capsys.readouterr().out
+
+
+def test_the_sends_that_waited_are_phases_csvs_own_column_and_the_report_reads_it(one_slot, tmp_path):
+    _, summary, folder = one_slot
+    (tier,) = summary["tiers"]
+    phases = pd.read_csv(folder / "phases.csv")
+    (row,) = phases.to_dict("records")
+    assert row["max_in_flight"] == 1 and row["waited_for_max_in_flight"] > 0.5 * tier["requests"]
+    # the report's count is the column's, whatever the note says; a folder written before the column
+    # was kept falls back on the note
+    for name, edit in (
+        ("no-note", lambda frame: frame.assign(note="")),
+        (
+            "before-the-column",
+            lambda frame: frame.drop(columns=["max_in_flight", "waited_for_max_in_flight"]),
+        ),
+    ):
+        copy = tmp_path / name
+        shutil.copytree(folder, copy)
+        edit(phases).to_csv(copy / "phases.csv", index=False)
+        (served,) = summarize(load_run(copy))["not_served"]
+        waited = int(row["waited_for_max_in_flight"])
+        assert f"{waited} waited for max_in_flight 1" in served or served.startswith(
+            f"{waited} of {tier['requests']} sends waited for max_in_flight 1"
+        ), (name, served)
 
 
 def test_a_tier_stopped_at_its_time_cap_is_no_verdict_and_fails_the_run(sim, tmp_path, capsys):
