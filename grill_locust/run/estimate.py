@@ -302,18 +302,18 @@ def _max_tokens(target: Target, replay: tuple[TraceRow, ...] | None = None) -> t
 def _settings_line(target: Target, replay: tuple[TraceRow, ...] | None) -> str:
     """The settings this target's requests send that differ from its model's (the conversation's or the
     kind's win over it: Conversation.settled), or "" when they send the model's."""
-    model, sent, conversation = target.model, target.sent_model, target.conversation
+    model, sent = target.model, target.sent_model
     differ = [
         (name, getattr(sent, name), getattr(model, name))
         for name in ("temperature", "ignore_eos")
         if getattr(sent, name) != getattr(model, name)
     ]
-    if conversation.kind == "agentic":  # each step sends its own max_tokens
-        for name in ("step_max_tokens", "final_max_tokens"):
-            if getattr(conversation, name) != model.max_tokens:
-                differ.append((name, getattr(conversation, name), model.max_tokens))
-    elif replay is None and sent.max_tokens != model.max_tokens:  # a trace's rows send their own
-        differ.append(("max_tokens", sent.max_tokens, model.max_tokens))
+    if replay is None:  # a trace's rows send their own
+        differ += [
+            (name, value, model.max_tokens)
+            for name, value in target.conversation.workload_kind.sent_max_tokens(target).items()
+            if value != model.max_tokens
+        ]
     if not differ:
         return ""
     shown = ", ".join(

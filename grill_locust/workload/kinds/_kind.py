@@ -163,6 +163,11 @@ class WorkloadKind(Protocol):
         """max_tokens of most of its requests, and as `grill validate`'s table shows it."""
         ...
 
+    def sent_max_tokens(self, target: Target) -> dict[str, int | None]:
+        """The max_tokens its requests send, by the YAML key that sets each (for `grill validate`'s
+        lines on settings that differ from the model's)."""
+        ...
+
     def play(self, sender: Sender, target: Target, iteration: Iteration) -> None:
         """Send one iteration of `target` through `sender`."""
         ...
@@ -221,6 +226,9 @@ class ChatKind:
     def max_tokens(self, target: Target) -> tuple[int, str]:
         sent = target.sent_model.max_tokens  # the conversation's where it writes one (a dataset's)
         return sent, str(sent)
+
+    def sent_max_tokens(self, target: Target) -> dict[str, int | None]:
+        return {"max_tokens": target.sent_model.max_tokens}
 
     def play(self, sender: Sender, target: Target, iteration: Iteration) -> None:
         import gevent

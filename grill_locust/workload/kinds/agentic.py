@@ -76,6 +76,10 @@ class Agentic(ChatKind):
         step, final = conversation.step_max_tokens or 1, conversation.final_max_tokens or 1
         return step, f"{step}/{final}"
 
+    def sent_max_tokens(self, target: Target) -> dict[str, int | None]:
+        conversation = target.conversation  # each step sends its own
+        return {name: getattr(conversation, name) for name in ("step_max_tokens", "final_max_tokens")}
+
     def play(self, sender: Sender, target: Target, iteration: Iteration) -> None:
         assert isinstance(iteration.script, AgenticPlan)
         play_session(sender, target, AgenticSession(iteration.script), iteration.labels, iteration.client)
