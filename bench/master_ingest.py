@@ -3,8 +3,8 @@
 The master is a real Locust `MasterRunner` in this process, with grill's own handler of the
 "grill_records" message (`listeners.on_records` -> `Campaign.on_records` -> `ResultsWriter`,
 which appends records.jsonl and de-duplicates by record_id). N workers are separate processes, each a
-real `WorkerRunner` on loopback that sends batches of realistic record dicts (built by
-`record.build_record` from a measured 200-event stream) with `runner.send_message`, as
+real `WorkerRunner` on loopback that sends batches of realistic records (built by
+`record.build_record` from a measured 200-event stream) as `RecordsBatch` messages, as
 `WorkerState.flush` does, as fast as the master takes them. The figure is the records written per
 second of wall time, from the first batch to the last record; then the time `ResultsWriter.close()`
 takes to write records.parquet is printed too.
@@ -16,6 +16,7 @@ Target: >= 50,000 records/s (room for 100 workers).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import socket
 import subprocess
@@ -30,30 +31,31 @@ import locust  # noqa: F401  (gevent patches the stdlib before the network libra
 from locust.env import Environment
 from locust.event import Events
 
-from grill_locust.record import RawTiming, build_record, measure
-from grill_locust.run.worker import MSG_PHASE, MSG_RECORDS
+from grill_locust.record import RawTiming, RequestLabels, RequestRecord, TierLabels, build_record, measure
+from grill_locust.run.messages import PhaseMessage, RecordsBatch, listen, send
 
 TARGET_RECORDS_PER_S = 50_000
 WAIT_FOR_WORKERS_S = 60.0
 INGEST_TIMEOUT_S = 300.0
-LABELS = {
-    "run_id": "20260101-000000-ingest",
-    "target": "sim-vllm/grill-sim/multi-turn-session",
-    "backend": "sim-vllm",
-    "engine": "sim",
-    "model": "grill-sim",
-    "conversation": "multi-turn-session",
-    "kind": "multi-turn",
-    "tier_index": 0,
-    "tier_users": 200,
-    "iteration": 3,
-    "user_id": 117,
-    "conversation_id": "p0-host-w3-abc123-u117-i3",
-    "turn": 2,
-}
+RUN_ID = "20260101-000000-ingest"
+TIER = TierLabels(
+    run_id=RUN_ID,
+    target="sim-vllm/grill-sim/multi-turn-session",
+    backend="sim-vllm",
+    engine="sim",
+    model="grill-sim",
+    conversation="multi-turn-session",
+    kind="multi-turn",
+    tier_index=0,
+    tier_users=200,
+    tier_rate=None,
+    session=f"{RUN_ID}.0",
+    attempt=0,
+    repeat=0,
+)
 
 
-def realistic_record(worker_id: str) -> dict[str, Any]:
+def realistic_record(worker_id: str) -> RequestRecord:
     """One record as a worker ships it: a measured 200-token stream with usage and cached tokens."""
     t0 = 1000.0
     raw = RawTiming(t0=t0, wall_start=1767225600.123456)
@@ -63,8 +65,17 @@ def realistic_record(worker_id: str) -> dict[str, Any]:
     raw.prompt_tokens, raw.cached_tokens, raw.completion_tokens = 2150, 1904, 200
     raw.finish_reason = "length"
     raw.http_status = 200
-    labels = {**LABELS, "worker_id": worker_id, "record_id": f"{worker_id}-0"}
-    return build_record(labels, measure(raw), worker_lag_p99_ms=1.7, worker_cpu=41.5, retries=0).to_dict()
+    labels = RequestLabels(
+        TIER,
+        iteration=3,
+        user_id=117,
+        developer=None,
+        worker_id=worker_id,
+        conversation_id="p0-host-w3-abc123-u117-i3",
+    )
+    return build_record(
+        labels, 2, f"{worker_id}-0", measure(raw), worker_lag_p99_ms=1.7, worker_cpu=41.5, retries=0
+    )
 
 
 # --- worker process ------------------------------------------------------------------------------
@@ -73,17 +84,15 @@ def realistic_record(worker_id: str) -> dict[str, Any]:
 def run_worker(port: int, index: int, records: int, batch: int) -> None:
     environment = Environment(user_classes=[], events=Events())
     runner = environment.create_worker_runner("127.0.0.1", port)
-    runner.register_message(MSG_PHASE, lambda environment, msg, **kw: None)
+    listen(runner, PhaseMessage, lambda message, master: None)
     worker_id = f"{socket.gethostname()}-w{index}-bench"
     template = realistic_record(worker_id)
     sent = 0
     iterations_per_batch = max(1, batch // 3)  # multi-turn: about three requests per iteration
     while sent < records:
         size = min(batch, records - sent)
-        chunk = [{**template, "record_id": f"{worker_id}-{sent + i}"} for i in range(size)]
-        runner.send_message(
-            MSG_RECORDS, {"worker": worker_id, "records": chunk, "iterations": {"0": iterations_per_batch}}
-        )
+        chunk = [dataclasses.replace(template, record_id=f"{worker_id}-{sent + i}") for i in range(size)]
+        send(runner, RecordsBatch(worker_id, chunk, {"0": iterations_per_batch}))
         sent += size
         gevent.sleep(0)  # let heartbeats and the zmq greenlets run, as the users' loop would
     gevent.sleep(1.0)
@@ -134,13 +143,11 @@ def main() -> None:
     environment = Environment(user_classes=[], events=Events())
     runner = environment.create_master_runner("127.0.0.1", port)
     scenario = scenario_for_bench()
-    run_dir = Path(tempfile.mkdtemp(prefix="grill-ingest-")) / LABELS["run_id"]
-    writer = ResultsWriter(run_dir, {"run_id": LABELS["run_id"]}, scenario.redacted())
-    campaign = Campaign(environment, scenario, writer, LABELS["run_id"])
+    run_dir = Path(tempfile.mkdtemp(prefix="grill-ingest-")) / RUN_ID
+    writer = ResultsWriter(run_dir, {"run_id": RUN_ID}, scenario.redacted())
+    campaign = Campaign(environment, scenario, writer, RUN_ID)
     run_state(environment).campaign = campaign
-    runner.register_message(
-        MSG_RECORDS, lambda environment, msg, **kw: on_records(environment, msg.data, msg.node_id)
-    )
+    listen(runner, RecordsBatch, lambda batch, client_id: on_records(environment, batch, client_id))
     campaign._start_phase(campaign.phases[0])  # records arrive for the current tier, as in a run
     first_seen: list[float] = []
 

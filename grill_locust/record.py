@@ -1,13 +1,15 @@
 """RequestRecord: one row per request, and the metric definitions (docs/metrics.md) in one place.
 
 The client collects raw timestamps (`RawTiming`); `measure()` turns them into the metrics; the user adds
-labels and the load generator's own health, giving a `RequestRecord`.
+its labels (`RequestLabels`: its tier's, its iteration's, an open-loop send's) and the load generator's
+own health, giving a `RequestRecord` (`build_record`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import time
 import typing
 from dataclasses import dataclass, field
 from typing import Any
@@ -317,10 +319,148 @@ def record_problem(row: dict[str, Any]) -> str | None:
 NUMERIC_RECORD_COLUMNS: tuple[str, ...] = tuple(
     n for n, t in RECORD_COLUMN_TYPES.items() if t in (int, float)
 )
-MEASUREMENT_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Measurement))
 
 
-def build_record(labels: dict[str, Any], measurement: Measurement, **extra: Any) -> RequestRecord:
-    """Join a request's labels (run_id … turn, record_id) with its measurement."""
-    values = {name: getattr(measurement, name) for name in MEASUREMENT_COLUMNS}
-    return RequestRecord(**labels, **values, **extra)
+@dataclass(frozen=True, slots=True)
+class TierLabels:
+    """The labels every record and tier row of a phase carries: LABEL_COLUMNS, the tier, its session,
+    attempt and repeat (in the order of phases.csv's first columns)."""
+
+    run_id: str
+    target: str
+    backend: str
+    engine: str
+    model: str
+    conversation: str
+    kind: str
+    tier_index: int
+    tier_users: int
+    tier_rate: float | None
+    session: str
+    attempt: int
+    repeat: int
+
+    def as_row(self) -> dict[str, str | int | float | None]:
+        return {name: getattr(self, name) for name in TIER_LABEL_FIELDS}
+
+    @property
+    def tier_key(self) -> tuple[str, str, int, int]:
+        """The tier its requests belong to, in this session and attempt (warmup is counted per tier)."""
+        return (self.session, self.target, self.tier_index, self.attempt)
+
+
+TIER_LABEL_FIELDS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(TierLabels))
+
+
+@dataclass(slots=True)
+class ScheduledSend:
+    """One send of a rate tier while its conversation plays: the open-loop columns of its records. Every
+    record carries the send's intended wall time; the first (the request the arrival sent) its lateness,
+    the later turns of its session, sent closed-loop, none. A request that ends after the tier's sending
+    time is cooldown."""
+
+    scheduled_wall: float
+    tier_end_wall: float
+    first: bool = True
+    # the conversation's own wait before its first request (a typing developer's first burst and
+    # debounce): that request is planned this long after the arrival, and late only past it
+    plan_delay_s: float = 0.0
+
+    def columns(self, wall_start: float) -> tuple[float, float | None, bool]:
+        """(scheduled_wall, schedule_lag_s, cooldown) of the record of a request started at `wall_start`."""
+        lag_s = wall_start - self.scheduled_wall - self.plan_delay_s if self.first else None
+        self.first = False
+        return self.scheduled_wall, lag_s, time.time() > self.tier_end_wall
+
+
+@dataclass(frozen=True, slots=True)
+class RequestLabels:
+    """What a request's record says besides its measurement, its turn and the worker's health: its
+    tier's labels, the iteration it plays, and the open-loop send that started it (shared by the
+    session's requests: only the first is late)."""
+
+    tier: TierLabels
+    iteration: int
+    user_id: int
+    developer: int | None
+    worker_id: str
+    conversation_id: str
+    # trace replay: the 0-based line (JSONL) or row (CSV) of the trace; dataset replay: the row replayed
+    trace_line: int | None = None
+    send: ScheduledSend | None = None
+
+
+def build_record(
+    labels: RequestLabels,
+    turn: int,
+    record_id: str,
+    measurement: Measurement,
+    *,
+    worker_lag_p99_ms: float | None = None,
+    worker_read_lag_p99_ms: float | None = None,
+    worker_cpu: float | None = None,
+    retries: int = 0,
+    shown_in_budget: bool | None = None,
+    warmup: bool | None = None,
+    slo_met: bool | None = None,
+) -> RequestRecord:
+    """Join a request's labels with its measurement and the load generator's health."""
+    tier, m = labels.tier, measurement
+    scheduled_wall: float | None = None
+    schedule_lag_s: float | None = None
+    cooldown: bool | None = None
+    if labels.send is not None:
+        scheduled_wall, schedule_lag_s, cooldown = labels.send.columns(m.wall_start)
+    return RequestRecord(
+        record_id=record_id,
+        run_id=tier.run_id,
+        target=tier.target,
+        backend=tier.backend,
+        engine=tier.engine,
+        model=tier.model,
+        conversation=tier.conversation,
+        kind=tier.kind,
+        tier_index=tier.tier_index,
+        tier_users=tier.tier_users,
+        iteration=labels.iteration,
+        user_id=labels.user_id,
+        worker_id=labels.worker_id,
+        conversation_id=labels.conversation_id,
+        turn=turn,
+        wall_start=m.wall_start,
+        ttft_s=m.ttft_s,
+        ttfo_s=m.ttfo_s,
+        tpot_s=m.tpot_s,
+        e2e_s=m.e2e_s,
+        itl_mean_s=m.itl_mean_s,
+        itl_p50_s=m.itl_p50_s,
+        itl_p99_s=m.itl_p99_s,
+        itl_max_s=m.itl_max_s,
+        prompt_tokens=m.prompt_tokens,
+        cached_tokens=m.cached_tokens,
+        output_tokens=m.output_tokens,
+        reasoning_tokens=m.reasoning_tokens,
+        tokens_source=m.tokens_source,
+        tokens_per_s=m.tokens_per_s,
+        visible_tokens_per_s=m.visible_tokens_per_s,
+        finish_reason=m.finish_reason,
+        status=m.status,
+        http_status=m.http_status,
+        error=m.error,
+        worker_lag_p99_ms=worker_lag_p99_ms,
+        worker_read_lag_p99_ms=worker_read_lag_p99_ms,
+        worker_cpu=worker_cpu,
+        retries=retries,
+        session=tier.session,
+        attempt=tier.attempt,
+        developer=labels.developer,
+        shown_in_budget=shown_in_budget,
+        tier_rate=tier.tier_rate,
+        scheduled_wall=scheduled_wall,
+        schedule_lag_s=schedule_lag_s,
+        trace_line=labels.trace_line,
+        warmup=warmup,
+        cooldown=cooldown,
+        slo_met=slo_met,
+        repeat=tier.repeat,
+    )

@@ -12,11 +12,9 @@ every dispatcher, hearing of a re-split, computes the same division of the sends
 from __future__ import annotations
 
 import random
-import time
 import zlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 from grill_locust.config import KIND_MIX
 from grill_locust.workload.kinds import REQUESTS_PER_S, SESSIONS_PER_S, WORKLOAD_KINDS
@@ -60,30 +58,6 @@ def arrival_schedule(
         if at_s >= duration_s:
             return
         yield Send(at_s, iteration)
-
-
-@dataclass
-class ScheduledSend:
-    """One send of a rate tier while its conversation plays: the open-loop columns of its records. Every
-    record carries the send's intended wall time; the first (the request the arrival sent) its lateness,
-    the later turns of its session, sent closed-loop, none. A request that ends after the tier's sending
-    time is cooldown."""
-
-    scheduled_wall: float
-    tier_end_wall: float
-    first: bool = True
-    # the conversation's own wait before its first request (a typing developer's first burst and
-    # debounce): that request is planned this long after the arrival, and late only past it
-    plan_delay_s: float = 0.0
-
-    def columns(self, wall_start: float) -> dict[str, Any]:
-        lag_s = wall_start - self.scheduled_wall - self.plan_delay_s if self.first else None
-        self.first = False
-        return {
-            "scheduled_wall": self.scheduled_wall,
-            "schedule_lag_s": lag_s,
-            "cooldown": time.time() > self.tier_end_wall,
-        }
 
 
 # a rate tier whose sends went out later than this at p99 measured the load generator, not the engine

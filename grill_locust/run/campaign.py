@@ -33,6 +33,7 @@ from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterR
 from grill_locust.errors import (
     refusal_advice,
 )
+from grill_locust.record import RequestRecord
 from grill_locust.run import exit_codes
 from grill_locust.run.arrivals import rate_unit
 from grill_locust.run.campaign_state import (
@@ -44,10 +45,11 @@ from grill_locust.run.campaign_state import (
     SETTLING,
     CampaignStateMachine,
 )
+from grill_locust.run.messages import Claim, Developer, PhaseMessage, RecordsBatch, Refused, Release, send
 from grill_locust.run.phase import Phase, campaign_phases, probe_phase, replays_trace
 from grill_locust.run.progress import OUTAGE_MIN_FAILED, PhaseProgress
 from grill_locust.run.search import Bisection, Probe
-from grill_locust.run.worker import LOCAL_CLIENT_ID, MSG_DEVELOPER, MSG_PHASE, runner_of
+from grill_locust.run.worker import LOCAL_CLIENT_ID, runner_of
 from grill_locust.sinks import PhaseEvent
 from grill_locust.sinks.results import ResultsWriter
 
@@ -150,15 +152,9 @@ class Campaign:
         self.foreign_records = 0
 
     # -- records from workers -------------------------------------------------------------------
-    def on_records(
-        self,
-        worker: str,
-        records: list[dict[str, Any]],
-        iterations: dict[str, int],
-        client_id: str = LOCAL_CLIENT_ID,
-        dispatched: dict[str, dict[str, int]] | None = None,
-    ) -> None:
-        records = self._own_session(worker, records)
+    def on_records(self, batch: RecordsBatch, client_id: str = LOCAL_CLIENT_ID) -> None:
+        worker, iterations, dispatched = batch.worker, batch.iterations, batch.dispatched
+        records = self._own_session(worker, batch.records)
         fresh = self.results.unseen(records)
         self.results.write_records(fresh)
         ended: dict[str, PhaseProgress] = {}  # phases whose row was written: written again with these
@@ -177,7 +173,7 @@ class Campaign:
                 progress.count_iterations(client_id, worker, count)
                 if progress.ended_wall is not None:
                     ended[phase_key] = progress
-        for phase_key, share in (dispatched or {}).items():
+        for phase_key, share in dispatched.items():
             progress = self.progress.get(phase_key)
             if progress is not None:
                 progress.dispatched[client_id] = share
@@ -194,28 +190,27 @@ class Campaign:
         if not self.phases:  # a plain run has no shape ticking: watch the disk here
             self._watch_disk()
 
-    def on_developer_claim(self, client_id: str, data: dict[str, Any]) -> None:
-        """A worker's user asks its developer index in a phase's tier (MSG_CLAIM): the tier's lowest free
-        one, or None for a phase of another session."""
-        progress = self.progress.get(data["phase"])
-        developer = progress.developers.claim((client_id, data["user"])) if progress is not None else None
-        reply = {**data, "developer": developer}
-        runner_of(self.environment).send_message(MSG_DEVELOPER, reply, client_id=client_id)
+    def on_developer_claim(self, client_id: str, claim: Claim) -> None:
+        """A worker's user asks its developer index in a phase's tier: the tier's lowest free one, or
+        None for a phase of another session."""
+        progress = self.progress.get(claim.phase)
+        developer = progress.developers.claim((client_id, claim.user)) if progress is not None else None
+        send(runner_of(self.environment), Developer(claim.phase, claim.user, developer), client_id=client_id)
 
-    def on_developer_release(self, client_id: str, data: dict[str, Any]) -> None:
-        """A user stopped (MSG_RELEASE): a user started in its place takes its index."""
-        progress = self.progress.get(data["phase"])
+    def on_developer_release(self, client_id: str, release: Release) -> None:
+        """A user stopped: a user started in its place takes its index."""
+        progress = self.progress.get(release.phase)
         if progress is not None:
-            progress.developers.release((client_id, data["user"]))
+            progress.developers.release((client_id, release.user))
 
-    def _own_session(self, worker: str, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def _own_session(self, worker: str, records: list[RequestRecord]) -> list[RequestRecord]:
         """The records sent in this session; the others (a killed master's workers, still running when
         this resumption began) are counted and logged, never written."""
-        own = [record for record in records if record.get("session") == self.session]
+        own = [record for record in records if record.session == self.session]
         if len(own) < len(records):
             refused = len(records) - len(own)
             self.foreign_records += refused
-            sessions = sorted({str(r.get("session") or "none") for r in records} - {self.session})
+            sessions = sorted({r.session or "none" for r in records} - {self.session})
             log.warning(
                 "%d records from worker %s refused: sent in session %s, not this one (%s); %d refused so far",
                 refused,
@@ -226,13 +221,13 @@ class Campaign:
             )
         return own
 
-    def _progress_of(self, record: dict[str, Any]) -> PhaseProgress | None:
+    def _progress_of(self, record: RequestRecord) -> PhaseProgress | None:
         def same(phase: Phase) -> bool:
             return (phase.target, phase.tier_index, phase.attempt, phase.repeat) == (
-                record["target"],
-                record["tier_index"],
-                record.get("attempt") or 0,
-                record.get("repeat") or 0,
+                record.target,
+                record.tier_index,
+                record.attempt,
+                record.repeat,
             )
 
         current = self.current
@@ -240,11 +235,11 @@ class Campaign:
             return current
         return next((p for p in self.progress.values() if same(p.phase)), None)
 
-    def refuse(self, worker: str, reason: str) -> None:
+    def refuse(self, refused: Refused) -> None:
         """A worker cannot run the scenario (it lacks a secret): the campaign ends here, saying why in the
         log, in the tier's phases.csv note and in the exit code, rather than measuring with fewer load
         generators than planned or with none."""
-        note = f"worker {worker} refused the campaign: {reason}"
+        note = f"worker {refused.worker} refused the campaign: {refused.reason}"
         if note in self.refusals:
             return
         self.refusals.append(note)
@@ -808,7 +803,7 @@ class Campaign:
         phase = progress.phase
         target = self.targets[phase.target]
         return {
-            **phase.labels(target),
+            **phase.labels(target).as_row(),
             "start_wall": progress.started_wall,
             "end_wall": progress.ended_wall if progress.ended_wall is not None else "",
             "iterations_target": progress.iterations_target,
@@ -826,20 +821,20 @@ class Campaign:
             sink.write_phase(event, row)
 
     # -- messages to workers ----------------------------------------------------------------------
-    def phase_message(self, with_scenario: bool) -> dict[str, Any]:
+    def phase_message(self, with_scenario: bool) -> PhaseMessage:
         current = self.current
-        return {
-            "run_id": self.run_id,
-            "session": self.session,
-            "scenario": self.scenario.to_wire() if with_scenario else None,
-            "phase": current.phase.to_wire() if current is not None else None,
+        return PhaseMessage(
+            run_id=self.run_id,
+            session=self.session,
+            scenario=self.scenario.to_wire() if with_scenario else None,
+            phase=current.phase if current is not None else None,
             # one tier start for every worker: a request's warmup is judged from it (Load.warmup)
-            "phase_started_wall": current.started_wall if current is not None else None,
-        }
+            phase_started_wall=current.started_wall if current is not None else None,
+        )
 
     def broadcast(self) -> None:
         """Tell every worker the current phase (before the shape spawns its users)."""
-        runner_of(self.environment).send_message(MSG_PHASE, self.phase_message(with_scenario=True))
+        send(runner_of(self.environment), self.phase_message(with_scenario=True))
 
     # -- progress and end -------------------------------------------------------------------------
     def progress_line(self) -> str:

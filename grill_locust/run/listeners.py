@@ -22,6 +22,17 @@ from locust.runners import STATE_INIT, STATE_STOPPED, LocalRunner, MasterRunner,
 from grill_locust.errors import GrillError
 from grill_locust.run import exit_codes
 from grill_locust.run.campaign import FINAL_RECORDS_WAIT_S, Campaign, progress_printer, run_dir_for
+from grill_locust.run.messages import (
+    Claim,
+    Developer,
+    Hello,
+    PhaseMessage,
+    RecordsBatch,
+    Refused,
+    Release,
+    listen,
+    send,
+)
 from grill_locust.run.openloop import OpenLoopUser
 from grill_locust.run.options import check_options, live_sinks, load_scenario_of, redacted_argv
 from grill_locust.run.search import check_search_runnable
@@ -29,13 +40,6 @@ from grill_locust.run.state import run_state
 from grill_locust.run.user import CampaignUser, standalone_scenario
 from grill_locust.run.web_ui import extend_web_ui
 from grill_locust.run.worker import (
-    MSG_CLAIM,
-    MSG_DEVELOPER,
-    MSG_HELLO,
-    MSG_PHASE,
-    MSG_RECORDS,
-    MSG_REFUSED,
-    MSG_RELEASE,
     WorkerState,
     die_with_forking_parent,
     options_of,
@@ -54,7 +58,6 @@ log = logging.getLogger("grill")
 die_with_forking_parent()  # before Locust forks its --processes workers (after importing the locustfile)
 
 
-@events.init.add_listener
 def on_init(environment: Environment, runner: Any = None, **_: Any) -> None:
     options = environment.parsed_options
     if options is None:
@@ -66,6 +69,9 @@ def on_init(environment: Environment, runner: Any = None, **_: Any) -> None:
         sys.exit(2)
 
 
+events.init.add_listener(on_init)
+
+
 def _init(environment: Environment, options: Any) -> None:
     state = run_state(environment)
     runner = runner_of(environment)
@@ -74,32 +80,28 @@ def _init(environment: Environment, options: Any) -> None:
     if isinstance(runner, (WorkerRunner, LocalRunner)):
         worker = state.worker = WorkerState(environment)
 
-        def on_phase(environment: Environment, msg: Any, **_: Any) -> None:
-            worker.on_phase_message(msg.data)
+        def on_phase(message: PhaseMessage, _master: str) -> None:
+            worker.on_phase_message(message)
             _open_worker_sinks(environment)
 
-        runner.register_message(MSG_PHASE, on_phase)
-        runner.register_message(
-            MSG_DEVELOPER, lambda environment, msg, **kw: worker.on_developer_message(msg.data)
-        )
+        listen(runner, PhaseMessage, on_phase)
+        listen(runner, Developer, lambda answer, _master: worker.on_developer_message(answer))
     if isinstance(runner, WorkerRunner):
-        runner.send_message(MSG_HELLO, {})
+        send(runner, Hello())
         gevent.spawn(watch_master, runner)
         return
     check_options(options)
     # listen before the (slow) start of simulated engines: workers of --processes say hello at once
-    runner.register_message(
-        MSG_RECORDS, lambda environment, msg, **kw: on_records(environment, msg.data, msg.node_id)
+    listen(runner, RecordsBatch, lambda batch, client_id: on_records(environment, batch, client_id))
+    listen(runner, Hello, lambda _hello, client_id: _on_hello(environment, client_id))
+    listen(runner, Refused, lambda refused, _worker: _on_refused(environment, refused))
+    listen(
+        runner, Claim, lambda claim, client_id: _campaign_of(environment).on_developer_claim(client_id, claim)
     )
-    runner.register_message(MSG_HELLO, lambda environment, msg, **kw: _on_hello(environment, msg.node_id))
-    runner.register_message(MSG_REFUSED, lambda environment, msg, **kw: _on_refused(environment, msg.data))
-    runner.register_message(
-        MSG_CLAIM,
-        lambda environment, msg, **kw: _campaign_of(environment).on_developer_claim(msg.node_id, msg.data),
-    )
-    runner.register_message(
-        MSG_RELEASE,
-        lambda environment, msg, **kw: _campaign_of(environment).on_developer_release(msg.node_id, msg.data),
+    listen(
+        runner,
+        Release,
+        lambda release, client_id: _campaign_of(environment).on_developer_release(client_id, release),
     )
     scenario_drives = bool(options.scenario or options.resume or not options.host)
     if scenario_drives:
@@ -296,17 +298,11 @@ def _close_worker_sinks(environment: Environment) -> None:
         worker.sinks = []
 
 
-def on_records(environment: Environment, data: dict[str, Any], msg_node: str) -> None:
-    """A worker's batch of records (MSG_RECORDS) reaches the campaign."""
+def on_records(environment: Environment, batch: RecordsBatch, client_id: str) -> None:
+    """A worker's batch of records reaches the campaign."""
     campaign = run_state(environment).campaign
     assert campaign is not None, "records before the campaign: workers send none before its phase message"
-    campaign.on_records(
-        data["worker"],
-        data["records"],
-        data["iterations"],
-        client_id=msg_node,
-        dispatched=data.get("dispatched"),
-    )
+    campaign.on_records(batch, client_id=client_id)
 
 
 def _campaign_of(environment: Environment) -> Campaign:
@@ -320,19 +316,16 @@ def _on_hello(environment: Environment, client_id: str) -> None:
     if state.campaign is None:
         state.hello_waiters.append(client_id)
         return
-    runner_of(environment).send_message(
-        MSG_PHASE, state.campaign.phase_message(with_scenario=True), client_id=client_id
-    )
+    send(runner_of(environment), state.campaign.phase_message(with_scenario=True), client_id=client_id)
 
 
-def _on_refused(environment: Environment, data: dict[str, Any]) -> None:
-    """A worker that cannot run the scenario (MSG_REFUSED) ends the campaign, saying why."""
+def _on_refused(environment: Environment, refused: Refused) -> None:
+    """A worker that cannot run the scenario ends the campaign, saying why."""
     campaign = run_state(environment).campaign
     if campaign is not None:
-        campaign.refuse(data["worker"], data["reason"])
+        campaign.refuse(refused)
 
 
-@events.test_start.add_listener
 def on_test_start(environment: Environment, **_: Any) -> None:
     state = run_state(environment)
     if state.worker is not None:
@@ -343,6 +336,9 @@ def on_test_start(environment: Environment, **_: Any) -> None:
         if options_of(environment).headless and campaign.phases and state.progress_greenlet is None:
             state.progress_greenlet = gevent.spawn(progress_printer, campaign)
         _start_telemetry(environment, campaign)
+
+
+events.test_start.add_listener(on_test_start)
 
 
 def _next_campaign(environment: Environment) -> None:
@@ -371,7 +367,6 @@ def _start_telemetry(environment: Environment, campaign: Campaign) -> None:
     state.telemetry.start()
 
 
-@events.test_stopping.add_listener
 def on_test_stopping(environment: Environment, **_: Any) -> None:
     """Locust's `Runner.stop()` holds the hub before it cuts the users (it formats the caller's stack
     for a debug line: tens of ms): lag from here on is the stop's, not the load's."""
@@ -380,7 +375,9 @@ def on_test_stopping(environment: Environment, **_: Any) -> None:
         worker.stopping = True
 
 
-@events.test_stop.add_listener
+events.test_stopping.add_listener(on_test_stopping)
+
+
 def on_test_stop(environment: Environment, **_: Any) -> None:
     state = run_state(environment)
     if state.worker is not None:
@@ -390,7 +387,9 @@ def on_test_stop(environment: Environment, **_: Any) -> None:
         state.campaign.end()
 
 
-@events.quitting.add_listener
+events.test_stop.add_listener(on_test_stop)
+
+
 def on_quitting(environment: Environment, **_: Any) -> None:
     if isinstance(environment.runner, WorkerRunner):
         # SIGTERM: Locust fires quitting before it stops the users; stop them first, so that their last
@@ -400,6 +399,9 @@ def on_quitting(environment: Environment, **_: Any) -> None:
     if not isinstance(environment.runner, WorkerRunner):
         _finish(environment)
     run_state(environment).stop_simulated_backends()
+
+
+events.quitting.add_listener(on_quitting)
 
 
 def _interrupt(environment: Environment) -> None:

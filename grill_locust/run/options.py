@@ -29,7 +29,6 @@ DEFAULT_SCENARIOS = (
 SECRET_FLAG_WORDS = ("token", "key", "password", "secret")
 
 
-@events.init_command_line_parser.add_listener
 def add_options(parser: Any) -> None:
     # Locust shows these in the web UI's custom parameters, except the token: a masked field still
     # holds the option's value as its default in the page
@@ -133,6 +132,9 @@ def add_options(parser: Any) -> None:
         help="InfluxDB token (never logged, never sent to workers: give each its own INFLUX_TOKEN)",
         include_in_web_ui=False,
     )
+
+
+events.init_command_line_parser.add_listener(add_options)
 
 
 def check_options(options: Any) -> None:

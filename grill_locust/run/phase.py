@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from grill_locust.config import Scenario, Target
+from grill_locust.record import TierLabels
 from grill_locust.run.arrivals import Split
 from grill_locust.workload.trace import TraceRow, conversation_trace
 
@@ -97,25 +98,24 @@ class Phase:
         that has its dispatcher idles (WorkerState.dispatched_phase_key)."""
         return self.tier_users if self.tier_rate is None else len(self.dispatchers)
 
-    def labels(self, target: Target) -> dict[str, Any]:
-        """The labels every record and tier row of this phase carries: LABEL_COLUMNS, the tier, its
-        session and attempt. A mix target's phase is labelled with its whole mix; a developer's
-        target (Target.for_developer), with the conversation it sends."""
-        return {
-            "run_id": self.run_id,
-            "target": target.name,
-            "backend": target.backend.name,
-            "engine": target.backend.engine,
-            "model": target.model.name,
-            "conversation": target.conversation_label,
-            "kind": target.kind_label,
-            "tier_index": self.tier_index,
-            "tier_users": self.tier_users,
-            "tier_rate": self.tier_rate,
-            "session": self.session,
-            "attempt": self.attempt,
-            "repeat": self.repeat,
-        }
+    def labels(self, target: Target) -> TierLabels:
+        """The labels every record and tier row of this phase carries. A mix target's phase is labelled
+        with its whole mix; a developer's target (Target.for_developer), with the conversation it sends."""
+        return TierLabels(
+            run_id=self.run_id,
+            target=target.name,
+            backend=target.backend.name,
+            engine=target.backend.engine,
+            model=target.model.name,
+            conversation=target.conversation_label,
+            kind=target.kind_label,
+            tier_index=self.tier_index,
+            tier_users=self.tier_users,
+            tier_rate=self.tier_rate,
+            session=self.session,
+            attempt=self.attempt,
+            repeat=self.repeat,
+        )
 
     def to_wire(self) -> dict[str, Any]:
         return asdict(self)

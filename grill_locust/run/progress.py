@@ -18,9 +18,11 @@ from grill_locust.record import (
     STATUS_ABANDONED,
     STATUS_CONNECT,
     STATUS_OK,
+    RequestRecord,
     timing_lag_ms,
 )
 from grill_locust.run.arrivals import SCHEDULE_LAG_P99_LIMIT_S
+from grill_locust.run.messages import Dispatched
 from grill_locust.run.phase import DeveloperSeats, Phase
 
 # A tier measured an outage, not the engine, when the backend refused a connection during it or when more
@@ -57,8 +59,8 @@ class PhaseProgress:
     developers: DeveloperSeats = field(default_factory=DeveloperSeats)
     records_by_conversation: Counter[str] = field(default_factory=Counter)  # a mix's personas apart
     errors_by_conversation: Counter[str] = field(default_factory=Counter)
-    # an open-loop tier: each dispatcher's {"sends", "waited"} once it sent its share; its sends' lags
-    dispatched: dict[str, dict[str, int]] = field(default_factory=dict)
+    # an open-loop tier: each dispatcher's share once it sent it; its sends' lags
+    dispatched: dict[str, Dispatched] = field(default_factory=dict)
     schedule_lags_s: list[float] = field(default_factory=list)
     max_in_flight: int = 0  # the scenario's load.max_in_flight, which the flag names
     last_records_wall: dict[str, float] = field(default_factory=dict)  # each worker's latest, as they came
@@ -80,7 +82,7 @@ class PhaseProgress:
         and those of a lost worker (which reports none) that its records show."""
         if self.phase.tier_rate is None:
             return self.phase.iterations_target
-        reported = sum(share["sends"] for share in self.dispatched.values())
+        reported = sum(share.sends for share in self.dispatched.values())
         return reported + sum(
             n for client_id, n in self.by_worker.items() if client_id not in self.dispatched
         )
@@ -88,7 +90,7 @@ class PhaseProgress:
     @property
     def sends_waited(self) -> int:
         """A rate tier's sends that waited for a max_in_flight slot, as its dispatchers reported them."""
-        return sum(share["waited"] for share in self.dispatched.values())
+        return sum(share.waited for share in self.dispatched.values())
 
     @property
     def open_loop_flags(self) -> str:
@@ -107,14 +109,14 @@ class PhaseProgress:
             )
         return "; ".join(flags)
 
-    def count_warmup(self, record: dict[str, Any]) -> None:
+    def count_warmup(self, record: RequestRecord) -> None:
         """Count a record toward the tier's warmup: the tier's first warmup_requests by send time (as the
         report picks them, report/aggregate.py _tier_warmup) or marked by its worker."""
-        marked = record.get("warmup") is True
+        marked = record.warmup is True
         self.unmarked_records += not marked
         if not self.warmup_requests:
             return
-        send = (float(record["wall_start"]), str(record["record_id"]), marked)
+        send = (float(record.wall_start), record.record_id, marked)
         earliest = self.earliest_sends
         if len(earliest) < self.warmup_requests or send < earliest[-1]:
             bisect.insort(earliest, send)
@@ -189,34 +191,34 @@ class PhaseProgress:
             )
         return ""
 
-    def count_record(self, record: dict[str, Any], keep_for_tier_row: bool) -> None:
+    def count_record(self, record: RequestRecord, keep_for_tier_row: bool) -> None:
         """Count one record of this tier (sent once: the results folder drops a resent one); kept for the
         live tier row or a probe's verdict when `keep_for_tier_row`."""
         self.records += 1
         self.count_warmup(record)
-        self.records_by_conversation[record["conversation"]] += 1
+        self.records_by_conversation[record.conversation] += 1
         if keep_for_tier_row:
-            self.tier_records.append(record)
-        if record["status"] == STATUS_ABANDONED:
+            self.tier_records.append(record.to_dict())
+        if record.status == STATUS_ABANDONED:
             self.abandoned += 1
-        elif record["status"] != STATUS_OK:
+        elif record.status != STATUS_OK:
             self.errors += 1
-            self.errors_by_conversation[record["conversation"]] += 1
-            self.refused += record["status"] == STATUS_CONNECT
-            if record["error"] == CANCELLED:
+            self.errors_by_conversation[record.conversation] += 1
+            self.refused += record.status == STATUS_CONNECT
+            if record.error == CANCELLED:
                 self.cancelled += 1
             else:
-                self.failed_replies[(record["status"], record["error"] or "")] += 1
-        cpu = record.get("worker_cpu")
-        if record.get("worker_lag_p99_ms") is not None:
-            lag = timing_lag_ms(record["worker_lag_p99_ms"], record.get("worker_read_lag_p99_ms"))
-            end = record["wall_start"] + (record.get("e2e_s") or 0.0)
-            if end >= self.worker_lag_p99_ms.get(record["worker_id"], (-math.inf, 0.0))[0]:
-                self.worker_lag_p99_ms[record["worker_id"]] = (end, lag)
+                self.failed_replies[(record.status, record.error or "")] += 1
+        cpu = record.worker_cpu
+        if record.worker_lag_p99_ms is not None:
+            lag = timing_lag_ms(record.worker_lag_p99_ms, record.worker_read_lag_p99_ms)
+            end = record.wall_start + (record.e2e_s or 0.0)
+            if end >= self.worker_lag_p99_ms.get(record.worker_id, (-math.inf, 0.0))[0]:
+                self.worker_lag_p99_ms[record.worker_id] = (end, lag)
         if cpu is not None and cpu > self.worker_cpu_max:
             self.worker_cpu_max = cpu
-        if record.get("schedule_lag_s") is not None:
-            self.schedule_lags_s.append(record["schedule_lag_s"])
+        if record.schedule_lag_s is not None:
+            self.schedule_lags_s.append(record.schedule_lag_s)
 
     def count_iterations(self, client_id: str, worker: str, count: int) -> None:
         """A worker finished `count` iterations of this tier. A worker counted lost was cut off, not gone:

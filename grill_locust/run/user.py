@@ -17,8 +17,16 @@ from locust import User, constant, task
 
 from grill_locust.client import EngineClient, StreamResult, request_for
 from grill_locust.config import Model, Scenario, Target
-from grill_locust.record import CANCELLED, STATUS_ABANDONED, STATUS_OK, Measurement, build_record, measure
-from grill_locust.run.arrivals import ScheduledSend
+from grill_locust.record import (
+    CANCELLED,
+    STATUS_ABANDONED,
+    STATUS_OK,
+    Measurement,
+    RequestLabels,
+    ScheduledSend,
+    build_record,
+    measure,
+)
 from grill_locust.run.phase import Phase, replays_trace
 from grill_locust.run.state import run_state
 from grill_locust.run.worker import WorkerState
@@ -27,7 +35,6 @@ from grill_locust.workload.kinds.autocomplete import shown
 
 IDLE_POLL_S = 0.1  # how often an idle user looks for new work
 STATUS_RATE_LIMITED = "http_429"
-SCHEDULED_SEND = "_scheduled_send"  # the labels' key of an open-loop send's ScheduledSend (not a column)
 MAX_RETRY_AFTER_S = 30.0
 
 
@@ -45,7 +52,7 @@ class GrillUser(User):
         self.developer: int | None = None  # the index in its tier a campaign user gets from the master
         self._clients: dict[str, EngineClient] = {}
         # requests this user started per tier: its first warmup_requests_per_user of each are warmup
-        self._started_in_tier: Counter[tuple[Any, ...]] = Counter()
+        self._started_in_tier: Counter[tuple[str, str, int, int]] = Counter()
 
     def on_stop(self) -> None:
         for client in self._clients.values():
@@ -78,16 +85,15 @@ class GrillUser(User):
             else f"{phase.prompt_key}-{self.grill.worker_id}-u{self.user_index}"
         )
         script = workload.script(user_key, iteration, self.developer)
-        labels = {
-            **phase.labels(target),
-            "iteration": iteration,
-            "user_id": self.user_index,
-            "developer": self.developer,
-            "worker_id": self.grill.worker_id,
-            "conversation_id": script.conversation_id,
-        }
-        if send is not None:
-            labels[SCHEDULED_SEND] = send
+        labels = RequestLabels(
+            tier=phase.labels(target),
+            iteration=iteration,
+            user_id=self.user_index,
+            developer=self.developer,
+            worker_id=self.grill.worker_id,
+            conversation_id=script.conversation_id,
+            send=send,
+        )
         iteration_played = Iteration(script, phase.think_time_s, labels, client, send)
         target.conversation.workload_kind.play(self, target, iteration_played)
 
@@ -95,7 +101,7 @@ class GrillUser(User):
         self,
         target: Target,
         messages: list[dict[str, Any]],
-        labels: dict[str, Any],
+        labels: RequestLabels,
         turn: int,
         client: EngineClient,
         model: Model,
@@ -112,7 +118,7 @@ class GrillUser(User):
         target: Target,
         path: str,
         payload: dict[str, Any],
-        labels: dict[str, Any],
+        labels: RequestLabels,
         turn: int,
         client: EngineClient,
         abandon_at: float | None = None,
@@ -157,45 +163,44 @@ class GrillUser(User):
             gevent.sleep(min(MAX_RETRY_AFTER_S, result.retry_after_s or 1.0))
         return result, measurement
 
-    def _start_in_tier(self, labels: dict[str, Any]) -> int:
+    def _start_in_tier(self, labels: RequestLabels) -> int:
         """Count a request this user starts in the tier its labels name: its 0-based place among them."""
-        tier = (labels["session"], labels["target"], labels["tier_index"], labels["attempt"])
+        tier = labels.tier.tier_key
         self._started_in_tier[tier] += 1
         return self._started_in_tier[tier] - 1
 
     def _record(
         self,
-        labels: dict[str, Any],
+        labels: RequestLabels,
         turn: int,
         record_id: str,
-        measurement: Any,
+        measurement: Measurement,
         retries: int,
         shown_in_budget: bool | None = None,
         *,
         request_ordinal: int,  # the user's n-th request started in the tier (0-based)
     ) -> None:
         grill = self.grill
-        labels = {**labels, "turn": turn, "record_id": record_id}
-        send = labels.pop(SCHEDULED_SEND, None)
-        if send is not None:
-            labels.update(send.columns(measurement.wall_start))
-        slo = grill.scenario.slo_of(labels["conversation"]) if grill.scenario is not None else None
+        tier = labels.tier
+        slo = grill.scenario.slo_of(tier.conversation) if grill.scenario is not None else None
         record = build_record(
             labels,
+            turn,
+            record_id,
             measurement,
             worker_lag_p99_ms=grill.selfcheck.lag_p99_ms,
             worker_read_lag_p99_ms=grill.selfcheck.read_lag_p99_ms,
             worker_cpu=grill.selfcheck.cpu_pct,
             retries=retries,
             shown_in_budget=shown_in_budget,
-            warmup=grill.warmup(labels, measurement.wall_start, request_ordinal),
+            warmup=grill.warmup(tier, measurement.wall_start, request_ordinal),
             slo_met=slo.judge(measurement.status, measurement.ttft_s, measurement.tpot_s, measurement.e2e_s)
             if slo is not None
             else None,
-        ).to_dict()
+        )
         grill.add_record(record)
         fire = self.environment.events.request.fire
-        name = labels["target"]
+        name = tier.target
         if measurement.status == STATUS_OK:
             for kind, value in (
                 ("TTFT", measurement.ttft_s),

@@ -15,20 +15,33 @@ import socket
 import time
 import uuid
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import gevent
 import gevent.event
 import gevent.lock
 from locust.runners import Runner, WorkerRunner
 
+from grill_locust.record import RequestRecord, TierLabels
 from grill_locust.run import exit_codes
+from grill_locust.run.messages import (
+    Claim,
+    Developer,
+    Dispatched,
+    PhaseMessage,
+    RecordsBatch,
+    Refused,
+    Release,
+    send,
+)
 from grill_locust.run.phase import Phase
 from grill_locust.run.selfcheck import SelfCheck
 from grill_locust.workload import Workload, backend_token_counter, build_workload
 from grill_locust.workload.corpus import stdlib_corpus
 
 if TYPE_CHECKING:
+    from argparse import Namespace
+
     from locust.env import Environment
 
     from grill_locust.config import Scenario, Target
@@ -37,17 +50,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_S = 0.5
-# worker -> master: {"worker", "records", "iterations": {Phase.key: n}, "dispatched": {Phase.key: Dispatched}}
-MSG_RECORDS = "grill_records"
-# master -> workers: {"run_id", "scenario": wire dict or None, "phase": wire dict or None,
-# "phase_started_wall": the master's time.time() at the phase's start, or None}
-MSG_PHASE = "grill_phase"
-MSG_HELLO = "grill_hello"  # worker -> master: ask for the scenario and current phase
-MSG_REFUSED = "grill_refused"  # worker -> master: {"worker", "reason"}: it cannot run the scenario
-# A user's developer index in its tier is the master's to give (DeveloperSeats), whatever worker runs it:
-MSG_CLAIM = "grill_claim"  # worker -> master: {"phase": Phase.key, "user"}: its developer index, please
-MSG_DEVELOPER = "grill_developer"  # master -> worker: {"phase", "user", "developer": int, or None}
-MSG_RELEASE = "grill_release"  # worker -> master: {"phase", "user"}: the user stopped
 LOCAL_CLIENT_ID = "local"  # a local runner's name among an open-loop phase's dispatchers
 CLAIM_RETRY_S = 5.0  # a claim unanswered this long is sent again (claims are idempotent)
 # A worker that hears no heartbeat from its master for this long (killed, or cut off) stops its users
@@ -82,9 +84,9 @@ class WorkerState:
         self.in_flight = 0  # requests of this process's users now on the wire
         self.stopping = False  # Locust began stopping the users (test_stopping)
         self.selfcheck = SelfCheck(busy=lambda: self.in_flight > 0 and not self.stopping)
-        self._records: list[dict[str, Any]] = []
+        self._records: list[RequestRecord] = []
         self._iterations: Counter[str] = Counter()
-        self._dispatched: dict[str, dict[str, int]] = {}
+        self._dispatched: dict[str, Dispatched] = {}
         # the open-loop phase (Phase.key) whose share a user of this process took: one dispatcher a worker
         self.dispatched_phase_key: str | None = None
         self._record_seq = 0
@@ -114,7 +116,7 @@ class WorkerState:
         pending = self._claims.setdefault((phase_key, user), gevent.event.AsyncResult())
         try:
             while True:
-                runner_of(self.environment).send_message(MSG_CLAIM, {"phase": phase_key, "user": user})
+                send(runner_of(self.environment), Claim(phase_key, user))
                 try:
                     developer: int | None = pending.get(timeout=CLAIM_RETRY_S)
                     return developer
@@ -123,28 +125,27 @@ class WorkerState:
         finally:
             self._claims.pop((phase_key, user), None)
 
-    def on_developer_message(self, data: dict[str, Any]) -> None:
-        pending = self._claims.get((data["phase"], data["user"]))
+    def on_developer_message(self, answer: Developer) -> None:
+        pending = self._claims.get((answer.phase, answer.user))
         if pending is not None:
-            pending.set(data["developer"])
+            pending.set(answer.developer)
 
     def release_developer(self, phase_key: str, user: str) -> None:
         try:
-            runner_of(self.environment).send_message(MSG_RELEASE, {"phase": phase_key, "user": user})
+            send(runner_of(self.environment), Release(phase_key, user))
         except Exception:  # the master is gone: nobody holds the index any more
             log.debug("could not release a developer index", exc_info=True)
 
-    def add_record(self, record: dict[str, Any]) -> None:
+    def add_record(self, record: RequestRecord) -> None:
         self._records.append(record)
 
     def iteration_done(self, phase_key: str) -> None:
         self._iterations[phase_key] += 1
 
-    def warmup(self, labels: dict[str, Any], wall_start: float, request_ordinal: int) -> bool | None:
+    def warmup(self, labels: TierLabels, wall_start: float, request_ordinal: int) -> bool | None:
         """Whether a request of the tier its labels name is warmup (Load.warmup), counted from the master's
         start of the tier; None where no warmup is configured or the tier has no start (a plain run)."""
-        tier = (labels["session"], labels["target"], labels["tier_index"], labels["attempt"])
-        started_wall = self._tier_started_wall.get(tier)
+        started_wall = self._tier_started_wall.get(labels.tier_key)
         if self.scenario is None or started_wall is None:
             return None
         return self.scenario.load.warmup(wall_start - started_wall, request_ordinal)
@@ -152,7 +153,7 @@ class WorkerState:
     def dispatch_done(self, phase_key: str, sends: int, waited: int) -> None:
         """This worker's dispatcher sent its share of an open-loop phase: `sends` in all, `waited` of them
         held back by max_in_flight. The master counts the tier complete once every share is recorded."""
-        self._dispatched[phase_key] = {"sends": sends, "waited": waited}
+        self._dispatched[phase_key] = Dispatched(sends, waited)
 
     def target(self, name: str) -> Target:
         return self._targets[name]
@@ -172,23 +173,23 @@ class WorkerState:
         return workload
 
     # -- phase and scenario from the master ------------------------------------------------------
-    def on_phase_message(self, data: dict[str, Any]) -> None:
+    def on_phase_message(self, message: PhaseMessage) -> None:
         from grill_locust.config import ConfigError, Scenario
 
-        if data.get("scenario") is not None and self.scenario is None:
+        if message.scenario is not None and self.scenario is None:
             try:  # its secrets come from this process's environment
-                self.set_scenario(Scenario.from_wire(data["scenario"]))
+                self.set_scenario(Scenario.from_wire(message.scenario))
             except ConfigError as error:
                 self.refuse(str(error))
                 return
-        self.run_id = data.get("run_id") or self.run_id
-        self.session = data.get("session") or self.session
-        phase = Phase.from_wire(data["phase"]) if data.get("phase") is not None else None
+        self.run_id = message.run_id or self.run_id
+        self.session = message.session or self.session
+        phase = message.phase
         if phase is not None and (self.phase is None or phase.phase_id != self.phase.phase_id):
             self.selfcheck.new_window()  # a tier's lag p99 is its own
-        if phase is not None and data.get("phase_started_wall") is not None:
+        if phase is not None and message.phase_started_wall is not None:
             tier = (phase.session, phase.target, phase.tier_index, phase.attempt)
-            self._tier_started_wall[tier] = data["phase_started_wall"]
+            self._tier_started_wall[tier] = message.phase_started_wall
         self.phase = phase
 
     def refuse(self, reason: str) -> None:
@@ -197,7 +198,7 @@ class WorkerState:
             log.error("this worker cannot run the campaign: %s", reason)
         self.refusal = reason
         self.environment.process_exit_code = exit_codes.REFUSED
-        runner_of(self.environment).send_message(MSG_REFUSED, {"worker": self.worker_id, "reason": reason})
+        send(runner_of(self.environment), Refused(self.worker_id, reason))
 
     def set_scenario(self, scenario: Scenario) -> None:
         self.scenario = scenario
@@ -241,14 +242,11 @@ class WorkerState:
             return
         records, iterations, dispatched = self._records, self._iterations, self._dispatched
         self._records, self._iterations, self._dispatched = [], Counter(), {}
-        message = {
-            "worker": self.worker_id,
-            "records": records,
-            "iterations": dict(iterations),
-            "dispatched": dispatched,
-        }
         try:
-            runner_of(self.environment).send_message(MSG_RECORDS, message)
+            send(
+                runner_of(self.environment),
+                RecordsBatch(self.worker_id, records, dict(iterations), dispatched),
+            )
         except Exception:
             self._records = records + self._records
             self._iterations.update(iterations)
@@ -295,7 +293,8 @@ def runner_of(environment: Environment) -> Runner:
     return environment.runner
 
 
-def options_of(environment: Environment) -> Any:
+def options_of(environment: Environment) -> Namespace:
     """The parsed command line (with grill-locust's options), which a Locust run always has."""
-    assert environment.parsed_options is not None, "used outside a Locust command-line run"
-    return environment.parsed_options
+    options: Namespace | None = environment.parsed_options
+    assert options is not None, "used outside a Locust command-line run"
+    return options

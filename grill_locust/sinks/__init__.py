@@ -6,7 +6,11 @@ Two sinks exist: the results folder (`results.ResultsWriter`, written by the mas
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+
+if TYPE_CHECKING:
+    from grill_locust.record import RequestRecord
 
 PhaseEvent = Literal["start", "end"]
 
@@ -18,8 +22,8 @@ class Sink(Protocol):
     # which costs the master a summary of the tier's records; the others summarise at the end.
     live: ClassVar[bool]
 
-    def write_records(self, records: list[dict[str, Any]]) -> None:
-        """Request records (record.py's columns), in batches."""
+    def write_records(self, records: Sequence[RequestRecord]) -> None:
+        """Request records, in batches."""
 
     def write_phase(self, event: PhaseEvent, phase: dict[str, Any]) -> None:
         """A tier started or ended: its phases.csv row (target, tier, start/end wall, iterations, ...)."""

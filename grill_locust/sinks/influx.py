@@ -15,7 +15,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -23,6 +23,7 @@ import gevent
 import gevent.threadpool
 from gevent import monkey
 
+from grill_locust.record import RequestRecord
 from grill_locust.sinks import PhaseEvent
 from grill_locust.sinks.line_protocol import Point, phase_point, request_point, telemetry_point, tier_point
 
@@ -137,7 +138,7 @@ class InfluxSink:
 
     # ------------------------------------------------------------ caller side (gevent greenlets)
 
-    def write_records(self, records: list[dict[str, Any]]) -> None:
+    def write_records(self, records: Sequence[RequestRecord]) -> None:
         worker = self.worker
         self._offer(lambda record: request_point(record, worker), list(records))
 

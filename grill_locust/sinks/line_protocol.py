@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from grill_locust.record import LABEL_COLUMNS, RECORD_COLUMN_TYPES
+from grill_locust.record import LABEL_COLUMNS, RECORD_COLUMN_TYPES, RequestRecord
 from grill_locust.samples import KIND_GPU
 from grill_locust.workload.kinds import WORKLOAD_KINDS
 
@@ -115,25 +115,29 @@ def _time_ms(row: Mapping[str, Any], columns: tuple[str, ...]) -> int:
     for column in columns:
         value = field_value(row.get(column))
         if value is not None:
-            return int(round(value * 1000.0))
-    return int(round(time.time() * 1000.0))
+            return _ms(value)
+    return _ms(time.time())
 
 
-def request_point(record: Mapping[str, Any], worker: str) -> Point | None:
-    """A grill_request point from a record dict (record.py RECORD_COLUMNS)."""
-    tags = {key: record.get(key) for key in REQUEST_TAGS}
+def _ms(seconds: float) -> int:
+    return int(round(seconds * 1000.0))
+
+
+def request_point(record: RequestRecord, worker: str) -> Point | None:
+    """A grill_request point from a record."""
+    tags: dict[str, object] = {key: getattr(record, key) for key in REQUEST_TAGS}
     tags[WORKER_TAG] = worker
-    kind = WORKLOAD_KINDS.get(str(record.get("kind")))
+    kind = WORKLOAD_KINDS.get(record.kind)
     if kind is not None and kind.agent_steps:
-        tags[STEP_TAG] = record.get("turn")
+        tags[STEP_TAG] = record.turn
     fields = {}
     for name in REQUEST_FIELDS:
-        value = field_value(record.get(name))
+        value = field_value(getattr(record, name))
         if value is not None:
             fields[name] = value
     if not fields:
         return None
-    return Point(series_key(MEASUREMENT_REQUEST, tags), fields, _time_ms(record, ("wall_start",)))
+    return Point(series_key(MEASUREMENT_REQUEST, tags), fields, _ms(record.wall_start))
 
 
 def _labelled_point(

@@ -16,7 +16,7 @@ import os
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, ClassVar
@@ -33,6 +33,7 @@ from grill_locust.record import (
     RECORD_COLUMN_TYPES,
     RENAMED_COLUMNS,
     REQUIRED_RECORD_COLUMNS,
+    RequestRecord,
     record_problem,
     with_current_names,
 )
@@ -246,20 +247,20 @@ class ResultsWriter:
             self.run_dir / RUN_JSON, lambda f: f.write(json.dumps(self.meta, indent=2, default=str))
         )
 
-    def unseen(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def unseen(self, records: Sequence[RequestRecord]) -> list[RequestRecord]:
         """The records not in the folder (or held for it) yet, each once (a worker resends a batch it
         could not confirm)."""
         batch_ids: set[str] = set()
         fresh = []
         for record in records:
-            record_id = record["record_id"]
+            record_id = record.record_id
             known = record_id in self._seen or record_id in self._held_records
             if not known and record_id not in batch_ids:
                 batch_ids.add(record_id)
                 fresh.append(record)
         return fresh
 
-    def write_records(self, records: list[dict[str, Any]]) -> None:
+    def write_records(self, records: Sequence[RequestRecord]) -> None:
         """Append the records not written before (a record is never written twice). A record counts as
         written once records.jsonl has it whole; until then it is held and tried again."""
         fresh = self.unseen(records)
@@ -267,7 +268,8 @@ class ResultsWriter:
             self._hold_records(fresh)
             self.retry_unwritten()
         elif fresh:
-            # orjson: json.dumps was 60 % of the master's CPU per record (bench/master_ingest.py)
+            # orjson: json.dumps was 60 % of the master's CPU per record (bench/master_ingest.py); it
+            # writes a dataclass's fields in their order, the columns of RECORD_COLUMNS
             lines = [orjson.dumps(r) + b"\n" for r in fresh]
             try:
                 self._records.write(b"".join(lines))
@@ -275,17 +277,17 @@ class ResultsWriter:
                 self._hold_records(fresh, lines)
                 self._refused(error, self._records.path)
                 return
-            self._seen.update(record["record_id"] for record in fresh)
+            self._seen.update(record.record_id for record in fresh)
             self._written()
 
-    def _hold_records(self, records: list[dict[str, Any]], lines: list[bytes] | None = None) -> None:
+    def _hold_records(self, records: Sequence[RequestRecord], lines: list[bytes] | None = None) -> None:
         for index, record in enumerate(records):
-            key = (record["target"], record["tier_index"])
+            key = (record.target, record.tier_index)
             if len(self._held_records) >= MAX_UNWRITTEN_RECORDS:
                 self._lost_records[key] += 1
                 continue
             line = lines[index] if lines is not None else orjson.dumps(record) + b"\n"
-            self._held_records[record["record_id"]] = (key, line)
+            self._held_records[record.record_id] = (key, line)
 
     def _phases_and_meta_written(self) -> bool:
         return not (self._phases_unwritten or self._meta_unwritten or self._held_telemetry)

@@ -16,7 +16,7 @@ from client_servers import backend
 
 from grill_locust.client import EngineClient, chat_payload, completions_payload
 from grill_locust.client._timer import StreamTimer
-from grill_locust.record import RawTiming, build_record, measure
+from grill_locust.record import RawTiming, RequestLabels, TierLabels, build_record, measure
 from grill_locust.report import format_table, load_run, summarize
 from grill_locust.report.synthetic import make_record, write_results_folder
 from grill_locust.sim import SimProcess
@@ -171,15 +171,23 @@ def test_a_model_that_streams_no_reasoning_keeps_its_source_and_counts_zero() ->
 def test_summary_gives_ttfo_percentiles_and_visible_throughput(reasoning_sim, tmp_path: Path) -> None:
     url, _ = reasoning_sim
     labels = make_record()
+    tier = TierLabels(
+        **{name: labels[name] for name in ("run_id", "target", "backend", "engine", "model", "conversation")},
+        kind="short-baseline",
+        tier_index=0,
+        tier_users=1,
+        tier_rate=None,
+        session="",
+        attempt=0,
+        repeat=0,
+    )
     records = []
     for i in range(10):
         m = measure(ask(url, f"question {i}", OUTPUT_TOKENS).raw)
-        row = {
-            name: labels[name] for name in ("run_id", "target", "backend", "engine", "model", "conversation")
-        }
-        row.update(kind="short-baseline", tier_index=0, tier_users=1, iteration=i, user_id=0)
-        row.update(worker_id="local", conversation_id=f"c{i}", turn=0, record_id=f"r{i}")
-        records.append(build_record(row, m).to_dict())
+        request = RequestLabels(
+            tier, iteration=i, user_id=0, developer=None, worker_id="local", conversation_id=f"c{i}"
+        )
+        records.append(build_record(request, 0, f"r{i}", m).to_dict())
     write_results_folder(tmp_path, records, phases=[])
     summary = summarize(load_run(tmp_path))
     tier = summary.iloc[0]

@@ -14,7 +14,7 @@ import sys  # noqa: E402
 import time  # noqa: E402
 
 import gevent  # noqa: E402
-from influx_dataset import make_record  # noqa: E402
+from influx_dataset import make_record, records_of  # noqa: E402
 
 from grill_locust.sinks.influx import InfluxSink  # noqa: E402
 
@@ -45,7 +45,7 @@ def main() -> None:
                 for i in range(batch_size)
             ]
             before = time.perf_counter()
-            sink.write_records(records)
+            sink.write_records(records_of(records))
             call_times_s.append(time.perf_counter() - before)
             gevent.sleep(0.05)
         return call_times_s

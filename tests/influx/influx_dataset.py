@@ -8,6 +8,7 @@ them); the other conversations' are single requests.
 from __future__ import annotations
 
 import random
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,7 @@ import pandas as pd
 
 from grill_locust.record import RECORD_COLUMNS, RequestRecord
 from grill_locust.report import RunData, summarize
+from grill_locust.run.messages import RecordsBatch
 
 BACKENDS = ("vllm", "sglang")
 AGENT_CONVERSATION = "agent-session"
@@ -61,6 +63,16 @@ def make_record(**overrides: Any) -> dict[str, Any]:
     )
     values.update(overrides)
     return RequestRecord(**values).to_dict()
+
+
+def records_of(rows: Iterable[dict[str, Any]]) -> list[RequestRecord]:
+    """The records of record dicts (make_record's), as the users hand them to the sinks."""
+    return [RequestRecord(**row) for row in rows]
+
+
+def batch(worker: str, rows: Iterable[dict[str, Any]], iterations: dict[str, int]) -> RecordsBatch:
+    """A worker's batch of these records, as the master receives it."""
+    return RecordsBatch.from_wire(RecordsBatch(worker, records_of(rows), iterations).to_wire())
 
 
 @dataclass

@@ -31,6 +31,7 @@ from influx_dataset import (
 )
 from influx_servers import InfluxD
 
+from grill_locust.record import RequestRecord
 from grill_locust.sinks.influx import _SeriesClock
 from grill_locust.sinks.line_protocol import phase_point, request_point, telemetry_point, tier_point
 
@@ -56,7 +57,7 @@ def loaded(influxd: InfluxD, campaign: Campaign) -> InfluxD:
     for worker, records in campaign.records.items():
         clock = _SeriesClock()  # one per sink, as each worker has its own
         for record in records:
-            point = request_point(record, worker)
+            point = request_point(RequestRecord(**record), worker)
             assert point is not None
             lines.append(clock.place(point).line())
     for event, phase, at_s in campaign.phases:

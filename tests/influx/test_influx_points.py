@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
-from influx_dataset import make_record
+from influx_dataset import make_record, records_of
 
+from grill_locust.record import RequestRecord
 from grill_locust.sinks.influx import _SeriesClock
 from grill_locust.sinks.line_protocol import phase_point, request_point, telemetry_point, tier_point
 
@@ -23,7 +25,7 @@ def test_request_point_has_only_label_tags_and_numeric_fields() -> None:
     record = make_record(
         wall_start=1_700_000_000.1234, ttft_s=0.25, tpot_s=None, output_tokens=7, http_status=200
     )
-    point = request_point(record, "worker-3")
+    point = request_point(RequestRecord(**record), "worker-3")
     assert point is not None
     measurement, tags, fields, time_ms = parse_line(point.line())
     assert measurement == "grill_request"
@@ -46,23 +48,23 @@ def test_request_point_has_only_label_tags_and_numeric_fields() -> None:
 
 
 def test_an_agent_step_is_tagged_with_its_step_and_still_carries_its_turn() -> None:
-    point = request_point(make_record(kind="agentic", turn=7, prompt_tokens=12_000), "w")
+    point = request_point(record_of(kind="agentic", turn=7, prompt_tokens=12_000), "w")
     assert point is not None
     _, tags, fields, _ = parse_line(point.line())
     assert tags["step"] == "7" and tags["kind"] == "agentic"
     assert fields["turn"] == 7.0 and fields["prompt_tokens"] == 12_000.0
-    first = request_point(make_record(kind="agentic", turn=0), "w")
+    first = request_point(record_of(kind="agentic", turn=0), "w")
     assert first is not None and parse_line(first.line())[1]["step"] == "0"  # step 0 is a value, not empty
 
 
 def test_not_finite_numbers_are_left_out() -> None:
-    point = request_point(make_record(ttft_s=math.nan, e2e_s=math.inf, output_tokens=3), "w")
+    point = request_point(record_of(ttft_s=math.nan, e2e_s=math.inf, output_tokens=3), "w")
     assert point is not None
     assert "ttft_s" not in point.fields and "e2e_s" not in point.fields
 
 
 def test_tag_values_are_escaped() -> None:
-    point = request_point(make_record(target="my backend,a=b/m/s", status="ok"), "w")
+    point = request_point(record_of(target="my backend,a=b/m/s", status="ok"), "w")
     assert point is not None
     assert r"target=my\ backend\,a\=b/m/s" in point.line()
 
@@ -123,8 +125,12 @@ def test_telemetry_goes_to_grill_gpu_and_grill_engine() -> None:
 
 def test_points_of_one_series_never_share_a_millisecond() -> None:
     clock = _SeriesClock(memory_points=1000)
-    points = [request_point(make_record(wall_start=5.0, output_tokens=i), "w") for i in range(5)]
+    points = [request_point(record_of(wall_start=5.0, output_tokens=i), "w") for i in range(5)]
     placed = [clock.place(point).time_ms for point in points if point is not None]
     assert placed == [5000, 5001, 5002, 5003, 5004]
-    other_worker = request_point(make_record(wall_start=5.0), "w2")
+    other_worker = request_point(record_of(wall_start=5.0), "w2")
     assert other_worker is not None and clock.place(other_worker).time_ms == 5000
+
+
+def record_of(**values: Any) -> RequestRecord:
+    return records_of([make_record(**values)])[0]

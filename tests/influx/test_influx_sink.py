@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from influx_dataset import WORKERS, make_campaign, make_record
+from influx_dataset import WORKERS, make_campaign, make_record, records_of
 from influx_servers import VictoriaMetrics, free_port
 
 from grill_locust.sinks.influx import InfluxSink
@@ -66,7 +66,7 @@ def test_campaign_points_read_back_equal_the_records(victoria: VictoriaMetrics) 
         sink = InfluxSink(victoria.url, "org", "bucket", "test-token", worker, flush_interval_s=0.1)
         records = campaign.records[worker]
         for start in range(0, len(records), 40):  # as the lead's greenlet does, a batch at a time
-            sink.write_records(records[start : start + 40])
+            sink.write_records(records_of(records[start : start + 40]))
         sink.close()
         assert sink.dropped == 0
         assert sink.written == len(records)
@@ -78,10 +78,10 @@ def test_records_offered_after_close_are_counted_as_dropped_and_said(
     victoria: VictoriaMetrics, caplog
 ) -> None:
     sink = InfluxSink(victoria.url, "org", "bucket", "test-token", "w1", flush_interval_s=0.1)
-    sink.write_records([make_record(run_id="late", output_tokens=1)])
+    sink.write_records(records_of([make_record(run_id="late", output_tokens=1)]))
     sink.close()
     assert (sink.written, sink.dropped) == (1, 0)
-    sink.write_records([make_record(run_id="late", output_tokens=i) for i in range(3)])
+    sink.write_records(records_of(make_record(run_id="late", output_tokens=i) for i in range(3)))
     assert (sink.written, sink.dropped) == (1, 3)
     assert "3 points dropped" in caplog.text and "after the sink closed" in caplog.text
 
@@ -90,7 +90,7 @@ def test_requests_sharing_a_millisecond_all_survive(victoria: VictoriaMetrics) -
     start_s = round(time.time() - 60, 3)
     records = [make_record(run_id="same-ms", wall_start=start_s, output_tokens=i) for i in range(50)]
     sink = InfluxSink(victoria.url, "org", "bucket", "test-token", "w1", flush_interval_s=0.1)
-    sink.write_records(records)
+    sink.write_records(records_of(records))
     sink.close()
     series = victoria.export('{__name__="grill_request_output_tokens",run_id="same-ms"}')
     values = sorted(value for one in series for value in one["values"])
@@ -105,7 +105,7 @@ def test_points_of_this_second_are_read_back_as_soon_as_the_sink_closes(victoria
     starts = [now_s - 0.3 + i * 0.01 for i in range(30)] + [now_s + 2.0]
     records = [make_record(run_id="this-second", wall_start=s, output_tokens=i) for i, s in enumerate(starts)]
     sink = InfluxSink(victoria.url, "org", "bucket", "test-token", "w1", flush_interval_s=0.1)
-    sink.write_records(records)
+    sink.write_records(records_of(records))
     sink.close()
     assert sink.written == len(records)
     series = victoria.export('{__name__="grill_request_output_tokens",run_id="this-second"}')
@@ -128,12 +128,12 @@ def test_outage_loses_nothing_within_the_bound_and_counts_the_rest(victoria: Vic
         batch_points=100,
         flush_interval_s=0.1,
     )
-    sink.write_records(records[:100])
+    sink.write_records(records_of(records[:100]))
     wait_written(sink, 100)
 
     victoria.stop()
     for start in range(100, 600, 50):  # 500 records while the server is down: 300 fit, 200 do not
-        sink.write_records(records[start : start + 50])
+        sink.write_records(records_of(records[start : start + 50]))
         time.sleep(0.02)
     time.sleep(1.0)  # the writer retries against a dead server meanwhile
     assert sink.dropped == 200
@@ -154,7 +154,7 @@ def test_dead_server_never_blocks_and_close_is_bounded() -> None:
     records = [make_record(run_id="dead", wall_start=time.time(), output_tokens=i) for i in range(1000)]
     before = time.perf_counter()
     for start in range(0, 1000, 100):
-        sink.write_records(records[start : start + 100])
+        sink.write_records(records_of(records[start : start + 100]))
     assert time.perf_counter() - before < 0.5  # appends only, whatever the server does
     time.sleep(0.5)
     before = time.perf_counter()

@@ -17,6 +17,7 @@ import pytest
 from grill_locust.report.synthetic import make_record
 from grill_locust.sinks import results as results_module
 from grill_locust.sinks.results import ResultsWriter
+from tests.influx.influx_dataset import records_of
 from tests.real_binaries import unavailable
 from tests.reliability.ledger import ledger
 from tests.run.conftest import only_run_dir, sim_scenario, truth_once_it_holds, write_scenario
@@ -89,9 +90,9 @@ def test_the_writer_holds_what_a_full_disk_refuses_up_to_its_bound_and_counts_th
     writer = ResultsWriter(small_disk / "run", {"run_id": "run"}, {})
     # each record longer than a page: none fits in the slack of the file's last page
     records = [make_record(record_id=f"r{i}", tier_index=i % 2, error="x" * 5000) for i in range(6)]
-    writer.write_records(records[:1])
+    writer.write_records(records_of(records[:1]))
     filler = fill(small_disk)
-    writer.write_records(records[1:6])
+    writer.write_records(records_of(records[1:6]))
     writer.write_phase("end", {"target": records[0]["target"], "tier_index": 0, "complete": True})
     writer.write_telemetry([{"metric": "x", "value": 1.0}])
     assert writer.record_count == 1 and writer.unwritten_record_count == 5 and writer.held_record_count == 3
@@ -100,7 +101,9 @@ def test_the_writer_holds_what_a_full_disk_refuses_up_to_its_bound_and_counts_th
     assert writer.unwritable_for_s() > 0
 
     filler.unlink()
-    writer.write_records(records[:2])  # a batch resent: r0 is written, r1 held; neither goes twice
+    writer.write_records(
+        records_of(records[:2])
+    )  # a batch resent: r0 is written, r1 held; neither goes twice
     assert writer.record_count == 4 and writer.unwritten_record_count == 2 and writer.unwritable_for_s() == 0
     writer.close()
     assert [r["record_id"] for r in record_lines(small_disk / "run")] == ["r0", "r1", "r2", "r3"]

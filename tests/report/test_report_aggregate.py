@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from grill_locust.errors import GrillError
-from grill_locust.record import percentile
+from grill_locust.record import RequestRecord, percentile
 from grill_locust.report import format_table, load_run, summarize, summarize_run, summarize_turns
 from grill_locust.report.aggregate import SUMMARY_COLUMNS
 from grill_locust.report.synthetic import START_WALL, make_record, write_results_folder
@@ -332,12 +332,14 @@ def test_a_stale_or_broken_parquet_gives_way_to_the_jsonl(tmp_path):
 
     records = ten_ok_and_one_failure()
     writer = ResultsWriter(tmp_path, {"run_id": "run"}, {})
-    writer.write_records(records[:5])
+    writer.write_records([RequestRecord(**r) for r in records[:5]])
     writer.write_phase("end", phase(0, 1, START_WALL, START_WALL + 20, complete=True))
     writer.close()  # a clean close: records.parquet holds the five
     writer = ResultsWriter(tmp_path, {"run_id": "run"}, {}, resume=True)
     assert not (tmp_path / "records.parquet").exists()
-    writer.write_records(records[5:])  # the resumed run, not closed yet (or crashed)
+    writer.write_records(
+        [RequestRecord(**r) for r in records[5:]]
+    )  # the resumed run, not closed yet (or crashed)
     assert len(load_run(tmp_path).records) == 11
     writer.close()
     (tmp_path / "records.parquet").write_bytes(b"PAR1 cut short by a kill")
@@ -351,7 +353,7 @@ def test_a_crashed_runs_telemetry_is_read_from_its_jsonl(tmp_path):
     from grill_locust.sinks.results import ResultsWriter
 
     writer = ResultsWriter(tmp_path, {"run_id": "run"}, {})
-    writer.write_records(ten_ok_and_one_failure())
+    writer.write_records([RequestRecord(**r) for r in ten_ok_and_one_failure()])
     sample = empty_sample(KIND_GPU, START_WALL + 5, "gpu0:9835", "", "gpu0")
     sample.update(gpu_index=0, gpu_util_pct=90.0)
     writer.write_telemetry([sample, {**sample, "wall_time": START_WALL + 6}])

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from grill_locust.record import RequestRecord
 from grill_locust.report import load_run, summarize
 from grill_locust.report.synthetic import synthetic_records, write_results_folder
 from grill_locust.sinks.results import ResultsWriter
@@ -66,7 +67,7 @@ def test_a_clean_close_keeps_the_unreadable_lines_for_the_report_of_its_parquet(
     write_results_folder(tmp_path, records.iloc[:30], records_format="jsonl")
     target, tier = break_lines(tmp_path / "records.jsonl")
     writer = ResultsWriter(tmp_path, {"run_id": "synthetic"}, {})  # a run that goes on in the folder
-    writer.write_records(records.iloc[30:].to_dict("records"))
+    writer.write_records([RequestRecord(**row) for row in records.iloc[30:].to_dict("records")])
     writer.close()
 
     lines = (tmp_path / "records.jsonl").read_text().splitlines()

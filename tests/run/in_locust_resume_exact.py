@@ -22,7 +22,7 @@ from grill_locust.run.campaign import Campaign
 from grill_locust.run.worker import MASTER_SILENCE_S
 from grill_locust.sim import SimProcess
 from grill_locust.sinks.results import ResultsWriter
-from tests.influx.influx_dataset import make_record
+from tests.influx.influx_dataset import batch, make_record
 from tests.run.conftest import LOCUSTFILE, only_run_dir, read_truth, run_locust, sim_scenario, write_scenario
 from tests.run.test_distributed import free_port, start_cluster
 
@@ -133,11 +133,11 @@ def test_a_resumed_campaign_neither_writes_nor_counts_records_of_an_earlier_sess
     labels = {"run_id": "run-1", "target": phase.target, "tier_index": 0, "tier_users": 2}
     earlier = [make_record(record_id=f"old{i}", session="run-1.0", **labels) for i in range(3)]
     # a worker of the killed master still finishing its conversations: its records and iterations
-    campaign.on_records("w-old", earlier, {f"run-1.0/{phase.phase_id}/0": 2})
+    campaign.on_records(batch("w-old", earlier, {f"run-1.0/{phase.phase_id}/0": 2}))
     assert campaign.results.record_count == 0 and campaign.foreign_records == 3
     assert campaign.current is not None and campaign.current.iterations_done == 0
     own = [make_record(record_id=f"new{i}", session="run-1.1", **labels) for i in range(2)]
-    campaign.on_records("w-new", own, {phase.key: 2})
+    campaign.on_records(batch("w-new", own, {phase.key: 2}))
     assert campaign.results.record_count == 2 and campaign.current.records == 2
     campaign.close()
     written = (tmp_path / "run" / "records.jsonl").read_text().splitlines()

@@ -3,6 +3,7 @@ every sink in its list."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -14,6 +15,7 @@ from locust.event import Events
 
 import grill_locust.run.listeners  # noqa: F401  (registers the options and listeners, as the locustfile does)
 from grill_locust.config import parse_scenario
+from grill_locust.record import RequestRecord
 from grill_locust.run.campaign import Campaign
 from grill_locust.run.shape import CampaignShape
 from grill_locust.run.state import run_state
@@ -21,7 +23,7 @@ from grill_locust.run.user import CampaignUser
 from grill_locust.samples import KIND_ENGINE, empty_sample
 from grill_locust.sinks import PhaseEvent
 from grill_locust.sinks.results import ResultsWriter
-from tests.influx.influx_dataset import make_record
+from tests.influx.influx_dataset import batch, make_record
 
 UNREACHABLE_URL = "http://127.0.0.1:9"  # nothing is sent in these tests
 
@@ -67,7 +69,7 @@ class RecordingSink:
         self.events: list[tuple[Any, ...]] = []
         self.tier_rows: list[dict[str, Any]] = []
 
-    def write_records(self, records: list[dict[str, Any]]) -> None:
+    def write_records(self, records: Sequence[RequestRecord]) -> None:
         self.events.append(("records", len(records)))
 
     def write_phase(self, event: PhaseEvent, phase: dict[str, Any]) -> None:
@@ -110,7 +112,7 @@ def test_the_campaign_sends_phases_tiers_and_telemetry_to_every_sink_and_records
     assert campaign.tick() is not None  # the tier starts
     phase_key = campaign.phases[0].key
     records = [a_record(campaign, "r1"), a_record(campaign, "r2")]
-    campaign.on_records("w", [*records, records[0]], {phase_key: 2})  # r1 resent: counted once
+    campaign.on_records(batch("w", [*records, records[0]], {phase_key: 2}))  # r1 resent: counted once
     campaign.on_telemetry([empty_sample(KIND_ENGINE, 1_700_000_001.0, "b", "b", "127.0.0.1")])
     campaign.tick()  # its iterations are done: the tier ends
     assert campaign.current is None
@@ -138,7 +140,7 @@ def test_the_live_tier_row_judges_requests_by_the_scenario_s_slo(tmp_path: Path)
     campaign = Campaign(environment, scenario, results, "run-1", sinks=[sink])
     campaign.tick()
     records = [{**a_record(campaign, f"r{n}"), "ttft_s": ttft_s} for n, ttft_s in enumerate((0.2, 0.4, 0.9))]
-    campaign.on_records("w", records, {campaign.phases[0].key: 2})
+    campaign.on_records(batch("w", records, {campaign.phases[0].key: 2}))
     campaign.tick()
     campaign.close()
     assert [row["slo_attainment"] for row in sink.tier_rows] == [pytest.approx(2 / 3)]
@@ -155,7 +157,7 @@ def test_abandoned_requests_are_no_errors_and_make_no_outage(tmp_path: Path) -> 
     assert progress is not None
     statuses = ["abandoned"] * 6 + ["ok"] * 3 + ["http_500"]
     records = [{**a_record(campaign, f"r{i}"), "status": status} for i, status in enumerate(statuses)]
-    campaign.on_records("w", records, {progress.phase.key: 1})
+    campaign.on_records(batch("w", records, {progress.phase.key: 1}))
     assert (progress.errors, progress.abandoned) == (1, 6)
     assert progress.outage == ""  # 1 failed of the 4 not abandoned: no outage (7 of 10 were it counted them)
     campaign.tick()

@@ -3,6 +3,7 @@ iteration is a chat script sent turn by turn (the study's kinds, a dataset's row
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from grill_locust.tokens import count_tokens
 if TYPE_CHECKING:
     from grill_locust.client import EngineClient, StreamResult
     from grill_locust.config import Conversation, Model, Target
-    from grill_locust.record import Measurement
+    from grill_locust.record import Measurement, RequestLabels
     from grill_locust.workload.agentic import AgenticPlan
     from grill_locust.workload.autocomplete import AutocompletePlan
     from grill_locust.workload.generators import ConversationScript, Workload
@@ -37,7 +38,7 @@ class Sender(Protocol):
         self,
         target: Target,
         messages: list[dict[str, Any]],
-        labels: dict[str, Any],
+        labels: RequestLabels,
         turn: int,
         client: EngineClient,
         model: Model,
@@ -51,7 +52,7 @@ class Sender(Protocol):
         target: Target,
         path: str,
         payload: dict[str, Any],
-        labels: dict[str, Any],
+        labels: RequestLabels,
         turn: int,
         client: EngineClient,
         abandon_at: float | None = None,
@@ -74,7 +75,7 @@ class Iteration:
 
     script: Script
     think_time_s: float
-    labels: dict[str, Any]
+    labels: RequestLabels
     client: EngineClient
     send: PlannedSend | None = None
 
@@ -234,14 +235,13 @@ class ChatKind:
         import gevent
 
         script = _chat(iteration.script)
-        labels = iteration.labels
         # a row's own max_tokens (a trace's output length, a dataset row's) over the conversation's
         model = target.sent_model.with_settings(max_tokens=script.max_tokens)
         messages: list[dict[str, Any]] = []
         if script.system:
             messages.append({"role": "system", "content": script.system})
         messages += script.history
-        labels["trace_line"] = script.trace_line
+        labels = dataclasses.replace(iteration.labels, trace_line=script.trace_line)
         for turn, user_text in enumerate(script.user_turns):
             if turn > 0:
                 gevent.sleep(iteration.think_time_s)

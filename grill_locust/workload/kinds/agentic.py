@@ -3,6 +3,7 @@ engine's real replies, its sub-agents in parallel (the plan and the session: wor
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -21,6 +22,7 @@ from grill_locust.workload.tools import MIN_SYSTEM_TOKENS, TOOLS, TOOLS_APPROX_T
 if TYPE_CHECKING:
     from grill_locust.client import EngineClient
     from grill_locust.config import Conversation, Target
+    from grill_locust.record import RequestLabels
     from grill_locust.workload.generators import Workload
     from grill_locust.workload.kinds._kind import Iteration, Script, Sender
     from grill_locust.workload.seeding import ShapeKey
@@ -86,11 +88,11 @@ class Agentic(ChatKind):
 
 
 def play_session(
-    sender: Sender, target: Target, session: AgenticSession, labels: dict[str, Any], client: EngineClient
+    sender: Sender, target: Target, session: AgenticSession, labels: RequestLabels, client: EngineClient
 ) -> str | None:
     """Play one agent session, step after step with no pause (the agent runs its tools at once), its
     sub-agents in parallel greenlets; the final answer, or None when a step failed (which ends it)."""
-    labels = {**labels, "conversation_id": session.conversation_id}
+    labels = dataclasses.replace(labels, conversation_id=session.conversation_id)
     while (request := session.next_request()) is not None:
         model = target.sent_model.with_settings(max_tokens=request.max_tokens)
         sent = sender.send_chat(
@@ -110,7 +112,7 @@ def play_session(
 
 
 def _play_subagents(
-    sender: Sender, target: Target, plans: list[AgenticPlan], labels: dict[str, Any]
+    sender: Sender, target: Target, plans: list[AgenticPlan], labels: RequestLabels
 ) -> list[str | None]:
     """Each sub-agent on its own connection, all at once; their final answers in order."""
     import gevent
