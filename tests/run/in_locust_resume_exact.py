@@ -130,7 +130,14 @@ def test_a_resumed_campaign_neither_writes_nor_counts_records_of_an_earlier_sess
     assert campaign.session == "run-1.1"
     assert campaign.tick() is not None  # the tier starts
     phase = campaign.phases[0]
-    labels = {"run_id": "run-1", "target": phase.target, "tier_index": 0, "tier_users": 2}
+    labels = {
+        "run_id": "run-1",
+        "target": phase.target,
+        "tier_index": 0,
+        "tier_users": 2,
+        "attempt": 0,
+        "repeat": 0,
+    }
     earlier = [make_record(record_id=f"old{i}", session="run-1.0", **labels) for i in range(3)]
     # a worker of the killed master still finishing its conversations: its records and iterations
     campaign.on_records(batch("w-old", earlier, {f"run-1.0/{phase.phase_id}/0": 2}))

@@ -96,6 +96,8 @@ def a_record(campaign: Campaign, record_id: str) -> dict[str, Any]:
         tier_index=phase.tier_index,
         tier_users=phase.tier_users,
         session=phase.session,
+        attempt=phase.attempt,
+        repeat=phase.repeat,
         e2e_s=0.5,
     )
 
