@@ -6,7 +6,8 @@ DataFrame with stable columns whatever mix of engines and exporters a run scrape
 
 from __future__ import annotations
 
-from typing import Any
+# One sample: a column's number, its label's text, or None where it does not apply.
+Sample = dict[str, str | int | float | None]
 
 KIND_ENGINE = "engine"
 KIND_GPU = "gpu"
@@ -52,8 +53,8 @@ GPU_COLUMNS: tuple[str, ...] = (
 TELEMETRY_COLUMNS: tuple[str, ...] = SAMPLE_LABEL_COLUMNS + ENGINE_COLUMNS + GPU_COLUMNS
 
 
-def empty_sample(kind: str, wall_time: float, source: str, backend: str, host: str) -> dict[str, Any]:
+def empty_sample(kind: str, wall_time: float, source: str, backend: str, host: str) -> Sample:
     """A sample with every column present; the caller fills the numbers it has."""
-    sample: dict[str, Any] = dict.fromkeys(TELEMETRY_COLUMNS)
+    sample: Sample = dict.fromkeys(TELEMETRY_COLUMNS)
     sample.update(kind=kind, wall_time=wall_time, source=source, backend=backend, host=host)
     return sample

@@ -50,6 +50,7 @@ from grill_locust.run.phase import Phase, campaign_phases, probe_phase, replays_
 from grill_locust.run.progress import OUTAGE_MIN_FAILED, PhaseProgress
 from grill_locust.run.search import Bisection, Probe
 from grill_locust.run.worker import LOCAL_CLIENT_ID, runner_of
+from grill_locust.samples import Sample
 from grill_locust.sinks import PhaseEvent
 from grill_locust.sinks.results import ResultsWriter
 
@@ -256,7 +257,7 @@ class Campaign:
         self._stop_walking()
         self._changed.set()
 
-    def on_telemetry(self, samples: list[dict[str, Any]]) -> None:
+    def on_telemetry(self, samples: list[Sample]) -> None:
         for sink in self.sinks:
             sink.write_telemetry(samples)
 

@@ -48,6 +48,8 @@ from grill_locust.run.worker import (
 )
 
 if TYPE_CHECKING:
+    from argparse import Namespace
+
     from locust.env import Environment
 
     from grill_locust.config import Scenario
@@ -58,7 +60,7 @@ log = logging.getLogger("grill")
 die_with_forking_parent()  # before Locust forks its --processes workers (after importing the locustfile)
 
 
-def on_init(environment: Environment, runner: Any = None, **_: Any) -> None:
+def on_init(environment: Environment, **_: object) -> None:
     options = environment.parsed_options
     if options is None:
         return
@@ -72,7 +74,7 @@ def on_init(environment: Environment, runner: Any = None, **_: Any) -> None:
 events.init.add_listener(on_init)
 
 
-def _init(environment: Environment, options: Any) -> None:
+def _init(environment: Environment, options: Namespace) -> None:
     state = run_state(environment)
     runner = runner_of(environment)
     # Locust sends the master's options to every worker with each spawn: the token stays in this process
@@ -149,7 +151,7 @@ def _init(environment: Environment, options: Any) -> None:
     if environment.web_ui is not None:
         extend_web_ui(environment, on_start=_next_campaign)
 
-    def print_closing_words(**_: Any) -> None:
+    def print_closing_words(**_: object) -> None:
         """The summary table is the last thing a headless run prints, after Locust's own statistics."""
         while state.closing_words:
             print(state.closing_words.pop(0), flush=True)
@@ -157,7 +159,7 @@ def _init(environment: Environment, options: Any) -> None:
     environment.events.quit.add_listener(print_closing_words)
 
 
-def _new_campaign(environment: Environment, scenario: Scenario, path: str, options: Any) -> Campaign:
+def _new_campaign(environment: Environment, scenario: Scenario, path: str, options: Namespace) -> Campaign:
     from grill_locust.sinks.results import ResultsWriter, new_run_id, read_phases
 
     skip: set[tuple[str, int, int]] = set()
@@ -262,7 +264,7 @@ def check_resumable(run_dir: Path, scenario: Scenario) -> None:
         )
 
 
-def _differences(earlier: Any, now: Any, path: str = "") -> list[str]:
+def _differences(earlier: object, now: object, path: str = "") -> list[str]:
     """Where two plain-data configs differ, as `path: before -> now`. A key the earlier config lacks is
     one added to the schema since that folder was written: not a difference."""
     if isinstance(earlier, dict) and isinstance(now, dict):
@@ -326,7 +328,7 @@ def _on_refused(environment: Environment, refused: Refused) -> None:
         campaign.refuse(refused)
 
 
-def on_test_start(environment: Environment, **_: Any) -> None:
+def on_test_start(environment: Environment, **_: object) -> None:
     state = run_state(environment)
     if state.worker is not None:
         state.worker.start()
@@ -367,7 +369,7 @@ def _start_telemetry(environment: Environment, campaign: Campaign) -> None:
     state.telemetry.start()
 
 
-def on_test_stopping(environment: Environment, **_: Any) -> None:
+def on_test_stopping(environment: Environment, **_: object) -> None:
     """Locust's `Runner.stop()` holds the hub before it cuts the users (it formats the caller's stack
     for a debug line: tens of ms): lag from here on is the stop's, not the load's."""
     worker = run_state(environment).worker
@@ -378,7 +380,7 @@ def on_test_stopping(environment: Environment, **_: Any) -> None:
 events.test_stopping.add_listener(on_test_stopping)
 
 
-def on_test_stop(environment: Environment, **_: Any) -> None:
+def on_test_stop(environment: Environment, **_: object) -> None:
     state = run_state(environment)
     if state.worker is not None:
         state.worker.stop()  # the last records: to the master and to the sinks, then the sinks close
@@ -390,7 +392,7 @@ def on_test_stop(environment: Environment, **_: Any) -> None:
 events.test_stop.add_listener(on_test_stop)
 
 
-def on_quitting(environment: Environment, **_: Any) -> None:
+def on_quitting(environment: Environment, **_: object) -> None:
     if isinstance(environment.runner, WorkerRunner):
         # SIGTERM: Locust fires quitting before it stops the users; stop them first, so that their last
         # records are flushed (test_stop) while the sink is open

@@ -9,7 +9,7 @@ it: a user claims it (`Claim`), the master answers (`Developer`), the user gives
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
@@ -34,7 +34,7 @@ MessageT = TypeVar("MessageT", bound="Received")
 
 class Received(Message, Protocol):
     @classmethod
-    def from_wire(cls: type[MessageT], data: Mapping[str, Any]) -> MessageT: ...
+    def from_wire(cls: type[MessageT], data: Wire) -> MessageT: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ class RecordsBatch:
         }
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> RecordsBatch:
+    def from_wire(cls, data: Wire) -> RecordsBatch:
         columns = tuple(data["columns"])
         rows = data["records"]
         if columns == RECORD_COLUMNS:
@@ -109,7 +109,7 @@ class PhaseMessage:
         }
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> PhaseMessage:
+    def from_wire(cls, data: Wire) -> PhaseMessage:
         phase = data.get("phase")
         return cls(
             run_id=data.get("run_id") or "",
@@ -130,7 +130,7 @@ class Hello:
         return {}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> Hello:
+    def from_wire(cls, data: Wire) -> Hello:
         return cls()
 
 
@@ -146,7 +146,7 @@ class Refused:
         return {"worker": self.worker, "reason": self.reason}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> Refused:
+    def from_wire(cls, data: Wire) -> Refused:
         return cls(worker=data["worker"], reason=data["reason"])
 
 
@@ -163,7 +163,7 @@ class Claim:
         return {"phase": self.phase, "user": self.user}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> Claim:
+    def from_wire(cls, data: Wire) -> Claim:
         return cls(phase=data["phase"], user=data["user"])
 
 
@@ -180,7 +180,7 @@ class Developer:
         return {"phase": self.phase, "user": self.user, "developer": self.developer}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> Developer:
+    def from_wire(cls, data: Wire) -> Developer:
         return cls(phase=data["phase"], user=data["user"], developer=data["developer"])
 
 
@@ -196,7 +196,7 @@ class Release:
         return {"phase": self.phase, "user": self.user}
 
     @classmethod
-    def from_wire(cls, data: Mapping[str, Any]) -> Release:
+    def from_wire(cls, data: Wire) -> Release:
         return cls(phase=data["phase"], user=data["user"])
 
 

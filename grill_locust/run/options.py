@@ -9,7 +9,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from locust import events
 
@@ -17,6 +17,10 @@ from grill_locust.errors import GrillError
 from grill_locust.run.campaign import DISK_FULL_GIVE_UP_S
 
 if TYPE_CHECKING:
+    from argparse import Namespace
+
+    from locust.argument_parser import LocustArgumentParser
+
     from grill_locust.config import Scenario
     from grill_locust.sinks import Sink
 
@@ -29,7 +33,7 @@ DEFAULT_SCENARIOS = (
 SECRET_FLAG_WORDS = ("token", "key", "password", "secret")
 
 
-def add_options(parser: Any) -> None:
+def add_options(parser: LocustArgumentParser) -> None:
     # Locust shows these in the web UI's custom parameters, except the token: a masked field still
     # holds the option's value as its default in the page
     parser.add_argument(
@@ -137,7 +141,7 @@ def add_options(parser: Any) -> None:
 events.init_command_line_parser.add_listener(add_options)
 
 
-def check_options(options: Any) -> None:
+def check_options(options: Namespace) -> None:
     """Bad command-line values: one line naming the flag (exit 2), before anything starts."""
     for flag, value in (
         ("--pause", options.pause),
@@ -164,7 +168,7 @@ def check_options(options: Any) -> None:
         raise GrillError(f"--results-dir {results}: cannot write in it ({error.strerror})") from None
 
 
-def load_scenario_of(options: Any) -> tuple[Scenario, str]:
+def load_scenario_of(options: Namespace) -> tuple[Scenario, str]:
     """The scenario the options name (--scenario, the one of --resume's folder, else the demo), with the
     options' overrides; and its path."""
     from grill_locust.config import load_scenario, parse_tiers
@@ -205,7 +209,11 @@ def redacted_argv(argv: list[str]) -> list[str]:
 
 
 def live_sinks(
-    options: Any, scenario: Scenario | None, worker: str, run_id: str | None = None, token: str | None = None
+    options: Namespace,
+    scenario: Scenario | None,
+    worker: str,
+    run_id: str | None = None,
+    token: str | None = None,
 ) -> list[Sink]:
     """The sinks besides the results folder that the options (else the scenario's `sinks:`) turn on.
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
+from grill_locust.samples import Sample
+
 if TYPE_CHECKING:
     from grill_locust.record import RequestRecord
 
@@ -31,7 +33,7 @@ class Sink(Protocol):
     def write_tier(self, row: dict[str, Any]) -> None:
         """The summary row (report.summarize's columns) of a tier that just ended."""
 
-    def write_telemetry(self, samples: list[dict[str, Any]]) -> None:
+    def write_telemetry(self, samples: list[Sample]) -> None:
         """Engine /metrics scrapes and GPU readings (grill_locust/samples.py's columns)."""
 
     def close(self) -> None:

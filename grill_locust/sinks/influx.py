@@ -24,6 +24,7 @@ import gevent.threadpool
 from gevent import monkey
 
 from grill_locust.record import RequestRecord
+from grill_locust.samples import Sample
 from grill_locust.sinks import PhaseEvent
 from grill_locust.sinks.line_protocol import Point, phase_point, request_point, telemetry_point, tier_point
 
@@ -150,7 +151,7 @@ class InfluxSink:
         worker = self.worker
         self._offer(lambda summary: tier_point(summary, worker), [dict(row)])
 
-    def write_telemetry(self, samples: list[dict[str, Any]]) -> None:
+    def write_telemetry(self, samples: list[Sample]) -> None:
         run_id = self.run_id
         self._offer(lambda sample: telemetry_point(sample, run_id), list(samples))
 

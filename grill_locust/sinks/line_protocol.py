@@ -15,7 +15,6 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from grill_locust.record import LABEL_COLUMNS, RECORD_COLUMN_TYPES, RequestRecord
 from grill_locust.samples import KIND_GPU
@@ -59,7 +58,7 @@ def escape_measurement(text: str) -> str:
     return text.replace("\\", "\\\\").replace(",", r"\,").replace(" ", r"\ ")
 
 
-def field_value(value: Any) -> float | None:
+def field_value(value: object) -> float | None:
     """A field as a float, or None where it is not a finite number (strings, None, NaN)."""
     if isinstance(value, bool):
         return 1.0 if value else 0.0
@@ -75,7 +74,7 @@ def field_value(value: Any) -> float | None:
     return None
 
 
-def tag_value(value: Any) -> str | None:
+def tag_value(value: object) -> str | None:
     """A tag's text, or None to leave the tag out (Influx rejects empty tag values)."""
     if value is None or isinstance(value, float) and not math.isfinite(value):
         return None
@@ -84,7 +83,7 @@ def tag_value(value: Any) -> str | None:
     return str(value) or None
 
 
-def series_key(measurement: str, tags: Mapping[str, Any]) -> str:
+def series_key(measurement: str, tags: Mapping[str, object]) -> str:
     """`measurement,tag=value,...` with tags sorted by key (Influx's canonical order), empty ones left out."""
     parts = [escape_measurement(measurement)]
     for key in sorted(tags):
@@ -110,7 +109,7 @@ class Point:
         return self if time_ms == self.time_ms else Point(self.series, self.fields, time_ms)
 
 
-def _time_ms(row: Mapping[str, Any], columns: tuple[str, ...]) -> int:
+def _time_ms(row: Mapping[str, object], columns: tuple[str, ...]) -> int:
     """The first of `columns` that holds a number, else now."""
     for column in columns:
         value = field_value(row.get(column))
@@ -142,9 +141,9 @@ def request_point(record: RequestRecord, worker: str) -> Point | None:
 
 def _labelled_point(
     measurement: str,
-    row: Mapping[str, Any],
+    row: Mapping[str, object],
     tag_keys: Iterable[str],
-    extra_tags: Mapping[str, Any],
+    extra_tags: Mapping[str, object],
     time_columns: tuple[str, ...],
 ) -> Point | None:
     """Tags from `tag_keys` present in the row, every other numeric column a field (times excepted)."""
@@ -163,7 +162,7 @@ def _labelled_point(
     return Point(series_key(measurement, tags), fields, _time_ms(row, time_columns))
 
 
-def tier_point(row: Mapping[str, Any], worker: str) -> Point | None:
+def tier_point(row: Mapping[str, object], worker: str) -> Point | None:
     """A grill_tier point from a summary row; `users` repeats tier_users as a number for x axes (`rate`,
     an open-loop tier's tier_rate)."""
     fields_row = dict(row)
@@ -176,7 +175,7 @@ def tier_point(row: Mapping[str, Any], worker: str) -> Point | None:
     )
 
 
-def phase_point(event: str, phase: Mapping[str, Any], worker: str, at_s: float) -> Point | None:
+def phase_point(event: str, phase: Mapping[str, object], worker: str, at_s: float) -> Point | None:
     """A grill_phase point (an annotation): event tag, `users` = tier users while the tier runs, 0 after."""
     row = dict(phase)
     row["time"] = at_s  # the moment of the event, whatever start_wall / end_wall the row carries
@@ -190,11 +189,11 @@ def phase_point(event: str, phase: Mapping[str, Any], worker: str, at_s: float) 
     )
 
 
-def telemetry_point(sample: Mapping[str, Any], run_id: str | None = None) -> Point | None:
+def telemetry_point(sample: Mapping[str, object], run_id: str | None = None) -> Point | None:
     """grill_gpu or grill_engine from a telemetry sample (kind "gpu" | "engine"), tagged with the run
     when one is given and the sample has none (the GPU exporter's own samples belong to no run)."""
     measurement = MEASUREMENT_GPU if sample.get("kind") == KIND_GPU else MEASUREMENT_ENGINE
-    extra: dict[str, Any] = {}
+    extra: dict[str, object] = {}
     if run_id and not sample.get("run_id"):
         extra["run_id"] = run_id
     row = {key: value for key, value in sample.items() if key != "kind"}

@@ -37,6 +37,7 @@ from grill_locust.record import (
     record_problem,
     with_current_names,
 )
+from grill_locust.samples import Sample
 from grill_locust.sinks import PhaseEvent
 
 RECORDS_JSONL = "records.jsonl"
@@ -350,7 +351,7 @@ class ResultsWriter:
             self._unwritable_logged = 0.0
             self._refusals.clear()
 
-    def write_telemetry(self, samples: list[dict[str, Any]]) -> None:
+    def write_telemetry(self, samples: list[Sample]) -> None:
         lines = self._held_telemetry + [orjson.dumps(s) + b"\n" for s in samples]
         if not lines:
             return

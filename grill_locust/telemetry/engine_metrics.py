@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from prometheus_client.parser import text_string_to_metric_families
 
 from grill_locust.engines import ENGINES, MEAN, METRIC_FAMILIES, MetricNames, MetricSource
-from grill_locust.samples import KIND_ENGINE, empty_sample
+from grill_locust.samples import KIND_ENGINE, Sample, empty_sample
 
 Series = tuple[Mapping[str, str], float]  # one series of a sample name: its labels and its value
 Scrape = Mapping[str, list[Series]]
@@ -82,7 +82,7 @@ class EngineSampler:
         self.host = host
         self._previous_counters: tuple[float, float] | None = None  # (cached tokens, queried tokens)
 
-    def sample(self, text: str, wall_time: float) -> dict[str, object]:
+    def sample(self, text: str, wall_time: float) -> Sample:
         values = parse_samples(text)
         sample = empty_sample(KIND_ENGINE, wall_time, self.source, self.backend, self.host)
         dialect = dialect_for(self.engine, values)

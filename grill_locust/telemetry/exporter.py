@@ -15,13 +15,14 @@ from typing import Any
 from prometheus_client import start_http_server
 from prometheus_client.core import CollectorRegistry, CounterMetricFamily, GaugeMetricFamily, Metric
 
+from grill_locust.samples import Sample
 from grill_locust.telemetry.gpu_metrics import GPU_LABELS, GPU_METRICS, GPU_UP_METRIC
 from grill_locust.telemetry.nvml import GpuInfo, NvmlReader
 from grill_locust.telemetry.offhub import call_off_hub
 
 log = logging.getLogger(__name__)
 
-SamplesCallback = Callable[[list[dict[str, Any]]], None]
+SamplesCallback = Callable[[list[Sample]], None]
 
 
 class GpuExporter:
@@ -34,12 +35,12 @@ class GpuExporter:
         self.interval_s = interval_s
         self.on_samples = on_samples
         self._lock = threading.Lock()
-        self._samples: list[dict[str, Any]] = []
+        self._samples: list[Sample] = []
         self._failed: list[GpuInfo] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def poll_once(self) -> list[dict[str, Any]]:
+    def poll_once(self) -> list[Sample]:
         samples, failed = call_off_hub(self.reader.read)
         with self._lock:
             self._samples, self._failed = samples, failed
@@ -59,7 +60,7 @@ class GpuExporter:
             family = family_type(metric.name, metric.help, labels=list(GPU_LABELS))
             for sample in samples:
                 value = sample.get(metric.field)
-                if value is not None:
+                if isinstance(value, int | float):  # a GPU column: a number, or None where unread
                     family.add_metric(_label_values(sample), value)
             families.append(family)
         up = GaugeMetricFamily(
@@ -100,5 +101,5 @@ class GpuExporter:
         return server, int(server.server_address[1])
 
 
-def _label_values(sample: dict[str, Any]) -> list[str]:
+def _label_values(sample: Sample) -> list[str]:
     return [str(sample["host"]), str(sample["gpu_index"]), str(sample["gpu_uuid"]), str(sample["gpu_name"])]

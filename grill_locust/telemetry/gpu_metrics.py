@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from grill_locust.samples import KIND_GPU, empty_sample
+from grill_locust.samples import KIND_GPU, Sample, empty_sample
 
 MIB_BYTES = 1024 * 1024
 
@@ -62,9 +62,9 @@ DCGM_SAMPLE_FIELDS: dict[str, tuple[str, float]] = {
 
 def parse_gpu_text(
     text: str, wall_time: float, source: str, backend: str, host: str
-) -> list[dict[str, object]]:
+) -> list[Sample]:
     """One sample per GPU found in an exporter's text (ours or dcgm-exporter's), in GPU order."""
-    by_gpu: dict[tuple[str, str], dict[str, object]] = {}
+    by_gpu: dict[tuple[str, str], Sample] = {}
     for family in text_string_to_metric_families(text):
         for metric_sample in family.samples:
             labels = metric_sample.labels

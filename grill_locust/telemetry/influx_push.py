@@ -9,8 +9,9 @@ its poll thread, never from a request path.
 from __future__ import annotations
 
 import logging
-from typing import Any, Protocol
+from typing import Protocol
 
+from grill_locust.samples import Sample
 from grill_locust.sinks.line_protocol import telemetry_point
 
 log = logging.getLogger(__name__)
@@ -19,7 +20,7 @@ HTTP_TIMEOUT_MS = 5_000
 
 
 class TelemetryPush(Protocol):
-    def write_telemetry(self, samples: list[dict[str, Any]]) -> None: ...
+    def write_telemetry(self, samples: list[Sample]) -> None: ...
 
     def close(self) -> None: ...
 
@@ -36,7 +37,7 @@ class DirectInfluxWriter:
         self._write_api = self._client.write_api(write_options=SYNCHRONOUS)
         self._failing = False
 
-    def write_telemetry(self, samples: list[dict[str, Any]]) -> None:
+    def write_telemetry(self, samples: list[Sample]) -> None:
         from influxdb_client.client.write_api import WritePrecision
 
         points = [telemetry_point(sample) for sample in samples]

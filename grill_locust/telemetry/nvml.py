@@ -15,7 +15,7 @@ from types import ModuleType
 from typing import Any
 
 from grill_locust.errors import GrillError
-from grill_locust.samples import KIND_GPU, empty_sample
+from grill_locust.samples import KIND_GPU, Sample, empty_sample
 
 log = logging.getLogger(__name__)
 
@@ -81,10 +81,10 @@ class NvmlReader:
         except self.nvml.NVMLError:
             pass
 
-    def read(self, wall_time: float | None = None) -> tuple[list[dict[str, Any]], list[GpuInfo]]:
+    def read(self, wall_time: float | None = None) -> tuple[list[Sample], list[GpuInfo]]:
         """(samples of the GPUs read, GPUs that failed this round)."""
         now = time.time() if wall_time is None else wall_time
-        samples: list[dict[str, Any]] = []
+        samples: list[Sample] = []
         failed: list[GpuInfo] = []
         for gpu in self.gpus:
             try:
@@ -115,7 +115,7 @@ class NvmlReader:
         except self.nvml.NVMLError_NotSupported:
             return None
 
-    def _read_gpu(self, gpu: GpuInfo, wall_time: float) -> dict[str, Any]:
+    def _read_gpu(self, gpu: GpuInfo, wall_time: float) -> Sample:
         nvml, handle = self.nvml, gpu.handle
         sample = empty_sample(KIND_GPU, wall_time, self.host, "", self.host)
         sample.update(gpu_index=gpu.index, gpu_uuid=gpu.uuid, gpu_name=gpu.name)

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 from grill_locust.client.backend_http import fetch_text, headers_for
 from grill_locust.engines import engine_facts
-from grill_locust.samples import KIND_ENGINE, KIND_GPU
+from grill_locust.samples import KIND_ENGINE, KIND_GPU, Sample
 from grill_locust.telemetry.engine_metrics import EngineSampler
 from grill_locust.telemetry.gpu_metrics import parse_gpu_text
 
@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 DEFAULT_INTERVAL_S = 2.0
 MAX_SCRAPE_TIMEOUT_S = 10.0
 
-SamplesCallback = Callable[[list[dict[str, Any]]], None]
+SamplesCallback = Callable[[list[Sample]], None]
 
 
 def default_metrics_url(backend: Any) -> str | None:
@@ -62,7 +62,7 @@ class ScrapeTarget:
     engine_sampler: EngineSampler | None = None
     headers: dict[str, str] = field(default_factory=dict, repr=False)  # the backend's auth, to its own server
 
-    def samples_from(self, text: str, wall_time: float) -> list[dict[str, Any]]:
+    def samples_from(self, text: str, wall_time: float) -> list[Sample]:
         if self.engine_sampler is not None:
             return [self.engine_sampler.sample(text, wall_time)]
         return parse_gpu_text(text, wall_time, self.source, self.backend, self.host)
@@ -124,7 +124,7 @@ class TelemetryScraper:
         if greenlet is not None:
             greenlet.kill(block=True, timeout=timeout_s)
 
-    def scrape_once(self) -> list[dict[str, Any]]:
+    def scrape_once(self) -> list[Sample]:
         """One round: all targets at once; the samples of those that answered."""
         import gevent
 
@@ -135,7 +135,7 @@ class TelemetryScraper:
             gevent.joinall(
                 [job for job in jobs if not job.ready()], timeout=max(0.0, deadline - time.monotonic())
             )
-        samples: list[dict[str, Any]] = []
+        samples: list[Sample] = []
         for job in jobs:
             if job.successful() and job.value:
                 samples.extend(job.value)
@@ -158,7 +158,7 @@ class TelemetryScraper:
             next_at = max(next_at + self.interval_s, time.monotonic())
             gevent.sleep(next_at - time.monotonic())
 
-    def _scrape(self, target: ScrapeTarget) -> list[dict[str, Any]]:
+    def _scrape(self, target: ScrapeTarget) -> list[Sample]:
         try:
             text = fetch_text(target.url, headers=target.headers, timeout_s=self.timeout_s)
             samples = target.samples_from(text, time.time())
