@@ -60,9 +60,7 @@ DCGM_SAMPLE_FIELDS: dict[str, tuple[str, float]] = {
 }
 
 
-def parse_gpu_text(
-    text: str, wall_time: float, source: str, backend: str, host: str
-) -> list[Sample]:
+def parse_gpu_text(text: str, wall_time: float, source: str, backend: str, host: str) -> list[Sample]:
     """One sample per GPU found in an exporter's text (ours or dcgm-exporter's), in GPU order."""
     by_gpu: dict[tuple[str, str], Sample] = {}
     for family in text_string_to_metric_families(text):
