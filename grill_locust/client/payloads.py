@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol, Required, TypedDict
 
 from grill_locust.engines import engine_facts
 from grill_locust.fim_templates import choose_fim
@@ -26,7 +26,46 @@ INFILL_PATH = "/infill"
 MESSAGES_DEFAULT_MAX_TOKENS = 256
 
 
-def _sampling(model: Any, engine: str) -> dict[str, Any]:
+class MessageFunction(TypedDict):
+    name: str
+    arguments: str  # JSON text
+
+
+class MessageToolCall(TypedDict):
+    """A tool call an assistant message carries, in OpenAI's form."""
+
+    id: str
+    type: str  # "function"
+    function: MessageFunction
+
+
+class ChatMessage(TypedDict, total=False):
+    """One message of a conversation in OpenAI's chat form, as the workloads write it: every API's
+    body is built from these (`request_for`)."""
+
+    role: Required[str]  # "system", "user", "assistant" or "tool"
+    content: str | None
+    tool_calls: list[MessageToolCall]  # an assistant's
+    tool_call_id: str  # a tool result's: the call it answers
+
+
+class NamedModel(Protocol):
+    """A model as the bodies read it (`config.Model`): its served name; its sampling settings where it
+    has them (max_tokens, min_tokens, temperature, top_p, top_k, ignore_eos)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class Api(Protocol):
+    """A backend as the bodies read it (`config.Backend`): which API it speaks ("chat", "completions"
+    or "messages"); its engine and extra_body where it has them."""
+
+    @property
+    def api(self) -> str: ...
+
+
+def _sampling(model: NamedModel | str, engine: str) -> dict[str, Any]:
     if isinstance(model, str):
         return {"model": model}
     body: dict[str, Any] = {"model": model.name}
@@ -59,8 +98,8 @@ def _streaming(body: dict[str, Any], extra_body: dict[str, Any] | None) -> dict[
 
 
 def chat_payload(
-    model: Any,
-    messages: list[dict[str, Any]],
+    model: NamedModel | str,
+    messages: Sequence[ChatMessage],
     extra_body: dict[str, Any] | None = None,
     *,
     engine: str = "openai",
@@ -77,7 +116,7 @@ def chat_payload(
 
 
 def completions_payload(
-    model: Any, prompt: str, extra_body: dict[str, Any] | None = None, *, engine: str = "openai"
+    model: NamedModel | str, prompt: str, extra_body: dict[str, Any] | None = None, *, engine: str = "openai"
 ) -> dict[str, Any]:
     """A streaming (legacy) completion request body."""
     body = _sampling(model, engine)
@@ -85,7 +124,7 @@ def completions_payload(
     return _streaming(body, extra_body)
 
 
-def completion_prompt(messages: Sequence[dict[str, Any]]) -> str:
+def completion_prompt(messages: Sequence[ChatMessage]) -> str:
     """Chat messages as one plain-text prompt (completions API): each labelled with its role, then the
     cue for the answer, so that a base model answers instead of carrying on the last message."""
     parts = [f"{message['role'].capitalize()}: {message['content']}" for message in messages]
@@ -94,8 +133,8 @@ def completion_prompt(messages: Sequence[dict[str, Any]]) -> str:
 
 
 def messages_payload(
-    model: Any,
-    messages: list[dict[str, Any]],
+    model: NamedModel | str,
+    messages: Sequence[ChatMessage],
     extra_body: dict[str, Any] | None = None,
     *,
     engine: str = "openai",
@@ -119,7 +158,7 @@ def messages_payload(
     return body
 
 
-def anthropic_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+def anthropic_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     """The `messages` of an Anthropic body (system messages left out: they go to `system`)."""
     out: list[dict[str, Any]] = []
     results: list[dict[str, Any]] | None = None  # the tool_result blocks of the run in progress
@@ -150,13 +189,13 @@ def anthropic_messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any
     return out
 
 
-def _tool_use(call: dict[str, Any]) -> dict[str, Any]:
-    function = call.get("function") or {}
+def _tool_use(call: MessageToolCall) -> dict[str, Any]:
+    function = call["function"]
     return {
         "type": "tool_use",
-        "id": call.get("id", ""),
-        "name": function.get("name", ""),
-        "input": tool_input(function.get("arguments") or ""),
+        "id": call["id"],
+        "name": function["name"],
+        "input": tool_input(function["arguments"]),
     }
 
 
@@ -185,9 +224,9 @@ def anthropic_tool(tool: dict[str, Any]) -> dict[str, Any]:
 
 
 def request_for(
-    backend: Any,
-    model: Any,
-    messages: list[dict[str, Any]],
+    backend: Api,
+    model: NamedModel | str,
+    messages: Sequence[ChatMessage],
     *,
     tools: list[dict[str, Any]] | None = None,
     ignore_eos: bool = False,
@@ -214,9 +253,9 @@ def request_for(
 
 
 def fim_request(
-    backend: Any,
-    model: Any,
-    conversation: Any,
+    backend: object,
+    model: NamedModel | str,
+    conversation: object,
     prefix: str,
     suffix: str,
     extra_files: Sequence[tuple[str, str]] = (),

@@ -16,6 +16,7 @@ from gevent import GreenletExit
 from locust import User, constant, task
 
 from grill_locust.client import EngineClient, StreamResult, request_for
+from grill_locust.client.payloads import ChatMessage
 from grill_locust.config import Model, Scenario, Target
 from grill_locust.record import (
     CANCELLED,
@@ -100,7 +101,7 @@ class GrillUser(User):
     def send_chat(
         self,
         target: Target,
-        messages: list[dict[str, Any]],
+        messages: list[ChatMessage],
         labels: RequestLabels,
         turn: int,
         client: EngineClient,

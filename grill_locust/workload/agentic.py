@@ -46,6 +46,7 @@ from grill_locust.workload.tools import (
 )
 
 if TYPE_CHECKING:
+    from grill_locust.client.payloads import ChatMessage, MessageToolCall
     from grill_locust.config import Conversation
     from grill_locust.workload.corpus import SourceFile
     from grill_locust.workload.generators import Workload
@@ -132,7 +133,7 @@ class AgenticPlan:
         counter = self.workload.token_counter
         return counter.count(text) if counter is not None else count_tokens(text)
 
-    def call_and_results(self, step: int, call_ids: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    def call_and_results(self, step: int, call_ids: Sequence[str]) -> tuple[MessageToolCall, list[str]]:
         """The step's scripted call (with a fresh id) and the results of `call_ids` (the model's calls,
         or none: then the scripted call's), whose sizes add up to the step's drawn size."""
         planned = self.planned[step]
@@ -143,7 +144,7 @@ class AgenticPlan:
         sizes = _split(planned.result_tokens, answered)
         return scripted, [material(self.workload, rng, size) for size in sizes]
 
-    def subagent_calls(self) -> list[dict[str, Any]]:
+    def subagent_calls(self) -> list[MessageToolCall]:
         """The `task` calls of the sub-agents' step, one per sub-agent."""
         step = self.subagent_step if self.subagent_step is not None else 0
         calls = []
@@ -234,7 +235,7 @@ class AgentRequest:
     """One model call: `turn` is its index in the session (the record's turn)."""
 
     turn: int
-    messages: list[dict[str, Any]]
+    messages: list[ChatMessage]
     max_tokens: int
     compaction: bool = False
 
@@ -255,17 +256,17 @@ class AgenticSession:
 
     def __init__(self, plan: AgenticPlan) -> None:
         self.plan = plan
-        self.system_message = {"role": "system", "content": plan.system}
-        self.context: list[dict[str, Any]] = [self.system_message, {"role": "user", "content": plan.task}]
+        self.system_message: ChatMessage = {"role": "system", "content": plan.system}
+        self.context: list[ChatMessage] = [self.system_message, {"role": "user", "content": plan.task}]
         self.step = 0  # the plan step the next request serves
         self.turn = 0  # model calls made
         self.final_answer: str | None = None
         self.compactions = 0
         self._sent: AgentRequest | None = None
-        self._added: list[dict[str, Any]] = []  # the last reply and its results, not yet in the context
-        self._held: list[dict[str, Any]] = []  # the same, held while a summary is asked for
+        self._added: list[ChatMessage] = []  # the last reply and its results, not yet in the context
+        self._held: list[ChatMessage] = []  # the same, held while a summary is asked for
         self._compact = False
-        self._waiting_subagents: list[dict[str, Any]] = []
+        self._waiting_subagents: list[MessageToolCall] = []
         self._last_prompt_tokens: int | None = None
 
     @property
@@ -284,7 +285,7 @@ class AgenticSession:
         plan = self.plan
         if self._compact:
             assert self._sent is not None
-            messages = [*self._sent.messages, {"role": "user", "content": SUMMARY_REQUEST}]
+            messages: list[ChatMessage] = [*self._sent.messages, {"role": "user", "content": SUMMARY_REQUEST}]
             request = AgentRequest(self.turn, messages, plan.final_max_tokens, compaction=True)
         else:
             last = self.step == plan.steps - 1
@@ -301,7 +302,7 @@ class AgenticSession:
         self.turn += 1
         plan = self.plan
         if sent.compaction:
-            summary = {"role": "user", "content": COMPACTED_HEAD + reply.text}
+            summary: ChatMessage = {"role": "user", "content": COMPACTED_HEAD + reply.text}
             self.context = [self.system_message, summary, *self._held]
             self._held, self._compact = [], False
             self.compactions += 1
@@ -325,7 +326,11 @@ class AgenticSession:
             scripted, results = plan.call_and_results(self.step, [call["id"] for call in model_calls])
             calls = model_calls or [scripted]
         task_calls = plan.subagent_calls() if subagents else []
-        assistant = {"role": "assistant", "content": reply.text or None, "tool_calls": calls + task_calls}
+        assistant: ChatMessage = {
+            "role": "assistant",
+            "content": reply.text or None,
+            "tool_calls": calls + task_calls,
+        }
         self._added = [assistant]
         self._added += [tool_result(call["id"], text) for call, text in zip(calls, results, strict=False)]
         if subagents:
@@ -362,7 +367,7 @@ class AgenticSession:
                 return
         self.context += added
 
-    def _message_tokens(self, message: dict[str, Any]) -> int:
+    def _message_tokens(self, message: ChatMessage) -> int:
         count = self.plan.count
         tokens = MESSAGE_OVERHEAD_TOKENS + count(message.get("content") or "")
         for call in message.get("tool_calls") or ():
@@ -379,12 +384,12 @@ def _json_object(text: str) -> bool:
         return False
 
 
-def tool_call(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+def tool_call(call_id: str, name: str, arguments: str) -> MessageToolCall:
     """An assistant message's tool call, in OpenAI's form."""
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def tool_result(call_id: str, content: str) -> dict[str, Any]:
+def tool_result(call_id: str, content: str) -> ChatMessage:
     return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 

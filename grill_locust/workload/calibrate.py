@@ -50,7 +50,7 @@ from grill_locust.client.backend_http import (
     tokenize,
     tokenizer_answer,
 )
-from grill_locust.client.payloads import completion_prompt
+from grill_locust.client.payloads import ChatMessage, completion_prompt
 from grill_locust.engines import engine_facts
 from grill_locust.tokens import count_tokens
 from grill_locust.workload.heads import HEAD_REFERENCE, ID_HEAD, QUESTIONS, measured_heads
@@ -386,7 +386,7 @@ def _turn_overhead(backend: Backend, model: str | None, headers: dict[str, str])
     where the engine cannot render its template for us."""
     url = backend.tokenize_url
     assert url is not None  # a counter is calibrated only where there is one
-    messages = [{"role": "user", "content": REFERENCE_TURN}]
+    messages: list[ChatMessage] = [{"role": "user", "content": REFERENCE_TURN}]
     llamacpp = engine_facts(backend.engine).tokenize_body == "content"
     try:
         own = _tokenize(url, backend.engine, REFERENCE_TURN, model, headers).count
@@ -417,7 +417,7 @@ def _count_sent(
     model: str | None,
     headers: dict[str, str],
     prompt: str | None = None,
-    messages: list[dict[str, str]] | None = None,
+    messages: list[ChatMessage] | None = None,
 ) -> int:
     """Tokens the engine counts for `prompt` as sent (its special tokens added, as a request's are) or
     for chat `messages` through its template."""

@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from grill_locust.client.payloads import completion_prompt
+from grill_locust.client.payloads import ChatMessage, completion_prompt
 from grill_locust.tokens import fit_tokens
 from grill_locust.workload.calibrate import MeasuredCorpus, TokenCounter, name_span
 from grill_locust.workload.corpus import Corpus, Excerpt, stdlib_corpus
@@ -74,14 +74,14 @@ class ConversationScript:
     # every request's max_tokens where the script sets it (a trace row's output length, a dataset
     # row's own), else the model's
     max_tokens: int | None = None
-    history: list[dict[str, str]] = field(default_factory=list)
+    history: list[ChatMessage] = field(default_factory=list)
     trace_line: int | None = None  # the trace or dataset row replayed (0-based), for the records
 
-    def messages(self, turn: int, replies: Sequence[str]) -> list[dict[str, str]]:
+    def messages(self, turn: int, replies: Sequence[str]) -> list[ChatMessage]:
         """Chat messages for request `turn` (0-based), with the real `replies` to earlier turns."""
         if len(replies) < turn:
             raise ValueError(f"turn {turn} needs {turn} earlier replies, got {len(replies)}")
-        messages = [{"role": "system", "content": self.system}] if self.system else []
+        messages: list[ChatMessage] = [{"role": "system", "content": self.system}] if self.system else []
         messages += self.history
         for index in range(turn):
             messages.append({"role": "user", "content": self.user_turns[index]})

@@ -13,6 +13,7 @@ from grill_locust.tokens import count_tokens
 
 if TYPE_CHECKING:
     from grill_locust.client import EngineClient, StreamResult
+    from grill_locust.client.payloads import ChatMessage
     from grill_locust.config import Conversation, Model, Target
     from grill_locust.record import Measurement, RequestLabels
     from grill_locust.workload.agentic import AgenticPlan
@@ -37,7 +38,7 @@ class Sender(Protocol):
     def send_chat(
         self,
         target: Target,
-        messages: list[dict[str, Any]],
+        messages: list[ChatMessage],
         labels: RequestLabels,
         turn: int,
         client: EngineClient,
@@ -237,7 +238,7 @@ class ChatKind:
         script = _chat(iteration.script)
         # a row's own max_tokens (a trace's output length, a dataset row's) over the conversation's
         model = target.sent_model.with_settings(max_tokens=script.max_tokens)
-        messages: list[dict[str, Any]] = []
+        messages: list[ChatMessage] = []
         if script.system:
             messages.append({"role": "system", "content": script.system})
         messages += script.history
