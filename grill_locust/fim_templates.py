@@ -122,7 +122,7 @@ class FimChoiceError(ValueError):
         self.key = key
 
 
-def choose_fim(engine: str, model: Any, conversation: Any) -> FimChoice:
+def choose_fim(engine: str, model: Any, conversation: object) -> FimChoice:
     """The transport and template of a FIM request: the conversation's `fim` and `fim_template` win
     over the model's; the family is the one named, else the one the model's name tells. Without a
     `fim`, a model whose family is known gets `template` (every OpenAI-compatible engine takes a
@@ -154,7 +154,7 @@ def choose_fim(engine: str, model: Any, conversation: Any) -> FimChoice:
     return FimChoice(transport, FIM_TEMPLATES[family] if transport == "template" and family else None)
 
 
-def _first(key: str, conversation: Any, model: Any) -> tuple[str | None, str]:
+def _first(key: str, conversation: object, model: object) -> tuple[str | None, str]:
     """The conversation's value of `key`, else the model's, and which of them gave it."""
     value = getattr(conversation, key, None)
     if value is not None:

@@ -15,7 +15,7 @@ import argparse
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from grill_locust.client._engine import EngineClient
 from grill_locust.client._replies import scrub
@@ -141,7 +141,7 @@ def check_backend(
     models: list[str],
     *,
     timeout_s: float = DEFAULT_TIMEOUT_S,
-    tools: list[dict[str, Any]] | None = None,
+    tools: list[dict[str, object]] | None = None,
     fim: list[tuple[Model, Conversation]] | None = None,
 ) -> BackendCheck:
     """Probe one backend; with `tools` (its targets run agent sessions), also a request carrying them;
@@ -245,7 +245,7 @@ def _metrics_answer(backend: Backend, url: str, timeout_s: float) -> bool:
     return "# TYPE" in text or "# HELP" in text
 
 
-def _cell(value: Any) -> str:
+def _cell(value: object) -> str:
     if value is None:
         return "-"
     if isinstance(value, bool):

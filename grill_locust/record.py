@@ -254,7 +254,7 @@ RENAMED_COLUMNS: dict[str, str] = {"scenario": "conversation"}
 ADDED_LABEL_COLUMNS: tuple[str, ...] = ("kind",)
 
 
-def with_current_names(row: dict[str, Any]) -> dict[str, Any]:
+def with_current_names(row: dict[str, object]) -> dict[str, Any]:
     """A record or phase row of any results folder under today's column names."""
     row = dict(row)
     for old, new in RENAMED_COLUMNS.items():
@@ -289,7 +289,7 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # the columns' Arrow type: a large
 _TYPE_NAMES = {str: "a string", int: "an integer", float: "a finite number", bool: "true or false"}
 
 
-def _is_of_type(value: Any, kind: type) -> bool:
+def _is_of_type(value: object, kind: type) -> bool:
     if kind is bool or isinstance(value, bool):
         return kind is bool and isinstance(value, bool)
     if isinstance(value, int):  # an integer is a number too
@@ -301,7 +301,7 @@ def _is_of_type(value: Any, kind: type) -> bool:
     return isinstance(value, kind)
 
 
-def record_problem(row: dict[str, Any]) -> str | None:
+def record_problem(row: dict[str, object]) -> str | None:
     """Why a row read from records.jsonl (under today's names) is not a record, in a few words, or None:
     the one type check of a record's fields, for every reader of records. A field may be absent or null
     (an older folder lacks it, a measure was not taken) unless every record carries it; NaN and

@@ -13,17 +13,17 @@ from typing import Any
 SECRET_KEY_WORDS = ("auth", "key", "token", "secret", "password", "cookie")
 
 
-def is_secret_key(key: Any) -> bool:
+def is_secret_key(key: object) -> bool:
     return isinstance(key, str) and any(word in key.lower() for word in SECRET_KEY_WORDS)
 
 
-def secret_key_values(value: Any) -> Iterator[str]:
+def secret_key_values(value: object) -> Iterator[str]:
     """Every non-empty string under a secret-named key, anywhere in nested dicts and lists."""
     return (item for _, item in secret_key_paths(value))
 
 
 def secret_key_paths(
-    value: Any, prefix: tuple[str | int, ...] = ()
+    value: object, prefix: tuple[str | int, ...] = ()
 ) -> Iterator[tuple[tuple[str | int, ...], str]]:
     """(path from `value`, string) of every non-empty string under a secret-named key."""
     if isinstance(value, dict):
@@ -37,7 +37,7 @@ def secret_key_paths(
             yield from secret_key_paths(item, (*prefix, index))
 
 
-def redact_secret_keys(value: Any, shown_as: str) -> Any:
+def redact_secret_keys(value: object, shown_as: str) -> Any:
     """`value` with every string under a secret-named key replaced by `shown_as`."""
     if isinstance(value, dict):
         return {

@@ -200,7 +200,7 @@ class EngineClient:
     def stream(
         self,
         path: str,
-        payload: dict[str, Any],
+        payload: dict[str, object],
         request_id: str | None = None,
         abandon_at: float | None = None,
     ) -> StreamResult:
@@ -269,7 +269,7 @@ class EngineClient:
             except OSError:
                 pass
 
-    def count_tokens(self, text: str, model: Any = None) -> int | None:
+    def count_tokens(self, text: str, model: object = None) -> int | None:
         """Tokens in `text` by the backend's tokenizer endpoint, in its engine's body shape, or None
         when it does not answer."""
         if not self.tokenize_url or not text:

@@ -12,7 +12,6 @@ tokens the cache-read ones, output tokens `message_delta`'s (`message_start` hol
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from grill_locust.client._timer import StreamTimer, ToolCall
 from grill_locust.record import STATUS_BAD_EVENT, RawTiming
@@ -32,7 +31,7 @@ class MessagesTimer(StreamTimer):
         self._tools: dict[int, ToolCall] = {}  # tool_use blocks by index
         self._input_counts: dict[str, int] = {}  # the latest of each input count the usage gave
 
-    def on_chunk(self, t: float, chunk: dict[str, Any]) -> None:
+    def on_chunk(self, t: float, chunk: dict[str, object]) -> None:
         """One parsed event (its `type` field names it)."""
         kind = chunk.get("type")
         if kind == "content_block_delta":  # nearly every event: first
@@ -77,7 +76,7 @@ class MessagesTimer(StreamTimer):
 
     # --- events -------------------------------------------------------------------------------
 
-    def _on_delta(self, t: float, chunk: dict[str, Any]) -> None:
+    def _on_delta(self, t: float, chunk: dict[str, object]) -> None:
         self._require_start(t, "content_block_delta")
         index = self._index(chunk, "content_block_delta")
         if index not in self._blocks:
@@ -115,7 +114,7 @@ class MessagesTimer(StreamTimer):
                 self._output(t, visible=True)
         # signature_delta (a thinking block's signature), citations_delta: no generated output
 
-    def _on_block_start(self, t: float, chunk: dict[str, Any]) -> None:
+    def _on_block_start(self, t: float, chunk: dict[str, object]) -> None:
         self._require_start(t, "content_block_start")
         index = self._index(chunk, "content_block_start")
         if index in self._blocks:
@@ -147,7 +146,7 @@ class MessagesTimer(StreamTimer):
             self.raw.first_visible_time = t
         self.check_size(t)
 
-    def _on_message_usage(self, usage: Any, *, with_output: bool) -> None:
+    def _on_message_usage(self, usage: object, *, with_output: bool) -> None:
         if not isinstance(usage, dict):
             return
         counts = self._input_counts
@@ -173,7 +172,7 @@ class MessagesTimer(StreamTimer):
     # --- order --------------------------------------------------------------------------------
 
     @staticmethod
-    def _index(chunk: dict[str, Any], kind: str) -> int:
+    def _index(chunk: dict[str, object], kind: str) -> int:
         index = chunk.get("index")
         if type(index) is not int or index < 0:
             raise TypeError(f"{kind}.index")

@@ -160,7 +160,7 @@ class Poller:
         self.looked_at = float("-inf")
 
     def watch(
-        self, raw_socket: Any, stamped: bool, reader: StreamReader, reused: bool, until: float | None
+        self, raw_socket: object, stamped: bool, reader: StreamReader, reused: bool, until: float | None
     ) -> Watch:
         """Start reading `raw_socket` (non-blocking; gevent's `_sock`) into `reader`, leaving out what
         arrives after `until` (see `Watch`)."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 MAX_ERROR_CHARS = 200
 # what `scrub` reads of a text: a secret cut at this bound could only show past what it keeps
@@ -35,7 +34,7 @@ def scrub(text: str, secrets: tuple[str, ...] = (), limit: int = MAX_ERROR_CHARS
     return text
 
 
-def error_message(payload: Any) -> str | None:
+def error_message(payload: object) -> str | None:
     """The human message inside an OpenAI-, vLLM-, TGI-, FastAPI- or llama.cpp-shaped error object."""
     if isinstance(payload, str):
         return payload
@@ -68,7 +67,7 @@ ANTHROPIC_ERROR_STATUS: dict[str, int] = {
 }
 
 
-def error_code(payload: Any) -> int | None:
+def error_code(payload: object) -> int | None:
     """An HTTP-like status code inside an error object (vLLM `code`, llama.cpp `code`, LiteLLM "500",
     the type of Anthropic's `{"type": "error", "error": {"type": ...}}`)."""
     if not isinstance(payload, dict):

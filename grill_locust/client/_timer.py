@@ -228,7 +228,7 @@ class StreamTimer:
         if chunk.get("error") is not None or chunk.get("object") == "error":
             self.on_error_payload(t, chunk)
 
-    def _on_llamacpp_chunk(self, t: float, chunk: dict[str, Any]) -> None:
+    def _on_llamacpp_chunk(self, t: float, chunk: dict[str, object]) -> None:
         """llama.cpp's own stream (/infill, /completion): `content` per token, `stop: true` on the last
         chunk with the token counts and `timings`; no `[DONE]` follows it. `stop_type` "limit" is
         OpenAI's finish reason "length"; an end-of-text token or a stop word, "stop"."""
@@ -281,7 +281,7 @@ class StreamTimer:
             if self.raw.end_time is None:
                 self.raw.end_time = t
 
-    def on_error_payload(self, t: float, payload: Any) -> None:
+    def on_error_payload(self, t: float, payload: object) -> None:
         """An error reported inside a 200 stream: `http_<code>` when it names one, else `stream_cut`."""
         code = error_code(payload)
         message = error_message(payload) or "error event"
@@ -367,7 +367,7 @@ class StreamTimer:
         self.overflow = True
         self.fail(t, STATUS_BAD_EVENT, f"a reply of {why}: the engine did not stop (stream dropped)")
 
-    def _on_usage(self, usage: Any) -> None:
+    def _on_usage(self, usage: object) -> None:
         if not isinstance(usage, dict):
             return
         raw = self.raw

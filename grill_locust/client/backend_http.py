@@ -110,7 +110,7 @@ class Tokens:
 # ---- authentication ----------------------------------------------------------------------------
 
 
-def secret_value(secret: Any) -> str | None:
+def secret_value(secret: object) -> str | None:
     """The text of an API key given as a pydantic SecretStr or a plain string; None when empty."""
     if secret is None:
         return None
@@ -155,7 +155,7 @@ def headers_for(backend: BackendAddress, url: str) -> dict[str, str]:
 def request_once(
     url: str,
     method: str = "GET",
-    json_body: Any = None,
+    json_body: object = None,
     *,
     headers: Mapping[str, str] | None = None,
     timeout_s: float = 10.0,
@@ -313,7 +313,7 @@ def tokenize(
 
 
 def tokenizer_answer(
-    url: str, body: dict[str, Any], headers: Mapping[str, str] | None, timeout_s: float
+    url: str, body: dict[str, object], headers: Mapping[str, str] | None, timeout_s: float
 ) -> dict[str, Any]:
     """The JSON object a tokenizer endpoint (/tokenize, /apply-template) answers `body` with; raises
     `TokenizeError` naming `url` for no reply, another status, or an answer that is no JSON object."""
@@ -332,7 +332,7 @@ def tokenizer_answer(
     return answer
 
 
-def token_count(url: str, answer: dict[str, Any]) -> int:
+def token_count(url: str, answer: dict[str, object]) -> int:
     """A tokenize answer's count: vLLM's `count`, else the length of `tokens` (llama.cpp)."""
     count, tokens = answer.get("count"), answer.get("tokens")
     if isinstance(count, int):
@@ -342,7 +342,7 @@ def token_count(url: str, answer: dict[str, Any]) -> int:
     raise TokenizeError(f"{url}: no 'count' or 'tokens' in the answer")
 
 
-def _llamacpp_piece(piece: Any) -> str:
+def _llamacpp_piece(piece: object) -> str:
     if isinstance(piece, list):  # bytes that are not valid UTF-8 on their own
         return bytes(int(b) & 0xFF for b in piece).decode("utf-8", errors="replace")
     return str(piece)

@@ -86,7 +86,7 @@ def _sampling(model: NamedModel | str, engine: str) -> dict[str, Any]:
     return body
 
 
-def _streaming(body: dict[str, Any], extra_body: dict[str, Any] | None) -> dict[str, Any]:
+def _streaming(body: dict[str, object], extra_body: dict[str, object] | None) -> dict[str, Any]:
     body["stream"] = True
     body["stream_options"] = {"include_usage": True}
     if extra_body:
@@ -100,10 +100,10 @@ def _streaming(body: dict[str, Any], extra_body: dict[str, Any] | None) -> dict[
 def chat_payload(
     model: NamedModel | str,
     messages: Sequence[ChatMessage],
-    extra_body: dict[str, Any] | None = None,
+    extra_body: dict[str, object] | None = None,
     *,
     engine: str = "openai",
-    tools: list[dict[str, Any]] | None = None,
+    tools: list[dict[str, object]] | None = None,
 ) -> dict[str, Any]:
     """A streaming chat completion request body; with `tools` (OpenAI's function schemas), the model
     chooses whether to call them (`tool_choice: auto`)."""
@@ -116,7 +116,11 @@ def chat_payload(
 
 
 def completions_payload(
-    model: NamedModel | str, prompt: str, extra_body: dict[str, Any] | None = None, *, engine: str = "openai"
+    model: NamedModel | str,
+    prompt: str,
+    extra_body: dict[str, object] | None = None,
+    *,
+    engine: str = "openai",
 ) -> dict[str, Any]:
     """A streaming (legacy) completion request body."""
     body = _sampling(model, engine)
@@ -135,10 +139,10 @@ def completion_prompt(messages: Sequence[ChatMessage]) -> str:
 def messages_payload(
     model: NamedModel | str,
     messages: Sequence[ChatMessage],
-    extra_body: dict[str, Any] | None = None,
+    extra_body: dict[str, object] | None = None,
     *,
     engine: str = "openai",
-    tools: list[dict[str, Any]] | None = None,
+    tools: list[dict[str, object]] | None = None,
 ) -> dict[str, Any]:
     """A streaming Anthropic Messages body from OpenAI-form `messages` and `tools`: the system prompt
     apart, tool calls as `tool_use` blocks, each run of tool results as one user message of
@@ -228,7 +232,7 @@ def request_for(
     model: NamedModel | str,
     messages: Sequence[ChatMessage],
     *,
-    tools: list[dict[str, Any]] | None = None,
+    tools: list[dict[str, object]] | None = None,
     ignore_eos: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """The path and streaming body that send `messages` (OpenAI chat form) over `backend.api`: the one

@@ -61,7 +61,7 @@ CAPACITY_COLUMNS: list[str] = [
 ]
 
 
-def slo_of_run(meta: dict[str, Any], **overrides: float | None) -> Slo:
+def slo_of_run(meta: dict[str, object], **overrides: float | None) -> Slo:
     """The SLO a run is judged by: its own `slo` (run.json, or config.yaml), then flag overrides (None:
     not given); GrillError naming the key or the flag of a bad value."""
     values: dict[str, float | int] = {}
@@ -100,7 +100,7 @@ def _positive(value: Any, place: str) -> float:
     return number
 
 
-def conversation_slos_of_run(meta: dict[str, Any], base: Slo) -> dict[str, Slo]:
+def conversation_slos_of_run(meta: dict[str, object], base: Slo) -> dict[str, Slo]:
     """Each conversation's SLO where the run's scenario gave it one (run.json `conversation_slo`): its
     bounds over `base`; GrillError naming the bound when one is not valid."""
     own = meta.get("conversation_slo")

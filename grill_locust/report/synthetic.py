@@ -55,7 +55,7 @@ ENGINE_SHAPES: dict[str, EngineShape] = {
 }
 
 
-def make_record(**values: Any) -> dict[str, Any]:
+def make_record(**values: object) -> dict[str, Any]:
     """One record dict with every RECORD_COLUMNS key; plausible defaults, overridden by `values`."""
     record: dict[str, Any] = {
         "record_id": "r0",
@@ -397,8 +397,8 @@ def _map(values: np.ndarray, shapes: dict[str, EngineShape]) -> np.ndarray:
 
 def write_results_folder(
     run_dir: str | Path,
-    records: pd.DataFrame | Iterable[dict[str, Any]],
-    phases: pd.DataFrame | Iterable[dict[str, Any]] | None = None,
+    records: pd.DataFrame | Iterable[dict[str, object]],
+    phases: pd.DataFrame | Iterable[dict[str, object]] | None = None,
     meta: dict[str, Any] | None = None,
     records_format: str = "parquet",
 ) -> Path:
@@ -439,7 +439,7 @@ def to_older_column_names(run_dir: str | Path) -> None:
     folder = Path(run_dir)
     older = {new: old for old, new in RENAMED_COLUMNS.items()}
 
-    def older_row(row: dict[str, Any]) -> dict[str, Any]:
+    def older_row(row: dict[str, object]) -> dict[str, Any]:
         return {
             older.get(name, name): value for name, value in row.items() if name not in ADDED_LABEL_COLUMNS
         }

@@ -106,7 +106,7 @@ class GrillUser(User):
         turn: int,
         client: EngineClient,
         model: Model,
-        tools: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, object]] | None = None,
     ) -> tuple[StreamResult, Measurement] | None:
         """Send one chat-shaped request with `model`'s sampling settings; its result and measurement when
         it succeeded, else None."""
@@ -118,7 +118,7 @@ class GrillUser(User):
         self,
         target: Target,
         path: str,
-        payload: dict[str, Any],
+        payload: dict[str, object],
         labels: RequestLabels,
         turn: int,
         client: EngineClient,

@@ -34,7 +34,7 @@ TOOL_USE = "tool_use"
 _SHARED_FIELDS = ("model", "stream", "temperature", "top_p", "top_k", "seed", "ignore_eos", "min_tokens")
 
 
-def _dumps(value: Any) -> str:
+def _dumps(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -65,7 +65,7 @@ def usage_body(prompt_tokens: int, cached_tokens: int, output_tokens: int) -> di
 
 
 # -- the request
-def chat_request(body: dict[str, Any]) -> dict[str, Any]:
+def chat_request(body: dict[str, object]) -> dict[str, Any]:
     """The chat completion request with the same content as the Messages request `body` (OpenAI
     messages, tools and tool_choice, and the shared fields); ValueError names a bad field."""
     max_tokens = body.get("max_tokens")
@@ -91,7 +91,7 @@ def chat_request(body: dict[str, Any]) -> dict[str, Any]:
     return request
 
 
-def _add_message(chat_messages: list[dict[str, Any]], message: object, place: str) -> None:
+def _add_message(chat_messages: list[dict[str, object]], message: object, place: str) -> None:
     if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
         raise ValueError(f"{place}.role: expected user or assistant")
     role = message["role"]

@@ -218,7 +218,7 @@ class LlamaCppServer(SimServer):
             token_id(fim[2]),
         ]
 
-    def _max_tokens(self, body: dict[str, Any], kind: str, prompt_len: int) -> int:
+    def _max_tokens(self, body: dict[str, object], kind: str, prompt_len: int) -> int:
         """llama-server takes any model name; a prompt must leave room in a slot's context, and
         generation stops when the slot is full (`length`), whatever `max_tokens` asked."""
         slot_context = self.params.context_limit

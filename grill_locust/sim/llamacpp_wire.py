@@ -34,7 +34,7 @@ ERROR_TYPES = {
 }
 
 
-def _dumps(value: Any) -> str:
+def _dumps(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -127,7 +127,7 @@ class ChunkTemplates:
         return [start + header.encode(), *(start + piece.encode() for piece in pieces)]
 
     def end_events(
-        self, finish_reason: str, usage: dict[str, Any], timing: dict[str, Any], include_usage: bool
+        self, finish_reason: str, usage: dict[str, object], timing: dict[str, object], include_usage: bool
     ) -> bytes:
         """The chunks after the last token, `[DONE]` included."""
         if self.kind == CHAT:
@@ -155,8 +155,8 @@ def chat_response(
     content: str,
     reasoning: str | None,
     finish_reason: str,
-    usage: dict[str, Any],
-    timing: dict[str, Any],
+    usage: dict[str, object],
+    timing: dict[str, object],
 ) -> bytes:
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if reasoning:
@@ -180,8 +180,8 @@ def completion_response(
     model: str,
     text: str,
     finish_reason: str,
-    usage: dict[str, Any],
-    timing: dict[str, Any],
+    usage: dict[str, object],
+    timing: dict[str, object],
 ) -> bytes:
     body = {
         "choices": [{"text": text, "index": 0, "logprobs": None, "finish_reason": finish_reason}],
@@ -212,7 +212,7 @@ def infill_final(
     evaluated: int,
     has_new_line: bool,
     stop_type: str,
-    timing: dict[str, Any],
+    timing: dict[str, object],
 ) -> dict[str, Any]:
     """The last /infill chunk (streamed: `content` empty) or the whole answer, in llama-server's field
     order; the echoes of the request it also sends (`generation_settings`, `prompt`) are left out."""
@@ -340,5 +340,5 @@ def slot_body(
     return body
 
 
-def json_body(value: Any) -> bytes:
+def json_body(value: object) -> bytes:
     return _dumps(value).encode()

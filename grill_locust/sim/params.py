@@ -86,7 +86,7 @@ class EngineParams:
             return min(self.max_model_len, self.slot_tokens)
         return self.max_model_len
 
-    def with_overrides(self, overrides: dict[str, Any], source: str) -> EngineParams:
+    def with_overrides(self, overrides: dict[str, object], source: str) -> EngineParams:
         """A copy with `overrides` applied (keys may use dashes); bad keys or values raise GrillError."""
         known = {f.name: f for f in dataclasses.fields(self)}
         changes: dict[str, Any] = {}
@@ -182,7 +182,7 @@ PROFILES: dict[str, EngineParams] = {
 
 
 def resolve_params(
-    profile: str, config_path: str | None = None, overrides: dict[str, Any] | None = None
+    profile: str, config_path: str | None = None, overrides: dict[str, object] | None = None
 ) -> EngineParams:
     """Profile, then the YAML file's values, then explicit overrides (flags), in that order."""
     if profile not in PROFILES:

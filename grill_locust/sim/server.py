@@ -298,7 +298,7 @@ class SimServer:
         self._generate(conn, request, body, wire.COMPLETIONS, ids)
 
     def _generate(
-        self, conn: HttpConnection, request: HttpRequest, body: dict[str, Any], kind: str, ids: list[int]
+        self, conn: HttpConnection, request: HttpRequest, body: dict[str, object], kind: str, ids: list[int]
     ) -> None:
         arrival = self.clock()
         prompt_len = len(ids)
@@ -402,7 +402,7 @@ class SimServer:
         self.engine.add(seq)
         self.wake.set()
 
-    def _max_tokens(self, body: dict[str, Any], kind: str, prompt_len: int) -> int:
+    def _max_tokens(self, body: dict[str, object], kind: str, prompt_len: int) -> int:
         """The output budget of a request, after checking its model and that it fits the context."""
         model = body.get("model")
         if model is not None and model != self.model:
@@ -811,7 +811,7 @@ def _json_object(body: bytes) -> dict[str, Any]:
     return value
 
 
-def _int_field(body: dict[str, Any], name: str, default: int | None) -> int | None:
+def _int_field(body: dict[str, object], name: str, default: int | None) -> int | None:
     value = body.get(name)
     if value is None:
         return default

@@ -70,7 +70,7 @@ def message_text(content: object) -> str:
     return str(content)
 
 
-def render_chat(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> str:
+def render_chat(messages: list[dict[str, Any]], tools: list[dict[str, object]] | None = None) -> str:
     """The deterministic chat template: the offered tools first (one JSON line each, as chat templates
     put them in the system prompt), then `<|role|>\\n content \\n` per message with an assistant's
     tool calls after its text (`<|tool_call|>` name arguments; ids are not rendered, as most

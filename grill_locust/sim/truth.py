@@ -25,7 +25,7 @@ class TruthLog:
         self.pending: deque[dict[str, Any]] = deque()
         self.written = 0
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: dict[str, object]) -> None:
         self.pending.append(record)
 
     def drain(self, until: float | None = None, clock: Callable[[], float] = time.monotonic) -> None:

@@ -18,7 +18,7 @@ DONE_EVENT = b"data: [DONE]\n\n"
 TOOL_CALL_ID_PREFIX = "chatcmpl-tool-"  # vLLM's
 
 
-def _dumps(value: Any) -> str:
+def _dumps(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -109,8 +109,8 @@ def chat_response(
     content: str,
     reasoning: str | None,
     finish_reason: str,
-    usage: dict[str, Any],
-    tool_calls: list[dict[str, Any]] | None = None,
+    usage: dict[str, object],
+    tool_calls: list[dict[str, object]] | None = None,
 ) -> bytes:
     body = {
         "id": response_id,
@@ -138,7 +138,7 @@ def chat_response(
 
 
 def completion_response(
-    response_id: str, created: int, model: str, text: str, finish_reason: str, usage: dict[str, Any]
+    response_id: str, created: int, model: str, text: str, finish_reason: str, usage: dict[str, object]
 ) -> bytes:
     body = {
         "id": response_id,
@@ -182,5 +182,5 @@ def error_event(status: int, message: str) -> bytes:
     return b"data: " + error_body(status, message) + b"\n\n" + DONE_EVENT
 
 
-def json_body(value: Any) -> bytes:
+def json_body(value: object) -> bytes:
     return _dumps(value).encode()

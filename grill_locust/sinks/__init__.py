@@ -27,10 +27,10 @@ class Sink(Protocol):
     def write_records(self, records: Sequence[RequestRecord]) -> None:
         """Request records, in batches."""
 
-    def write_phase(self, event: PhaseEvent, phase: dict[str, Any]) -> None:
+    def write_phase(self, event: PhaseEvent, phase: dict[str, object]) -> None:
         """A tier started or ended: its phases.csv row (target, tier, start/end wall, iterations, ...)."""
 
-    def write_tier(self, row: dict[str, Any]) -> None:
+    def write_tier(self, row: dict[str, object]) -> None:
         """The summary row (report.summarize's columns) of a tier that just ended."""
 
     def write_telemetry(self, samples: list[Sample]) -> None:

@@ -143,11 +143,11 @@ class InfluxSink:
         worker = self.worker
         self._offer(lambda record: request_point(record, worker), list(records))
 
-    def write_phase(self, event: PhaseEvent, phase: dict[str, Any]) -> None:
+    def write_phase(self, event: PhaseEvent, phase: dict[str, object]) -> None:
         worker, at_s = self.worker, time.time()
         self._offer(lambda row: phase_point(event, row, worker, at_s), [dict(phase)])
 
-    def write_tier(self, row: dict[str, Any]) -> None:
+    def write_tier(self, row: dict[str, object]) -> None:
         worker = self.worker
         self._offer(lambda summary: tier_point(summary, worker), [dict(row)])
 
@@ -188,7 +188,7 @@ class InfluxSink:
             self._incoming.clear()
         self._report_problems(force=True)
 
-    def _offer(self, to_point: Callable[[Any], Point | None], rows: list[Any]) -> None:
+    def _offer(self, to_point: Callable[[Any], Point | None], rows: list[object]) -> None:
         if not rows:
             return
         if self._closed:  # too late to send: counted and said, never silent

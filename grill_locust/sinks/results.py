@@ -142,7 +142,7 @@ class ResultsWriter:
     live: ClassVar[bool] = False  # summary.csv is made from every record at the end (report.summarize_run)
 
     def __init__(
-        self, run_dir: Path, meta: dict[str, Any], redacted_config: dict[str, Any], resume: bool = False
+        self, run_dir: Path, meta: dict[str, Any], redacted_config: dict[str, object], resume: bool = False
     ):
         self.run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -365,7 +365,7 @@ class ResultsWriter:
             return
         self._held_telemetry = []
 
-    def write_phase(self, event: PhaseEvent, phase: dict[str, Any]) -> None:
+    def write_phase(self, event: PhaseEvent, phase: dict[str, object]) -> None:
         """Add or update the row of one target x tier in phases.csv (the row says whether it ended); an
         updated row keeps its place (a tier's late records update it while the next tier runs)."""
         key = phase_key(phase)
@@ -381,7 +381,7 @@ class ResultsWriter:
 
         self._phases_unwritten = not self._write_whole(self.run_dir / PHASES_CSV, rows)
 
-    def _write_whole(self, path: Path, write: Callable[[IO[str]], Any]) -> bool:
+    def _write_whole(self, path: Path, write: Callable[[IO[str]], object]) -> bool:
         """Replace `path` whole or not at all (a kill or a full disk meanwhile leaves the old one)."""
         partial = path.with_name(path.name + ".partial")
         try:
@@ -394,7 +394,7 @@ class ResultsWriter:
             return False
         return True
 
-    def write_tier(self, row: dict[str, Any]) -> None:
+    def write_tier(self, row: dict[str, object]) -> None:
         """Nothing to do while the run goes: summary.csv is made from every record at the end."""
 
     def close(self) -> None:
@@ -471,7 +471,7 @@ def line_numbers_text(lines: list[UnreadableLine], most: int = 20) -> str:
 
 
 def read_jsonl(
-    path: Path, problem: Callable[[dict[str, Any]], str | None] | None = None
+    path: Path, problem: Callable[[dict[str, object]], str | None] | None = None
 ) -> tuple[list[dict[str, Any]], list[UnreadableLine]]:
     """Every JSON object of a jsonl file (that `problem` finds nothing wrong with), and the lines that
     are not one, with why (blank lines are nothing)."""
@@ -499,7 +499,7 @@ def read_jsonl(
     return rows, unreadable
 
 
-def _record_problem(row: dict[str, Any]) -> str | None:
+def _record_problem(row: dict[str, object]) -> str | None:
     return record_problem(with_current_names(row))
 
 

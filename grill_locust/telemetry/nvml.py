@@ -105,7 +105,7 @@ class NvmlReader:
                 log.warning("gpu-exporter: GPU %d (%s) reads again", gpu.index, gpu.uuid)
         return samples, failed
 
-    def _optional(self, getter: str, *args: Any) -> Any:
+    def _optional(self, getter: str, *args: object) -> Any:
         """A reading the GPU may not support: None for NotSupported, other errors propagate."""
         function = getattr(self.nvml, getter, None)
         if function is None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -21,7 +21,7 @@ def gevent_is_patched() -> bool:
     return bool(monkey.is_module_patched("threading"))
 
 
-def call_off_hub(function: Callable[..., T], *args: Any) -> T:
+def call_off_hub(function: Callable[..., T], *args: object) -> T:
     if gevent_is_patched():
         import gevent
 

@@ -98,7 +98,7 @@ class TelemetryScraper:
 
     def __init__(
         self,
-        backends: Iterable[Any],
+        backends: Iterable[object],
         gpu_exporter_urls: Iterable[str] = (),
         interval_s: float = DEFAULT_INTERVAL_S,
         on_samples: SamplesCallback | None = None,

@@ -15,7 +15,6 @@ import logging
 import os
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 from grill_locust.errors import GrillError
 from grill_locust.workload.files import file_version
@@ -124,7 +123,7 @@ def _read_jsonl(path: str) -> list[DatasetRow]:
     return rows
 
 
-def _jsonl_row(data: Any, index: int, place: str) -> DatasetRow:
+def _jsonl_row(data: object, index: int, place: str) -> DatasetRow:
     expected = 'expected an object with "messages" (a list of {role, content}) or "prompt" (text)'
     if not isinstance(data, dict):
         raise DatasetError(f"{place}: {expected}, got {_shown(data)}")
@@ -204,7 +203,7 @@ def _read_sharegpt(path: str) -> list[DatasetRow]:
     return rows
 
 
-def _sharegpt_row(item: Any, index: int, place: str) -> DatasetRow | None:
+def _sharegpt_row(item: object, index: int, place: str) -> DatasetRow | None:
     turns = item.get("conversations") if isinstance(item, dict) else None
     if not isinstance(turns, list):
         raise DatasetError(
@@ -231,7 +230,7 @@ def _sharegpt_row(item: Any, index: int, place: str) -> DatasetRow | None:
     return DatasetRow(index, system, (), tuple(user_turns))
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     if isinstance(value, dict):
         return "an object"
     if isinstance(value, list):

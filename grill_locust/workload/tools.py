@@ -13,7 +13,9 @@ from typing import Any
 from grill_locust.tokens import count_tokens
 
 
-def _function(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+def _function(
+    name: str, description: str, properties: dict[str, object], required: list[str]
+) -> dict[str, Any]:
     return {
         "type": "function",
         "function": {

@@ -43,7 +43,7 @@ class Sender(Protocol):
         turn: int,
         client: EngineClient,
         model: Model,
-        tools: list[dict[str, Any]] | None = None,
+        tools: list[dict[str, object]] | None = None,
     ) -> tuple[StreamResult, Measurement] | None:
         """One chat-shaped request; its result and measurement when it succeeded, else None."""
         ...
@@ -52,7 +52,7 @@ class Sender(Protocol):
         self,
         target: Target,
         path: str,
-        payload: dict[str, Any],
+        payload: dict[str, object],
         labels: RequestLabels,
         turn: int,
         client: EngineClient,
