@@ -7,7 +7,7 @@ Two sinks exist: the results folder (`results.ResultsWriter`, written by the mas
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from typing import TYPE_CHECKING, ClassVar, Literal, Protocol
 
 from grill_locust.samples import Sample
 
