@@ -12,7 +12,6 @@ import math
 import time
 import typing
 from dataclasses import dataclass, field
-from typing import Any
 
 # status values besides "ok" and "http_<code>"
 STATUS_OK = "ok"
@@ -241,7 +240,7 @@ class RequestRecord:
     slo_met: bool | None = None  # within every per-request SLO limit (False if failed; None: no limit)
     repeat: int = 0  # which of `--repeat N` campaigns sent it (0-based)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {name: getattr(self, name) for name in RECORD_COLUMNS}
 
 
@@ -254,7 +253,7 @@ RENAMED_COLUMNS: dict[str, str] = {"scenario": "conversation"}
 ADDED_LABEL_COLUMNS: tuple[str, ...] = ("kind",)
 
 
-def with_current_names(row: dict[str, object]) -> dict[str, Any]:
+def with_current_names(row: dict[str, object]) -> dict[str, object]:
     """A record or phase row of any results folder under today's column names."""
     row = dict(row)
     for old, new in RENAMED_COLUMNS.items():

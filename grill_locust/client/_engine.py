@@ -113,7 +113,7 @@ def _select_now() -> Callable[..., Any]:
 
 
 @functools.cache
-def _original_select(monkey: Any) -> Callable[..., Any]:
+def _original_select(monkey: Any) -> Callable[..., object]:
     return monkey.get_original("select", "select")  # type: ignore[no-any-return]
 
 

@@ -214,7 +214,7 @@ class Poller:
                 self._run_callback(watch._waiter.switch, None)
 
 
-_current: tuple[int, Any, Poller] | None = None
+_current: tuple[int, object, Poller] | None = None
 
 
 def read_ready() -> None:

@@ -87,7 +87,7 @@ class Text:
         return "".join(self._blocks) + "".join(self._pieces)
 
 
-def _loads(data: str | bytes) -> Any:
+def _loads(data: str | bytes) -> object:
     """A JSON value: orjson (a third of the standard library's time on a chunk, and it reads the
     bytes without decoding them first); what only the standard library accepts (NaN, integers
     beyond 64 bits, invalid UTF-8 read as U+FFFD) goes to `json.loads`, whose ValueError stands."""
@@ -136,7 +136,7 @@ class StreamTimer:
         # tool calls by their index in the stream: name first, arguments in pieces (not in `text`)
         self.tool_calls: list[ToolCall] = []
         self._output_times = raw.output_times
-        self._timings: dict[str, Any] | None = None  # llama.cpp's `timings`, the last one sent
+        self._timings: dict[str, object] | None = None  # llama.cpp's `timings`, the last one sent
         self.secrets = secrets
 
     # --- events -------------------------------------------------------------------------------
@@ -406,7 +406,7 @@ class StreamTimer:
             raw.completion_tokens = predicted_n
 
 
-def _loads_or_text(data: str) -> Any:
+def _loads_or_text(data: str) -> object:
     try:
         return _loads(data)
     except ValueError:

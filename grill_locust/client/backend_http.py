@@ -33,7 +33,7 @@ class BackendAddress(Protocol):
     def url(self) -> str: ...
 
     @property
-    def api_key(self) -> Any: ...  # a pydantic SecretStr, a plain string, or None
+    def api_key(self) -> object: ...  # a pydantic SecretStr, a plain string, or None
 
     @property
     def headers(self) -> Mapping[str, str]: ...
@@ -68,10 +68,10 @@ class StreamingBackend(BackendAddress, Protocol):
     def tokenize_url(self) -> str | None: ...
 
     @property
-    def extra_body(self) -> Mapping[str, Any]: ...  # scanned for secrets to scrub from errors
+    def extra_body(self) -> Mapping[str, object]: ...  # scanned for secrets to scrub from errors
 
     @property
-    def sim_args(self) -> Mapping[str, Any]: ...  # likewise
+    def sim_args(self) -> Mapping[str, object]: ...  # likewise
 
 
 class NoReply(OSError):
@@ -287,7 +287,7 @@ def tokenize(
     special tokens: a message's size is its own tokens). With `pieces`, the text of each token too,
     where the endpoint gives it and it joins back into `text`. Raises `TokenizeError`."""
     facts = engine_facts(engine)
-    body: dict[str, Any]
+    body: dict[str, object]
     if facts.tokenize_body == "content":  # llama.cpp: {"content"} -> {"tokens": [id or {"id", "piece"}]}
         body = {"content": text, "add_special": False}
         if pieces:

@@ -65,10 +65,10 @@ class Api(Protocol):
     def api(self) -> str: ...
 
 
-def _sampling(model: NamedModel | str, engine: str) -> dict[str, Any]:
+def _sampling(model: NamedModel | str, engine: str) -> dict[str, object]:
     if isinstance(model, str):
         return {"model": model}
-    body: dict[str, Any] = {"model": model.name}
+    body: dict[str, object] = {"model": model.name}
     max_tokens = getattr(model, "max_tokens", None)
     if max_tokens is not None:
         body["max_tokens"] = max_tokens
@@ -86,7 +86,7 @@ def _sampling(model: NamedModel | str, engine: str) -> dict[str, Any]:
     return body
 
 
-def _streaming(body: dict[str, object], extra_body: dict[str, object] | None) -> dict[str, Any]:
+def _streaming(body: dict[str, object], extra_body: dict[str, object] | None) -> dict[str, object]:
     body["stream"] = True
     body["stream_options"] = {"include_usage": True}
     if extra_body:
@@ -104,7 +104,7 @@ def chat_payload(
     *,
     engine: str = "openai",
     tools: list[dict[str, object]] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """A streaming chat completion request body; with `tools` (OpenAI's function schemas), the model
     chooses whether to call them (`tool_choice: auto`)."""
     body = _sampling(model, engine)
@@ -121,7 +121,7 @@ def completions_payload(
     extra_body: dict[str, object] | None = None,
     *,
     engine: str = "openai",
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """A streaming (legacy) completion request body."""
     body = _sampling(model, engine)
     body["prompt"] = prompt
@@ -143,7 +143,7 @@ def messages_payload(
     *,
     engine: str = "openai",
     tools: list[dict[str, object]] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """A streaming Anthropic Messages body from OpenAI-form `messages` and `tools`: the system prompt
     apart, tool calls as `tool_use` blocks, each run of tool results as one user message of
     `tool_result` blocks, sampling as in the chat body, `max_tokens` always."""
@@ -183,7 +183,7 @@ def anthropic_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
         if role == "system":
             continue
         if role == "assistant" and message.get("tool_calls"):
-            blocks: list[dict[str, Any]] = []
+            blocks: list[dict[str, object]] = []
             if message.get("content"):
                 blocks.append({"type": "text", "text": message["content"]})
             blocks += [_tool_use(call) for call in message["tool_calls"]]
@@ -193,7 +193,7 @@ def anthropic_messages(messages: Sequence[ChatMessage]) -> list[dict[str, Any]]:
     return out
 
 
-def _tool_use(call: MessageToolCall) -> dict[str, Any]:
+def _tool_use(call: MessageToolCall) -> dict[str, object]:
     function = call["function"]
     return {
         "type": "tool_use",
@@ -203,7 +203,7 @@ def _tool_use(call: MessageToolCall) -> dict[str, Any]:
     }
 
 
-def tool_input(arguments: str) -> dict[str, Any]:
+def tool_input(arguments: str) -> dict[str, object]:
     """A tool call's arguments (JSON text) as the object Anthropic's `input` must be. Text that is
     not a JSON object (arguments cut by max_tokens, a model's slip) is kept whole under
     `raw_arguments`: an empty input would send the engine a call it never made, and a context
@@ -217,10 +217,10 @@ def tool_input(arguments: str) -> dict[str, Any]:
     return parsed if isinstance(parsed, dict) else {"raw_arguments": arguments}
 
 
-def anthropic_tool(tool: dict[str, Any]) -> dict[str, Any]:
+def anthropic_tool(tool: dict[str, Any]) -> dict[str, object]:
     """An OpenAI function schema (`{"type": "function", "function": {...}}`) in Anthropic's shape."""
     function = tool.get("function", tool)
-    converted: dict[str, Any] = {"name": function["name"]}
+    converted: dict[str, object] = {"name": function["name"]}
     if function.get("description"):
         converted["description"] = function["description"]
     converted["input_schema"] = function.get("parameters") or {"type": "object", "properties": {}}
@@ -234,7 +234,7 @@ def request_for(
     *,
     tools: list[dict[str, object]] | None = None,
     ignore_eos: bool = False,
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, dict[str, object]]:
     """The path and streaming body that send `messages` (OpenAI chat form) over `backend.api`: the one
     place that chooses the wire format of a conversation's request. `ignore_eos`: the script asks for
     generation to run to max_tokens (a trace row's output length), sent where the engine takes it,
@@ -263,7 +263,7 @@ def fim_request(
     prefix: str,
     suffix: str,
     extra_files: Sequence[tuple[str, str]] = (),
-) -> tuple[str, dict[str, Any]]:
+) -> tuple[str, dict[str, object]]:
     """The path and streaming body of one fill-in-the-middle request for a cursor between `prefix`
     and `suffix`, over the transport `choose_fim` picks for the conversation and model:
     `template` (the family's FIM tokens around them, to /v1/completions), `suffix` (OpenAI's field,

@@ -11,7 +11,6 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
@@ -206,12 +205,12 @@ def _slo_notes(runs: list[LabelledRun], slo: Slo) -> list[str]:
     return notes
 
 
-def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+def _records(frame: pd.DataFrame) -> list[dict[str, object]]:
     """DataFrame rows as JSON-ready dicts (NaN -> null)."""
     return json.loads(frame.to_json(orient="records", double_precision=10)) if len(frame) else []
 
 
-def report_json(report: Report) -> dict[str, Any]:
+def report_json(report: Report) -> dict[str, object]:
     return {
         "slo": report.slo.model_dump(exclude_none=True),  # bounds the SLO has
         "conversation_slo": {

@@ -258,7 +258,7 @@ class _Judge:
         return min(crossings)
 
 
-def _series_capacity(tiers: pd.DataFrame, judge: _Judge) -> dict[str, Any]:
+def _series_capacity(tiers: pd.DataFrame, judge: _Judge) -> dict[str, object]:
     # several targets of one series on one conversation (e.g. two models) are not expected; take each tier once
     unit = str(tiers["_unit"].iloc[0])
     as_load = int if unit == USERS else float  # a count of users, or a rate

@@ -217,8 +217,8 @@ def latest_attempts(records: pd.DataFrame, phases: pd.DataFrame) -> tuple[pd.Dat
     return records[~earlier].reset_index(drop=True), last
 
 
-def _read_meta(folder: Path) -> dict[str, Any]:
-    meta: dict[str, Any] = {}
+def _read_meta(folder: Path) -> dict[str, object]:
+    meta: dict[str, object] = {}
     run_json = folder / RUN_JSON
     if run_json.is_file():
         try:
@@ -234,7 +234,7 @@ def _read_meta(folder: Path) -> dict[str, Any]:
     return meta
 
 
-def _read_config(path: Path) -> dict[str, Any]:
+def _read_config(path: Path) -> dict[str, object]:
     """The run's scenario as it was run (config.yaml), or {} when it is missing or unreadable."""
     if not path.is_file():
         return {}

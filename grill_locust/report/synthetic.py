@@ -55,9 +55,9 @@ ENGINE_SHAPES: dict[str, EngineShape] = {
 }
 
 
-def make_record(**values: object) -> dict[str, Any]:
+def make_record(**values: object) -> dict[str, object]:
     """One record dict with every RECORD_COLUMNS key; plausible defaults, overridden by `values`."""
-    record: dict[str, Any] = {
+    record: dict[str, object] = {
         "record_id": "r0",
         "run_id": "run",
         "target": "sim/grill-sim/short-baseline",
@@ -236,7 +236,7 @@ def synthetic_agent_records(
     result; the engine's cache_hit share of the previous context is cached and the rest is prefilled,
     so a caching engine's TTFT stays flat as the context grows and a non-caching one's climbs."""
     rng = np.random.default_rng(seed)
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     wall = START_WALL
     for backend in backends:
         shape = ENGINE_SHAPES.get(backend, ENGINE_SHAPES["vllm"])
@@ -311,7 +311,7 @@ def synthetic_autocomplete_records(
     flight, the tokens it received by then), a finished one is `ok` and shown in budget when it ended
     within `budget_ms`. Latency grows with users by the engine's shape, so abandonment does too."""
     rng = np.random.default_rng(seed)
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     wall = START_WALL
     for backend in backends:
         shape = ENGINE_SHAPES.get(backend, ENGINE_SHAPES["vllm"])
@@ -439,7 +439,7 @@ def to_older_column_names(run_dir: str | Path) -> None:
     folder = Path(run_dir)
     older = {new: old for old, new in RENAMED_COLUMNS.items()}
 
-    def older_row(row: dict[str, object]) -> dict[str, Any]:
+    def older_row(row: dict[str, object]) -> dict[str, object]:
         return {
             older.get(name, name): value for name, value in row.items() if name not in ADDED_LABEL_COLUMNS
         }

@@ -183,7 +183,7 @@ def _new_campaign(environment: Environment, scenario: Scenario, path: str, optio
                 break
             run_dir = run_dir_for(options.results_dir, f"{new_run_id(scenario.name)}-{again}")
         run_id = run_dir.name
-    meta: dict[str, Any] = {
+    meta: dict[str, object] = {
         "run_id": run_id,
         "scenario": scenario.name,
         "scenario_path": str(Path(path).resolve()) if path else None,
@@ -234,7 +234,7 @@ def check_resumable(run_dir: Path, scenario: Scenario) -> None:
 
     from grill_locust.sinks.results import CONFIG_YAML
 
-    def comparable(config: Any) -> Any:
+    def comparable(config: Any) -> object:
         config = json.loads(json.dumps(config, default=str))  # tuples and lists alike
         config.pop("source", None)  # the path it was read from
         for backend in [

@@ -117,7 +117,7 @@ class Phase:
             repeat=self.repeat,
         )
 
-    def to_wire(self) -> dict[str, Any]:
+    def to_wire(self) -> dict[str, object]:
         return asdict(self)
 
     @classmethod

@@ -8,7 +8,6 @@ import math
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 from grill_locust.errors import RETRY_LATER_STATUSES, http_code, is_known_refusal, is_refusal
 from grill_locust.record import (
@@ -51,7 +50,9 @@ class PhaseProgress:
     end_reason: str = ""  # why it ended incomplete ("time cap ... reached", "run stopped")
     note: str = ""
     lost_by_worker: Counter[str] = field(default_factory=Counter)
-    tier_records: list[dict[str, Any]] = field(default_factory=list)  # for the live tier row, while it runs
+    tier_records: list[dict[str, object]] = field(
+        default_factory=list
+    )  # for the live tier row, while it runs
     # each worker's timing lag p99 (record.timing_lag_ms) over this tier so far: on its latest record
     # (wall end, value)
     worker_lag_p99_ms: dict[str, tuple[float, float]] = field(default_factory=dict)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from grill_locust.config import Search, Target
 from grill_locust.errors import GrillError
@@ -96,7 +95,7 @@ class Bisection:
         """Users as whole numbers, rates as they are."""
         return int(load) if load is not None and self.by == "users" else load
 
-    def as_json(self, target: str) -> dict[str, Any]:
+    def as_json(self, target: str) -> dict[str, object]:
         """What run.json keeps of this search: the bracket found and every probe in order."""
         return {
             "target": target,

@@ -9,7 +9,7 @@ as plain Locust users with `--host` and `--model`, with no scenario file (`-u/-r
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import gevent
 from gevent import GreenletExit
@@ -316,7 +316,7 @@ def standalone_scenario(host: str, model: str | None, engine: str, think_time_s:
 
     url = host.rstrip("/")
     model = model or first_listed_model(url)
-    data: dict[str, Any] = {
+    data: dict[str, object] = {
         "name": "standalone",
         "backends": [{"name": "host", "url": url, "engine": engine}],
         "models": [{"name": model}],

@@ -80,7 +80,7 @@ def personas_cell(
     )
 
 
-def campaign_rows(campaign: Campaign) -> list[dict[str, Any]]:
+def campaign_rows(campaign: Campaign) -> list[dict[str, object]]:
     rows = []
     for progress in campaign.progress.values():
         phase = progress.phase

@@ -76,13 +76,13 @@ def chat_request(body: dict[str, object]) -> dict[str, Any]:
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise ValueError("messages: Field required (a non-empty list)")
-    chat_messages: list[dict[str, Any]] = []
+    chat_messages: list[dict[str, object]] = []
     system = _text_of(body.get("system"), "system")
     if system:
         chat_messages.append({"role": "system", "content": system})
     for index, message in enumerate(messages):
         _add_message(chat_messages, message, f"messages.{index}")
-    request: dict[str, Any] = {k: body[k] for k in _SHARED_FIELDS if k in body}
+    request: dict[str, object] = {k: body[k] for k in _SHARED_FIELDS if k in body}
     request.update(messages=chat_messages, max_tokens=max_tokens)
     tools = body.get("tools")
     if tools is not None:
@@ -102,7 +102,7 @@ def _add_message(chat_messages: list[dict[str, object]], message: object, place:
     if not isinstance(content, list):
         raise ValueError(f"{place}.content: expected a string or a list of content blocks")
     texts: list[str] = []
-    calls: list[dict[str, Any]] = []
+    calls: list[dict[str, object]] = []
     for number, block in enumerate(content):
         kind = block.get("type") if isinstance(block, dict) else None
         if kind == "text":
@@ -219,7 +219,7 @@ class MessageStream:
         return b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"text":"\\u00\n\n'
 
     def _message_start(self, usage: dict[str, int]) -> bytes:
-        message: dict[str, Any] = {
+        message: dict[str, object] = {
             "id": self.message_id,
             "type": "message",
             "role": "assistant",
@@ -235,7 +235,7 @@ class MessageStream:
         closing = self._close()
         self.block += 1
         self.kind = kind
-        block: dict[str, Any]
+        block: dict[str, object]
         if kind == THINKING:
             block, delta_head = (
                 {"type": THINKING, "thinking": "", "signature": ""},
@@ -281,7 +281,7 @@ def message_body(
     usage: dict[str, int],
 ) -> bytes:
     """A whole (non-streamed) answer: its content blocks in the order the stream would give them."""
-    content: list[dict[str, Any]] = []
+    content: list[dict[str, object]] = []
     if reasoning:
         content.append({"type": THINKING, "thinking": reasoning, "signature": message_id})
     if text:

@@ -7,7 +7,6 @@ import asyncio
 import dataclasses
 import os
 import sys
-from typing import Any
 
 from grill_locust.errors import GrillError
 from grill_locust.sim.faults import FAULT_KINDS, KNOWN_KINDS, FaultSettings, parse_kinds
@@ -83,7 +82,7 @@ def configure_parser(parser: argparse.ArgumentParser, name: str = "sim") -> None
     )
 
 
-def param_overrides(args: argparse.Namespace) -> dict[str, Any]:
+def param_overrides(args: argparse.Namespace) -> dict[str, object]:
     return {
         field.name: getattr(args, f"param_{field.name}")
         for field in dataclasses.fields(EngineParams)

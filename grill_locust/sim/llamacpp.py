@@ -260,7 +260,7 @@ class LlamaCppResponseWriter(ResponseWriter):
         assert isinstance(server, LlamaCppServer)
         self.llama = server
         self.task_id = server.requests
-        self.timing: dict[str, Any] = {}
+        self.timing: dict[str, object] = {}
         server.live_tasks[self.request_id] = self.task_id
 
     def _templates(self, kind: str, response_id: str, created: int, model: str) -> StreamTemplates:
@@ -291,7 +291,7 @@ class LlamaCppResponseWriter(ResponseWriter):
             self.timing = self._add_timings(seq, now)
         super().on_finish(seq, now)
 
-    def _add_timings(self, seq: Sequence, now: float) -> dict[str, Any]:
+    def _add_timings(self, seq: Sequence, now: float) -> dict[str, object]:
         """This request's `timings`, added to the server's totals as llama-server does on release."""
         prompt_n = seq.prompt_len - seq.num_cached
         prompt_ms = predicted_ms = 0.0
@@ -308,7 +308,7 @@ class LlamaCppResponseWriter(ResponseWriter):
             totals.tokens_max = max(totals.tokens_max, seq.prompt_len + seq.output_count)
         return llamacpp_wire.timings(seq.num_cached, prompt_n, prompt_ms, seq.output_count, predicted_ms)
 
-    def _usage(self, seq: Sequence) -> dict[str, Any]:
+    def _usage(self, seq: Sequence) -> dict[str, object]:
         return llamacpp_wire.usage_body(seq.prompt_len, seq.output_count, seq.num_cached)
 
     def stream_end(self, seq: Sequence) -> bytes:

@@ -9,7 +9,6 @@ the end. Chunks are rendered from byte templates made once per request, as in `w
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from grill_locust.sim.tools import ToolCall
 from grill_locust.sim.wire import CHAT
@@ -40,7 +39,7 @@ def _dumps(value: object) -> str:
 
 def timings(
     cache_n: int, prompt_n: int, prompt_ms: float, predicted_n: int, predicted_ms: float
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The `timings` object of a final chunk: `prompt_n` counts the prompt tokens computed (the cached
     `cache_n` are not), `predicted_ms` runs from the first output token to the last."""
     return {
@@ -56,7 +55,7 @@ def timings(
     }
 
 
-def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+def usage_body(prompt_tokens: int, completion_tokens: int, cached_tokens: int) -> dict[str, object]:
     return {
         "completion_tokens": completion_tokens,
         "prompt_tokens": prompt_tokens,
@@ -158,7 +157,7 @@ def chat_response(
     usage: dict[str, object],
     timing: dict[str, object],
 ) -> bytes:
-    message: dict[str, Any] = {"role": "assistant", "content": content}
+    message: dict[str, object] = {"role": "assistant", "content": content}
     if reasoning:
         message["reasoning_content"] = reasoning
     body = {
@@ -213,7 +212,7 @@ def infill_final(
     has_new_line: bool,
     stop_type: str,
     timing: dict[str, object],
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """The last /infill chunk (streamed: `content` empty) or the whole answer, in llama-server's field
     order; the echoes of the request it also sends (`generation_settings`, `prompt`) are left out."""
     return {
@@ -312,10 +311,10 @@ def slot_body(
     tokens_cached: int,
     tokens_decoded: int,
     tokens_remaining: int,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """One slot of `/slots`. A slot that never served has only its first four fields; `n_prompt_tokens`
     is what the slot holds (prompt and output so far), the live KV figure llama-server still gives."""
-    body: dict[str, Any] = {
+    body: dict[str, object] = {
         "id": slot,
         "n_ctx": slot_context,
         "speculative": False,

@@ -451,7 +451,7 @@ class SimServer:
         arrival: float,
         end: float,
         prompt_len: int,
-    ) -> dict[str, Any]:
+    ) -> dict[str, object]:
         offset = self.wall_offset
         return {
             "request_id": request_id,
@@ -545,7 +545,7 @@ class ResponseWriter:
         self.arrival = arrival
         self.path = path
         self.seq: Sequence | None = None
-        self.sampling: dict[str, Any] = {}  # the request's max_tokens, ignore_eos, temperature
+        self.sampling: dict[str, object] = {}  # the request's max_tokens, ignore_eos, temperature
         self.templates: StreamTemplates = self._templates(kind, response_id, server.created, server.model)
         self.reasoning_tokens = server.params.reasoning_tokens
         self.tool_call: ToolCall | None = None

@@ -111,7 +111,7 @@ def plan_tool_call(tools: object, tool_choice: object, seed: int) -> ToolCall | 
     )
 
 
-def value_for(schema: dict[str, Any], rng: random.Random) -> Any:
+def value_for(schema: dict[str, Any], rng: random.Random) -> object:
     """A short value valid against a JSON schema's common keywords: type, enum, required, items, bounds."""
     if "enum" in schema and isinstance(schema["enum"], list) and schema["enum"]:
         return rng.choice(schema["enum"])

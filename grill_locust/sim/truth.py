@@ -10,7 +10,7 @@ import json
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO
 
 TRUTH_BUFFER_BYTES = 1 << 20
 
@@ -22,7 +22,7 @@ class TruthLog:
     def __init__(self, path: str) -> None:
         self.path = path
         self.file: IO[str] = open(path, "a", encoding="utf-8", buffering=TRUTH_BUFFER_BYTES)  # noqa: SIM115
-        self.pending: deque[dict[str, Any]] = deque()
+        self.pending: deque[dict[str, object]] = deque()
         self.written = 0
 
     def add(self, record: dict[str, object]) -> None:

@@ -8,7 +8,6 @@ vLLM's `model_dump_json(exclude_unset=True)` output.
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from grill_locust.sim.tools import ToolCall
 
@@ -24,10 +23,10 @@ def _dumps(value: object) -> str:
 
 def usage_body(
     prompt_tokens: int, completion_tokens: int, cached_tokens: int, reasoning_tokens: int | None = None
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """vLLM's usage object; `reasoning_tokens` is None unless the engine acts as a reasoning model
     (vLLM fills `completion_tokens_details` only when a reasoning parser is set)."""
-    usage: dict[str, Any] = {
+    usage: dict[str, object] = {
         "prompt_tokens": prompt_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
@@ -96,7 +95,7 @@ class ChunkTemplates:
         return [start + header.encode(), *(start + piece.encode() for piece in pieces)]
 
 
-def message_tool_call(call: ToolCall) -> dict[str, Any]:
+def message_tool_call(call: ToolCall) -> dict[str, object]:
     """A whole tool call, as a non-streamed chat answer's message carries it."""
     function = {"name": call.name, "arguments": call.arguments}
     return {"id": TOOL_CALL_ID_PREFIX + call.call_hex, "type": "function", "function": function}

@@ -81,8 +81,8 @@ class _SeriesClock:
 class _Chunk:
     """Rows handed over by one call, converted to points by the writer thread."""
 
-    to_point: Callable[[Any], Point | None]
-    rows: list[Any]
+    to_point: Callable[[object], Point | None]
+    rows: list[object]
 
 
 class InfluxSink:

@@ -147,7 +147,7 @@ class ResultsWriter:
         self.run_dir = run_dir
         run_dir.mkdir(parents=True, exist_ok=True)
         self.meta = meta
-        self.phases: list[dict[str, Any]] = []
+        self.phases: list[dict[str, object]] = []
         self._seen: set[str] = set()  # record ids in records.jsonl
         # records the disk refused: record_id -> ((target, tier_index), line), oldest first
         self._held_records: dict[str, tuple[tuple[str, int], bytes]] = {}
@@ -182,7 +182,7 @@ class ResultsWriter:
         # a complete tier keeps the row of an attempt an outage cut short, as its records stay
         self.phases = [p for p in phases if (p["target"], int(p["tier_index"])) in complete]
         kept: list[dict[str, Any]] = []
-        set_aside: list[dict[str, Any]] = []
+        set_aside: list[dict[str, object]] = []
         renamed = False
         rows, unreadable = read_records(self.run_dir / RECORDS_JSONL)
         for row in rows:
@@ -443,7 +443,7 @@ class UnreadableLine:
     tier_index: int | None = None
     reason: str = ""
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, object]:
         return {
             "line": self.line,
             "target": self.target,
@@ -472,12 +472,12 @@ def line_numbers_text(lines: list[UnreadableLine], most: int = 20) -> str:
 
 def read_jsonl(
     path: Path, problem: Callable[[dict[str, object]], str | None] | None = None
-) -> tuple[list[dict[str, Any]], list[UnreadableLine]]:
+) -> tuple[list[dict[str, object]], list[UnreadableLine]]:
     """Every JSON object of a jsonl file (that `problem` finds nothing wrong with), and the lines that
     are not one, with why (blank lines are nothing)."""
     if not path.exists():
         return [], []
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     unreadable: list[UnreadableLine] = []
     with open(path, encoding="utf-8", errors="replace") as f:
         for number, line in enumerate(f, start=1):
@@ -503,7 +503,7 @@ def _record_problem(row: dict[str, object]) -> str | None:
     return record_problem(with_current_names(row))
 
 
-def read_records(path: Path) -> tuple[list[dict[str, Any]], list[UnreadableLine]]:
+def read_records(path: Path) -> tuple[list[dict[str, object]], list[UnreadableLine]]:
     """The records of a records.jsonl as written (perhaps under an older folder's names), and the lines
     that are no record."""
     return read_jsonl(path, _record_problem)

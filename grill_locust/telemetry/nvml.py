@@ -31,7 +31,7 @@ class GpuInfo:
     index: int
     uuid: str
     name: str
-    handle: Any
+    handle: object
 
 
 def _text(value: object) -> str:

@@ -15,7 +15,7 @@ from grill_locust.tokens import count_tokens
 
 def _function(
     name: str, description: str, properties: dict[str, object], required: list[str]
-) -> dict[str, Any]:
+) -> dict[str, object]:
     return {
         "type": "function",
         "function": {

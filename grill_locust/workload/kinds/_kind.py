@@ -7,7 +7,7 @@ import dataclasses
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from grill_locust.tokens import count_tokens
 
@@ -120,7 +120,7 @@ class WorkloadKind(Protocol):
     @property
     def expected_requests(self) -> str | None: ...
 
-    def check(self, conversation: Conversation) -> dict[str, Any]:
+    def check(self, conversation: Conversation) -> dict[str, object]:
         """Raise ValueError ("key: why") for a conversation of this kind the scenario may not hold;
         the fields it settles (a format from the file's extension), else {}."""
         ...
@@ -192,7 +192,7 @@ class ChatKind:
     replays_file: bool = False
     expected_requests: str | None = None
 
-    def check(self, conversation: Conversation) -> dict[str, Any]:
+    def check(self, conversation: Conversation) -> dict[str, object]:
         return {}
 
     def check_file(self, conversation: Conversation) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from grill_locust.tokens import count_tokens
 from grill_locust.workload.agentic import (
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 class Agentic(ChatKind):
     """Sessions of model calls with tool definitions; each record is a step, `turn` its number."""
 
-    def check(self, conversation: Conversation) -> dict[str, Any]:
+    def check(self, conversation: Conversation) -> dict[str, object]:
         system_tokens = conversation.system_tokens or 1
         if system_tokens < MIN_SYSTEM_TOKENS:
             raise ValueError(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from grill_locust.workload.dataset import dataset_format, load_dataset
 from grill_locust.workload.kinds._kind import ChatKind
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 class Dataset(ChatKind):
     """A row's recorded messages sent as they are; a ShareGPT row sends each of its user turns."""
 
-    def check(self, conversation: Conversation) -> dict[str, Any]:
+    def check(self, conversation: Conversation) -> dict[str, object]:
         if not conversation.path:
             raise ValueError("path: kind 'dataset' needs the file to replay (JSONL or ShareGPT JSON)")
         return {"format": dataset_format(conversation.path, conversation.format)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from grill_locust.workload.kinds._kind import ChatKind
 from grill_locust.workload.trace import TRACE_FORMATS, conversation_trace
@@ -22,7 +22,7 @@ TRACE_KEYS_HELP = f"format: {' | '.join(TRACE_FORMATS)}, path: the trace file"
 class Trace(ChatKind):
     """Row `iteration` of the file, not a draw: workload/trace.py's trace_schedule says when."""
 
-    def check(self, conversation: Conversation) -> dict[str, Any]:
+    def check(self, conversation: Conversation) -> dict[str, object]:
         for key in ("format", "path"):
             if getattr(conversation, key) is None:
                 raise ValueError(f"{key}: kind {self.name!r} needs a {key} ({TRACE_KEYS_HELP})")
