@@ -320,6 +320,9 @@ NUMERIC_RECORD_COLUMNS: tuple[str, ...] = tuple(
 )
 
 
+MEASUREMENT_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Measurement))
+
+
 @dataclass(frozen=True, slots=True)
 class TierLabels:
     """The labels every record and tier row of a phase carries: LABEL_COLUMNS, the tier, its session,
@@ -404,12 +407,12 @@ def build_record(
     slo_met: bool | None = None,
 ) -> RequestRecord:
     """Join a request's labels with its measurement and the load generator's health."""
-    tier, m = labels.tier, measurement
+    tier = labels.tier
     scheduled_wall: float | None = None
     schedule_lag_s: float | None = None
     cooldown: bool | None = None
     if labels.send is not None:
-        scheduled_wall, schedule_lag_s, cooldown = labels.send.columns(m.wall_start)
+        scheduled_wall, schedule_lag_s, cooldown = labels.send.columns(measurement.wall_start)
     return RequestRecord(
         record_id=record_id,
         run_id=tier.run_id,
@@ -426,26 +429,8 @@ def build_record(
         worker_id=labels.worker_id,
         conversation_id=labels.conversation_id,
         turn=turn,
-        wall_start=m.wall_start,
-        ttft_s=m.ttft_s,
-        ttfo_s=m.ttfo_s,
-        tpot_s=m.tpot_s,
-        e2e_s=m.e2e_s,
-        itl_mean_s=m.itl_mean_s,
-        itl_p50_s=m.itl_p50_s,
-        itl_p99_s=m.itl_p99_s,
-        itl_max_s=m.itl_max_s,
-        prompt_tokens=m.prompt_tokens,
-        cached_tokens=m.cached_tokens,
-        output_tokens=m.output_tokens,
-        reasoning_tokens=m.reasoning_tokens,
-        tokens_source=m.tokens_source,
-        tokens_per_s=m.tokens_per_s,
-        visible_tokens_per_s=m.visible_tokens_per_s,
-        finish_reason=m.finish_reason,
-        status=m.status,
-        http_status=m.http_status,
-        error=m.error,
+        # every metric by its name: a new one is a field of Measurement and of RequestRecord
+        **{name: getattr(measurement, name) for name in MEASUREMENT_COLUMNS},
         worker_lag_p99_ms=worker_lag_p99_ms,
         worker_read_lag_p99_ms=worker_read_lag_p99_ms,
         worker_cpu=worker_cpu,
