@@ -11,7 +11,7 @@ from grill_locust.config import Slo
 from grill_locust.errors import GrillError
 from grill_locust.report import load_run, summarize
 from grill_locust.report.capacity import capacity_at_slo, recommendations, slo_of_run
-from grill_locust.report.synthetic import make_record, write_results_folder
+from tests.synthetic import make_record, write_results_folder
 
 DEFAULT_SLO = Slo()
 
