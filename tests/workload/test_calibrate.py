@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from grill_locust.config import Backend, Conversation
+from grill_locust.config import Backend
+from grill_locust.scenario import Conversation, validate_conversation
 from grill_locust.sim import SimProcess
 from grill_locust.tokens import count_tokens
 from grill_locust.workload import backend_token_counter, build_workload
@@ -57,7 +58,7 @@ def sizes_on_backend(
     """(workload and part, asked, measured by the backend) for every message of a few scripts of each kind."""
     found = []
     for name, sizes in (kinds or {name: {} for name in DEFAULT_WORKLOADS}).items():
-        conversation = Conversation.model_validate({"name": name, **sizes})
+        conversation = validate_conversation({"name": name, **sizes})
         workload = build_workload(conversation, token_counter=counter)
         for user in range(users):
             for part, asked, text in sized_messages(conversation, workload.script(f"u{user}", 0)):
@@ -119,7 +120,8 @@ def test_calibration_on_a_real_llama_server_measures_token_pieces(llama_server: 
         assert counter.remote_count(measured.code(start_token, n_tokens)) == n_tokens
     # ids of words drawn at random are one token a word on the backend, the colon after them one more
     workload = build_workload(
-        Conversation(name="c", kind="short-baseline", prompt_tokens=50), token_counter=counter
+        validate_conversation({"name": "c", "kind": "short-baseline", "prompt_tokens": 50}),
+        token_counter=counter,
     )
     for user in range(ID_CHECKS):
         request_id = workload.script(f"u{user}", 0).user_turns[0].split(":")[0]
