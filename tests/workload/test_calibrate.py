@@ -44,9 +44,13 @@ def backend(**fields: Any) -> Backend:
 def sized_messages(conversation: Conversation, script: Any) -> list[tuple[str, int, str]]:
     """(part, target tokens, text) for every sized message of one script."""
     parts: list[tuple[str, int, str]] = []
+
+    def size(*keys: str) -> int:  # the first of these sizes the conversation's kind has
+        return next((getattr(conversation, key) for key in keys if hasattr(conversation, key)), 0)
+
     if script.system is not None:
-        parts.append(("system", conversation.system_tokens or conversation.prefix_tokens or 0, script.system))
-    asked = conversation.turn_tokens or conversation.question_tokens or conversation.prompt_tokens or 0
+        parts.append(("system", size("system_tokens", "prefix_tokens"), script.system))
+    asked = size("turn_tokens", "question_tokens", "prompt_tokens")
     name = {"multi-turn": "turn", "shared-prefix": "question"}.get(conversation.kind, "prompt")
     parts += [(f"{name} {index}", asked, text) for index, text in enumerate(script.user_turns)]
     return parts
