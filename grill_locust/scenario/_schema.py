@@ -256,7 +256,8 @@ class Scenario(Frozen):
         fields, and any value whose key names a secret (headers like x-api-key or Authorization,
         `api_key` inside sim_args or extra_body)."""
         data = self.model_dump(exclude={"secret_references"})
-        return redact_secret_keys(walk_secrets(data, lambda secret: REDACTED), REDACTED)
+        redacted: dict[str, Any] = redact_secret_keys(walk_secrets(data, lambda secret: REDACTED), REDACTED)
+        return redacted
 
     def literal_secrets(self) -> list[SecretReference]:
         """The secrets written literally in the file (no `${VAR}`): workers cannot receive them."""
@@ -266,7 +267,7 @@ class Scenario(Frozen):
         """Plain data for the master -> worker message, which any process reaching the master's port
         receives: no secret value in it. Each secret travels as the `${VAR}` text of its file, expanded
         by every worker from its own environment (`from_wire`); one written literally, as nothing."""
-        data = reveal(self.model_dump())
+        data: dict[str, Any] = reveal(self.model_dump())
         written = {reference.scenario_path: reference for reference in self.secret_references}
         held = [path for path, _ in secret_paths(data)]
         for path in held:
@@ -356,7 +357,7 @@ class FileMixEntry(Frozen):
     """A conversation's name."""
     weight: Any
     """Its share of each tier's developers (a positive number, relative to the other entries'; checked
-    where the target is resolved, config/_load.py, with the entry's place)."""
+    where the target is resolved, scenario/_load.py, with the entry's place)."""
 
 
 class FileTarget(Frozen):
