@@ -93,8 +93,8 @@ class Iteration:
 
 
 class WorkloadKind(Protocol):
-    """One kind of conversation: its sizes, how a scenario checks it, how many requests an iteration
-    sends and how long it lasts, what a rate of it counts, its script and how one iteration is played.
+    """One kind of conversation: its configuration model (sizes, defaults, checks), how many requests an
+    iteration sends and how long it lasts, what a rate of it counts, its script and how one iteration is played.
     A kind is registered once (`grill_locust.workload.kinds.register`)."""
 
     @property
