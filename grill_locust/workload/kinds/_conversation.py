@@ -70,6 +70,9 @@ class ConversationBase(Frozen):
                     checked[key] = value
             elif key in others:
                 if value not in (None, []):  # an empty one is as good as not written
+                    owners = [other for other in WORKLOAD_KINDS.values() if key in other.sizes]
+                    if all(owner.scripted_turns for owner in owners):  # llm-grill's turns
+                        raise ValueError(f"{key}: only for kind {owners[0].name!r}, not {kind!r}")
                     used = ", ".join(kind_sizes(cls)) or "none"
                     raise ValueError(f"{key}: not used by kind {kind!r} (it uses: {used})")
             else:
