@@ -31,7 +31,7 @@ from grill_locust.workload.corpus import stdlib_corpus
 if TYPE_CHECKING:
     from locust.env import Environment
 
-    from grill_locust.config import Scenario, Target
+    from grill_locust.scenario import Scenario, Target
     from grill_locust.sinks import Sink
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,8 @@ class WorkerState:
 
     # -- phase and scenario from the master ------------------------------------------------------
     def on_phase_message(self, data: dict[str, Any]) -> None:
-        from grill_locust.config import ConfigError, Scenario
+        from grill_locust.config import ConfigError
+        from grill_locust.scenario import Scenario
 
         if data.get("scenario") is not None and self.scenario is None:
             try:  # its secrets come from this process's environment

@@ -188,7 +188,7 @@ def test_a_tier_exactly_at_every_limit_meets_the_slo():
 
 
 def test_the_scenario_slo_is_the_one_the_report_judges_by():
-    from grill_locust.config import parse_scenario
+    from grill_locust.scenario import parse_scenario
 
     scenario = parse_scenario(
         {

@@ -17,9 +17,9 @@ import yaml
 from locust.env import Environment
 from locust.event import Events
 
-from grill_locust.config import parse_scenario
 from grill_locust.run.campaign import Campaign
 from grill_locust.run.worker import MASTER_SILENCE_S
+from grill_locust.scenario import parse_scenario
 from grill_locust.sim import SimProcess
 from grill_locust.sinks.results import ResultsWriter
 from tests.influx.influx_dataset import make_record
