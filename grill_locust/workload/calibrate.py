@@ -338,11 +338,7 @@ def backend_token_counter(backend: Backend, model: str | None = None) -> TokenCo
 
 
 def _backend_counter(backend: Backend, model: str | None) -> TokenCounter | None:
-    if (
-        model is None
-        and backend.url
-        and (not backend.tokenize_url or engine_facts(backend.engine).model_in_tokenize)
-    ):
+    if model is None and backend.url:  # vLLM's tokenize wants one, and every usage request
         model = _first_served_model(backend)
     if not backend.tokenize_url:
         try:
@@ -588,7 +584,7 @@ def _log_fit(backend: Backend, fit: UsageFit) -> None:
 
 
 def _first_served_model(backend: Backend) -> str | None:
-    """The first model the backend lists (vLLM's tokenize wants one), or None."""
+    """The first model the backend lists, or None."""
     try:
         listing = list_models(
             backend.url,
