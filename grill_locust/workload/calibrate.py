@@ -574,12 +574,12 @@ def _usage_prompt_tokens(backend: Backend, model: str, turn: str, request_id: st
 
 def _log_fit(backend: Backend, fit: UsageFit) -> None:
     log.info(
-        "backend %s: measured by the engine's usage (requests %s*): the chat template adds %d tokens "
-        "to a turn; %.4f backend tokens per approximate token",
+        "backend %s: measured by the engine's usage (requests %s*): prompt_tokens = %.4f x approximate "
+        "tokens + %d, the chat template's tokens taken off each trace row",
         backend.name,
         CALIBRATION_ID_PREFIX,
-        fit.overhead_tokens,
         fit.scale,
+        fit.overhead_tokens,
     )
 
 

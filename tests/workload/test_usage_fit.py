@@ -76,8 +76,8 @@ def test_a_backend_without_tokenize_gets_a_counter_from_usage_once(
     assert counter.backend_tokens_per_approx_token == pytest.approx(1.0)
     lines = [record.getMessage() for record in caplog.records]
     assert lines == [
-        f"backend plain: measured by the engine's usage (requests {CALIBRATION_ID_PREFIX}*): the chat "
-        f"template adds {TEMPLATE_TOKENS} tokens to a turn; 1.0000 backend tokens per approximate token"
+        f"backend plain: measured by the engine's usage (requests {CALIBRATION_ID_PREFIX}*): prompt_tokens "
+        f"= 1.0000 x approximate tokens + {TEMPLATE_TOKENS}, the chat template's tokens taken off each trace row"
     ]
 
 
@@ -117,7 +117,7 @@ def test_a_trace_replayed_on_a_backend_without_tokenize_reaches_the_engine_at_it
         assert (records["status"] == "ok").all(), records["error"].dropna().unique()
         calibration = {line["request_id"] for line in read_truth(truth_path)} - set(records["record_id"])
         truth = truth_once_it_holds(truth_path, set(records["record_id"]) | calibration)
-    assert f"the chat template adds {TEMPLATE_TOKENS} tokens to a turn" in done.stderr
+    assert f"approximate tokens + {TEMPLATE_TOKENS}, the chat template's tokens" in done.stderr
     calibrating = [line for line in truth if line["request_id"].startswith(CALIBRATION_ID_PREFIX)]
     load = [line for line in truth if not line["request_id"].startswith(CALIBRATION_ID_PREFIX)]
     small, large = usage_turns()
