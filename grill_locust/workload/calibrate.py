@@ -23,7 +23,7 @@ role tags and BOS; for the completions API the role labels and BOS), measured on
 `REFERENCE_TURN`: llama.cpp renders it through `/apply-template` and counts the result with its special
 tokens, vLLM-like engines (the simulator too, with its own template rule) count it from `/tokenize` with
 `messages`. A trace row's prompt is that much shorter, so the engine's `prompt_tokens` is the row's
-input length (gemma-3 on llama-server: 9 tokens).
+input length (gemma-3 on llama-server: 8 tokens; by the usage fit through LiteLLM, 10).
 
 Usage fit (a backend with no tokenize endpoint, or one that fails: a gateway such as LiteLLM, TGI,
 Ollama, any OpenAI-compatible server): two requests of one output token over the backend's own API,
@@ -32,6 +32,7 @@ Ollama, any OpenAI-compatible server): two requests of one output token over the
 overhead is the turn overhead; where no tokenize count was made, the scale is the scaled mode's ratio.
 Their X-Request-Id starts with CALIBRATION_ID_PREFIX, and they are sent outside any user, so they are
 never records (the simulator's truth log has them, under that prefix).
+
 The tokenize calls go through `client.backend_http.tokenize`, in the body shape the engine table
 gives each engine. Counters are cached per backend in the process.
 """
@@ -84,7 +85,7 @@ SPAN_RIGHT = " x"
 HEAD_RIGHT = "def x():"  # a head is measured before a code line, as it is used
 # a turn shaped as a trace row's prompt (an id head, code, a last newline), whose overhead is measured
 REFERENCE_TURN = ID_HEAD.format(**HEAD_REFERENCE) + "def x():\n    return 1\n"
-USAGE_SAMPLE_TOKENS = 400  # approximate tokens of the usage fit's larger turn: fits any engine's context
+USAGE_SAMPLE_TOKENS = 400  # approximate tokens of the usage fit's larger turn: fits a 1,024-token slot
 CALIBRATION_ID_PREFIX = "grill-calibrate-"  # X-Request-Id of the usage fit's requests, which are no load
 TIMEOUT_NAMES = ("connect_s", "first_token_s", "idle_s", "total_s")  # a backend's, capped for the fit
 
@@ -345,13 +346,14 @@ def _backend_counter(backend: Backend, model: str | None) -> TokenCounter | None
             fit = usage_fit(backend, model)
         except UsageError as error:
             log.warning(
-                "backend %s: no tokenize endpoint and no usage to measure prompts by (%s); prompt sizes use "
-                "the approximate tokenizer, and a trace row reaches the engine with the chat template's tokens added",
+                "backend %s: no tokenize endpoint and no usage to measure prompts by (%s); prompt sizes "
+                "use the approximate tokenizer, and a trace row reaches the engine with the chat "
+                "template's tokens added",
                 backend.name,
                 error,
             )
             return None
-        _log_fit(backend, fit)
+        _log_fit(backend, fit, "")
         return fit.counter(backend, model)
     headers = headers_for(backend, backend.tokenize_url)
     try:
@@ -368,10 +370,7 @@ def _backend_counter(backend: Backend, model: str | None) -> TokenCounter | None
                 usage_error,
             )
             return None
-        log.info(
-            "backend %s: tokenize failed (%s); prompts are sized by the engine's usage", backend.name, error
-        )
-        _log_fit(backend, fit)
+        _log_fit(backend, fit, f"tokenize failed ({error}); ")
         return fit.counter(backend, model)
     try:
         overhead = _turn_overhead(backend, model, headers)
@@ -387,7 +386,7 @@ def _backend_counter(backend: Backend, model: str | None) -> TokenCounter | None
                 usage_error,
             )
             return counter
-        _log_fit(backend, fit)
+        _log_fit(backend, fit, f"the chat template's tokens cannot be measured by tokenize ({error}); ")
         overhead = fit.overhead_tokens
     return replace(counter, turn_overhead_tokens=overhead)
 
@@ -572,11 +571,13 @@ def _usage_prompt_tokens(backend: Backend, model: str, turn: str, request_id: st
     return raw.prompt_tokens
 
 
-def _log_fit(backend: Backend, fit: UsageFit) -> None:
+def _log_fit(backend: Backend, fit: UsageFit, why: str) -> None:
+    """The one line that says what the usage fit measured; `why`: why it was needed, when tokenize failed."""
     log.info(
-        "backend %s: measured by the engine's usage (requests %s*): prompt_tokens = %.4f x approximate "
+        "backend %s: %smeasured by the engine's usage (requests %s*): prompt_tokens = %.4f x approximate "
         "tokens + %d, the chat template's tokens taken off each trace row",
         backend.name,
+        why,
         CALIBRATION_ID_PREFIX,
         fit.scale,
         fit.overhead_tokens,

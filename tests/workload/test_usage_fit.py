@@ -19,6 +19,7 @@ from grill_locust.tokens import count_tokens
 from grill_locust.workload import backend_token_counter
 from grill_locust.workload.calibrate import CALIBRATION_ID_PREFIX, clear_cache, usage_fit, usage_turns
 from grill_locust.workload.trace import read_trace
+from tests.real.conftest import free_port
 from tests.run.conftest import only_run_dir, read_truth, run_locust, truth_once_it_holds, write_scenario
 
 MODEL = "grill-sim"
@@ -76,9 +77,40 @@ def test_a_backend_without_tokenize_gets_a_counter_from_usage_once(
     assert counter.backend_tokens_per_approx_token == pytest.approx(1.0)
     lines = [record.getMessage() for record in caplog.records]
     assert lines == [
-        f"backend plain: measured by the engine's usage (requests {CALIBRATION_ID_PREFIX}*): prompt_tokens "
-        f"= 1.0000 x approximate tokens + {TEMPLATE_TOKENS}, the chat template's tokens taken off each trace row"
+        f"backend plain: measured by the engine's usage (requests {CALIBRATION_ID_PREFIX}*): "
+        f"prompt_tokens = 1.0000 x approximate tokens + {TEMPLATE_TOKENS}, the chat template's tokens "
+        "taken off each trace row"
     ]
+
+
+def test_a_failing_tokenize_endpoint_falls_back_on_usage(
+    sim: SimProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A tokenize_url that does not answer: the whole counter comes from the engine's usage."""
+    backend = Backend(
+        name="sim", engine="sim", url=sim.url, tokenize_url=f"http://127.0.0.1:{free_port()}/tokenize"
+    )
+    with caplog.at_level(logging.INFO, logger="grill_locust.workload.calibrate"):
+        counter = backend_token_counter(backend, MODEL)
+    assert counter is not None and counter.tokenize_url is None
+    assert counter.turn_overhead_tokens == TEMPLATE_TOKENS
+    lines = [record.getMessage() for record in caplog.records if "usage" in record.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("backend sim: tokenize failed (http://127.0.0.1:"), lines
+
+
+def test_a_template_tokenize_cannot_render_is_measured_by_usage(
+    sim: SimProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """llama.cpp's shape against an engine without /apply-template (the simulator's vLLM profile): the
+    scale from /tokenize, the template's tokens from usage."""
+    backend = Backend(name="llamacpp-like", engine="llamacpp", url=sim.url)
+    with caplog.at_level(logging.INFO, logger="grill_locust.workload.calibrate"):
+        counter = backend_token_counter(backend, MODEL)
+    assert counter is not None and counter.tokenize_url == f"{sim.url}/tokenize"
+    assert counter.turn_overhead_tokens == TEMPLATE_TOKENS
+    lines = [record.getMessage() for record in caplog.records]
+    assert len(lines) == 1 and "the chat template's tokens cannot be measured by tokenize" in lines[0]
+    assert "/apply-template: HTTP 404" in lines[0]
 
 
 def test_without_usage_in_the_answer_one_warning_and_no_overhead(
