@@ -159,14 +159,14 @@ class WorkerState:
 
     def workload_for(self, target: Target) -> Workload:
         """One workload per target and conversation (a mix has several), calibrated once against the
-        backend's tokenizer."""
+        backend's tokenizer (or its usage) for the target's model."""
         key = (target.name, target.conversation.name)
         workload = self._workloads.get(key)
         if workload is None:
             with self._workload_lock:  # the first users of a tier arrive together: calibrate once
                 workload = self._workloads.get(key)
                 if workload is None:
-                    counter = backend_token_counter(target.backend)
+                    counter = backend_token_counter(target.backend, target.model.name)
                     workload = build_workload(target.conversation, target.model, counter)
                     self._workloads[key] = workload
         return workload

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from grill_locust.workload.calibrate import CALIBRATION_ID_PREFIX
+
 HTML_502 = (
     b"<html><head><title>502 Bad Gateway</title></head>"
     b"<body><center><h1>502 Bad Gateway</h1></center><hr><center>nginx</center></body></html>"
@@ -128,6 +130,11 @@ class SeenRequest:
     path: str
     headers: dict[str, str]  # lower-case names
     arrival: float  # time.time() when its body had been read
+
+    @property
+    def calibrating(self) -> bool:
+        """A usage request of the calibration (workload/calibrate.py): no load, and no record by design."""
+        return self.headers.get("x-request-id", "").startswith(CALIBRATION_ID_PREFIX)
 
 
 class CannedEngine:
