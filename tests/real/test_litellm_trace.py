@@ -15,8 +15,9 @@ import pytest
 
 from grill_locust.client import EngineClient, request_for
 from grill_locust.client.backend_http import tokenize
-from grill_locust.config import Backend, Conversation, Model
+from grill_locust.config import Backend, Model
 from grill_locust.record import STATUS_OK, measure
+from grill_locust.scenario import validate_conversation
 from grill_locust.workload import backend_token_counter, build_workload
 from grill_locust.workload.calibrate import clear_cache
 from grill_locust.workload.generators import ConversationScript
@@ -64,7 +65,7 @@ def test_a_trace_through_litellm_has_the_template_measured_by_usage_and_taken_of
     try:
         for trace_format, name, lines in ROWS:
             path = str(TRACES / name)
-            conversation = Conversation.model_validate(
+            conversation = validate_conversation(
                 {"name": "replay", "kind": "trace", "format": trace_format, "path": path}
             )
             workload = build_workload(conversation, Model(name=PROXY_MODEL), token_counter=counter)

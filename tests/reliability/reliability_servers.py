@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from grill_locust.workload.calibrate import CALIBRATION_ID_PREFIX
+from tests.ports import free_port
 
 HTML_502 = (
     b"<html><head><title>502 Bad Gateway</title></head>"
@@ -33,12 +34,6 @@ WHOLE_COMPLETION = {
     "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
 }
 OK_TOKENS = ("def", " f", "():", " pass")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def closed_port() -> int:

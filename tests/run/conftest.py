@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from tests.influx.influx_servers import free_port
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILE = ROOT / "locustfiles" / "coding.py"

@@ -20,7 +20,8 @@ from grill_locust.sim import SimProcess
 from grill_locust.tokens import count_tokens
 from grill_locust.workload import backend_token_counter, build_workload
 from grill_locust.workload.calibrate import clear_cache
-from tests.real.conftest import ServerProcess, free_port
+from tests.ports import free_port
+from tests.real.conftest import ServerProcess
 
 TOLERANCE = 0.02  # sizes within ±2 % on the backend's tokenizer
 TINY_TARGET_SLACK_TOKENS = 1  # below 50 tokens, 2 % is less than a token

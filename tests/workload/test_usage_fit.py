@@ -19,7 +19,7 @@ from grill_locust.tokens import count_tokens
 from grill_locust.workload import backend_token_counter
 from grill_locust.workload.calibrate import CALIBRATION_ID_PREFIX, clear_cache, usage_fit, usage_turns
 from grill_locust.workload.trace import read_trace
-from tests.real.conftest import free_port
+from tests.ports import free_port
 from tests.run.conftest import only_run_dir, read_truth, run_locust, truth_once_it_holds, write_scenario
 
 MODEL = "grill-sim"
