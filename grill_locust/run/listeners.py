@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
     from locust.env import Environment
 
-    from grill_locust.config import Scenario
+    from grill_locust.scenario import Scenario
 
 log = logging.getLogger("grill")
 

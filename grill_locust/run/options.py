@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
     from locust.argument_parser import LocustArgumentParser
 
-    from grill_locust.config import Scenario
+    from grill_locust.scenario import Scenario
     from grill_locust.sinks import Sink
 
 # the demo beside the source tree (an editable install), else in the folder locust runs from (the
@@ -171,7 +171,7 @@ def check_options(options: Namespace) -> None:
 def load_scenario_of(options: Namespace) -> tuple[Scenario, str]:
     """The scenario the options name (--scenario, the one of --resume's folder, else the demo), with the
     options' overrides; and its path."""
-    from grill_locust.config import load_scenario, parse_tiers
+    from grill_locust.scenario import load_scenario, parse_tiers
 
     path = options.scenario
     if options.resume and not path:

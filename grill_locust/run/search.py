@@ -19,9 +19,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from grill_locust.config import Search, Target
+from grill_locust.config import Search
 from grill_locust.errors import GrillError
 from grill_locust.run.phase import replays_trace
+from grill_locust.scenario import Target
 
 GROWTH_FACTOR = 2.0
 

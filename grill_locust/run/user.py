@@ -17,7 +17,7 @@ from locust import User, constant, task
 
 from grill_locust.client import EngineClient, StreamResult, request_for
 from grill_locust.client.payloads import ChatMessage
-from grill_locust.config import Model, Scenario, Target
+from grill_locust.config import Model
 from grill_locust.record import (
     CANCELLED,
     STATUS_ABANDONED,
@@ -31,7 +31,8 @@ from grill_locust.record import (
 from grill_locust.run.phase import Phase, replays_trace
 from grill_locust.run.state import run_state
 from grill_locust.run.worker import WorkerState
-from grill_locust.workload.kinds import Iteration
+from grill_locust.scenario import Scenario, Target
+from grill_locust.workload.kinds import Iteration, KindTarget
 from grill_locust.workload.kinds.autocomplete import shown
 
 IDLE_POLL_S = 0.1  # how often an idle user looks for new work
@@ -100,7 +101,7 @@ class GrillUser(User):
 
     def send_chat(
         self,
-        target: Target,
+        target: KindTarget,
         messages: list[ChatMessage],
         labels: RequestLabels,
         turn: int,
@@ -116,7 +117,7 @@ class GrillUser(User):
 
     def send_request(
         self,
-        target: Target,
+        target: KindTarget,
         path: str,
         payload: dict[str, object],
         labels: RequestLabels,
@@ -312,7 +313,9 @@ class StandaloneUser(GrillUser):
 
 def standalone_scenario(host: str, model: str | None, engine: str, think_time_s: float | None) -> Scenario:
     """The scenario of a plain run on --host: one target per built-in workload."""
-    from grill_locust.config import BUILTIN_CONVERSATION_KINDS, ConfigError, parse_scenario
+    from grill_locust.config import ConfigError
+    from grill_locust.scenario import parse_scenario
+    from grill_locust.workload.kinds import BUILTIN_CONVERSATION_KINDS
 
     url = host.rstrip("/")
     model = model or first_listed_model(url)

@@ -14,7 +14,6 @@ import pandas as pd
 import pytest
 
 from grill_locust.record import SATURATION_LAG_P99_MS
-from grill_locust.report.synthetic import to_older_column_names
 from tests.run.conftest import (
     LOCUSTFILE,
     only_run_dir,
@@ -25,6 +24,7 @@ from tests.run.conftest import (
     write_scenario,
 )
 from tests.run.test_distributed import finish, start_cluster
+from tests.synthetic import to_older_column_names
 
 pytestmark = pytest.mark.slow
 
