@@ -326,8 +326,6 @@ def record_problem(row: dict[str, object]) -> str | None:
 NUMERIC_RECORD_COLUMNS: tuple[str, ...] = tuple(
     n for n, t in RECORD_COLUMN_TYPES.items() if t in (int, float)
 )
-
-
 MEASUREMENT_COLUMNS: tuple[str, ...] = tuple(f.name for f in dataclasses.fields(Measurement))
 
 
@@ -395,8 +393,7 @@ class RequestLabels:
     developer: int | None
     worker_id: str
     conversation_id: str
-    # trace replay: the 0-based line (JSONL) or row (CSV) of the trace; dataset replay: the row replayed
-    trace_line: int | None = None
+    trace_line: int | None = None  # the record's trace_line, where the kind replays a file
     send: ScheduledSend | None = None
 
 
