@@ -82,7 +82,7 @@ def personas_cell(
 
 def campaign_rows(campaign: Campaign) -> list[dict[str, Any]]:
     rows = []
-    for progress in campaign.progress.values():
+    for progress in campaign.tiers():
         phase = progress.phase
         state = (
             "running"
