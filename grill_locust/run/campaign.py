@@ -239,9 +239,6 @@ class Campaign:
         """The phases run, running and planned (a search plans one probe at a time)."""
         return [progress.phase for progress in self.tiers()]
 
-    def tier_label(self, phase: Phase) -> str:
-        return self.plan.label(phase)
-
     def phase_message(self, with_scenario: bool) -> dict[str, Any]:
         current = self.book.current
         return {
@@ -269,7 +266,7 @@ class Campaign:
         tier, phase = current.tier, current.phase
         elapsed = time.monotonic() - current.started
         return (
-            f"tier {self.tier_label(phase)} {phase.target} @ {tier.load_label}: "
+            f"tier {self.plan.label(phase)} {phase.target} @ {tier.load_label}: "
             f"{tier.progress_text(current, elapsed)}"
         )
 
@@ -280,9 +277,6 @@ class Campaign:
         if self.book.current is not None:
             self.walk.end_tier(complete=False, note=STOPPED_NOTE)
 
-    def incomplete_tiers(self) -> list[PhaseProgress]:
-        return self.book.incomplete(STOPPED_NOTE)
-
     def close(self) -> None:
         """The run is over: a tier cut short is marked, every sink writes what it holds. A tier left
         incomplete makes the exit code TIER_INCOMPLETE where no other code says more."""
@@ -290,12 +284,12 @@ class Campaign:
         self.end()
         if self.walk.state.state is SETTLING:  # the run stopped in the pause after a probe
             self.walk.settle()
-        incomplete = self.incomplete_tiers()
+        incomplete = self.book.incomplete(STOPPED_NOTE)
         if incomplete:
             log.warning(
                 "%d tiers incomplete: %s",
                 len(incomplete),
-                "; ".join(f"{self.tier_label(p.phase)} {p.phase.target}: {p.end_reason}" for p in incomplete),
+                "; ".join(f"{self.plan.label(p.phase)} {p.phase.target}: {p.end_reason}" for p in incomplete),
             )
             if self.environment.process_exit_code is None:
                 self.environment.process_exit_code = exit_codes.TIER_INCOMPLETE
@@ -385,7 +379,7 @@ class TierWalk:
         self.state.move(RUNNING)
         campaign.broadcast()
         campaign.rows.write_phase("start", progress)
-        log.info("tier %s start: %s", campaign.tier_label(started.phase), started.start_text())
+        log.info("tier %s start: %s", campaign.plan.label(started.phase), started.start_text())
         return progress
 
     def end_tier(self, complete: bool, note: str) -> None:
@@ -430,7 +424,7 @@ class TierWalk:
         self._follow(self._outcome, progress)
 
     def _log_end(self, progress: PhaseProgress) -> None:
-        phase, label = progress.phase, self.campaign.tier_label(progress.phase)
+        phase, label = progress.phase, self.campaign.plan.label(progress.phase)
         log.info(
             "tier %s %s: %s at %s, %d/%d iterations, %d requests, %d errors%s",
             label,
@@ -452,7 +446,7 @@ class TierWalk:
         run.json keeps the search so far."""
         campaign, progress = self.campaign, self.book.judging
         assert progress is not None
-        label = campaign.tier_label(progress.phase)
+        label = campaign.plan.label(progress.phase)
         outcome = replace(
             self._outcome, stopped=campaign.stopping, verdict=lambda: campaign.rows.verdict(progress, label)
         )
@@ -528,7 +522,7 @@ class TierWalk:
             }
         )
         campaign.results.write_meta()
-        label = campaign.tier_label(phase)
+        label = campaign.plan.label(phase)
         if skipped:
             log.warning(
                 "target %s: %d more tiers skipped: the engine refused tier %s",
@@ -606,7 +600,7 @@ class EngineWait:
         phase = tier.phase
         log.warning(
             "tier %s: backend %s had an outage; holding at 0 users, probing it every %g s for up to %g s%s",
-            campaign.tier_label(phase),
+            campaign.plan.label(phase),
             target.backend.name,
             ENGINE_PROBE_INTERVAL_S,
             wait_s,
@@ -669,7 +663,7 @@ class WorkerWatch:
         return self._users_seen[client_id]
 
     def label(self, phase: Phase) -> str:
-        return self.campaign.tier_label(phase)
+        return self.campaign.plan.label(phase)
 
     def respawn(self, tier: Tier) -> None:
         runner = self.campaign.environment.runner
