@@ -192,7 +192,7 @@ class Campaign:
     @property
     def finished(self) -> bool:
         """The shape walked every tier (or the engine was gone): Locust stops the test."""
-        return self.walk.state.state is DONE
+        return self.walk.machine.state is DONE
 
     @property
     def stopping(self) -> bool:
@@ -258,7 +258,7 @@ class Campaign:
         current = self.book.current
         if current is None:
             wait = self.walk.engine_wait
-            if self.walk.state.state is HOLDING and wait is not None:
+            if self.walk.machine.state is HOLDING and wait is not None:
                 return f"{wait.line(time.monotonic())}, {self.results.record_count} records"
             to_run = sum(1 for tier in self.walk.waiting() if tier.phase.attempt == 0)
             done = self.plan.tier_count - to_run
@@ -282,7 +282,7 @@ class Campaign:
         incomplete makes the exit code TIER_INCOMPLETE where no other code says more."""
         self.closed = True
         self.end()
-        if self.walk.state.state is SETTLING:  # the run stopped in the pause after a probe
+        if self.walk.machine.state is SETTLING:  # the run stopped in the pause after a probe
             self.walk.settle()
         incomplete = self.book.incomplete(STOPPED_NOTE)
         if incomplete:
@@ -304,7 +304,7 @@ class TierWalk:
     def __init__(self, campaign: Campaign) -> None:
         self.campaign = campaign
         self.book = campaign.book
-        self.state = CampaignStateMachine()
+        self.machine = CampaignStateMachine()
         self._steps = campaign.plan.steps()
         self.engine_wait: EngineWait | None = None
         self._outcome = Outcome()  # the ended probe's, until it is judged
@@ -314,37 +314,37 @@ class TierWalk:
 
     def tick(self, now: float) -> tuple[int, float] | None:
         """The users and spawn rate for now, None once the campaign is over."""
-        state = self.state
-        if state.state is RUNNING:
+        machine = self.machine
+        if machine.state is RUNNING:
             users = self._tick_running(now)
             if users is not None:
                 return users
-        if state.state in (PAUSING, HOLDING) and state.waiting(now):
+        if machine.state in (PAUSING, HOLDING) and machine.waiting(now):
             return IDLE
-        if state.state is HOLDING:
+        if machine.state is HOLDING:
             if self._engine_gone(now):
-                state.move(DONE)
+                machine.move(DONE)
                 return None
-            if state.state is HOLDING:
+            if machine.state is HOLDING:
                 return IDLE
-        if state.state is SETTLING:
+        if machine.state is SETTLING:
             runner = self.campaign.environment.runner
             ended = self.book.judging.ended_monotonic if self.book.judging is not None else 0.0
             if (runner is not None and runner.user_count > 0) or now < ended + FINAL_RECORDS_WAIT_S:
                 return IDLE  # its users' last records are on their way
             self.settle()
-        if state.state is PAUSING and self.next is None:
+        if machine.state is PAUSING and self.next is None:
             self._start_draining(now)
-        if state.state is DRAINING:
+        if machine.state is DRAINING:
             results = self.campaign.results
             if self._draining(now) or (results.held_record_count and not self.campaign.gave_up_on_disk):
                 return IDLE
-            state.move(DONE)
+            machine.move(DONE)
             return None
-        if state.state is not PAUSING:
+        if machine.state is not PAUSING:
             return IDLE
         runner = self.campaign.environment.runner
-        if (runner is not None and runner.user_count > 0 and state.after_tier) or self.next is None:
+        if (runner is not None and runner.user_count > 0 and machine.after_tier) or self.next is None:
             return IDLE  # wait for the previous tier's users to be gone
         progress = self.start(self.next)
         return progress.tier.users, progress.tier.spawn_rate
@@ -376,7 +376,7 @@ class TierWalk:
         self.next = None
         started = tier.started(campaign.workers.dispatchers())
         progress = self.book.start(started, campaign.scenario.load.warmup_requests or 0)
-        self.state.move(RUNNING)
+        self.machine.move(RUNNING)
         campaign.broadcast()
         campaign.rows.write_phase("start", progress)
         log.info("tier %s start: %s", campaign.plan.label(started.phase), started.start_text())
@@ -414,11 +414,11 @@ class TierWalk:
             campaign.rows.write_tier_summary(progress)
         if refusal:
             self._refused_target(progress, backend)
-        self.state.after_tier = True
+        self.machine.after_tier = True
         self._outcome = Outcome(outage=bool(outage), refused=bool(refusal), stopped=campaign.stopping)
         if progress.tier.judged and not stopped:
             self.book.judging = progress
-            self.state.move(SETTLING)  # judged once its last records are in
+            self.machine.move(SETTLING)  # judged once its last records are in
             return
         progress.tier_records = []
         self._follow(self._outcome, progress)
@@ -473,12 +473,12 @@ class TierWalk:
         if isinstance(step, Hold):
             target = self.campaign.targets[step.after.phase.target]
             self.engine_wait = EngineWait.start(step.after, target, progress.ended_monotonic, self.campaign)
-            self.state.move(HOLDING, pause_until)
+            self.machine.move(HOLDING, pause_until)
         elif step is None:
             self._start_draining(time.monotonic())
         else:
             self.next = step
-            self.state.move(PAUSING, pause_until)
+            self.machine.move(PAUSING, pause_until)
 
     def _engine_gone(self, now: float) -> bool:
         """Probe the backend held for; once it answers, the plan goes on. True once the wait is over
@@ -491,7 +491,7 @@ class TierWalk:
             step = self._advance(None)
             assert not isinstance(step, Hold)
             self.next = step
-            self.state.move(PAUSING, self.state.until)
+            self.machine.move(PAUSING, self.machine.until)
             return False
         if answered is None:
             return False
@@ -543,19 +543,19 @@ class TierWalk:
         incomplete with `note` (`mark_next`: between tiers, the next starts so that its row carries the
         note), then drain and stop."""
         if self.book.current is None and mark_next:
-            if self.state.state is HOLDING:  # the stop ends the campaign: no engine to wait for
+            if self.machine.state is HOLDING:  # the stop ends the campaign: no engine to wait for
                 self.engine_wait = None
                 step = self._advance(None)
                 assert not isinstance(step, Hold)
                 self.next = step
-                self.state.move(PAUSING, self.state.until)
-            if self.state.state is not PAUSING or self.next is None:
+                self.machine.move(PAUSING, self.machine.until)
+            if self.machine.state is not PAUSING or self.next is None:
                 return
             self.start(self.next)
         if self.book.current is not None:
             self.end_tier(complete=False, note=note)
         self.next = None
-        if self.state.state in (PAUSING, HOLDING):
+        if self.machine.state in (PAUSING, HOLDING):
             self._start_draining(time.monotonic())
 
     def _start_draining(self, now: float) -> None:
@@ -564,7 +564,7 @@ class TierWalk:
         stop_timeout = float(getattr(options, "stop_timeout", 0) or 0)
         self.engine_wait = None
         self.next = None
-        self.state.move(DRAINING, until=now + stop_timeout + DRAIN_MARGIN_S)
+        self.machine.move(DRAINING, until=now + stop_timeout + DRAIN_MARGIN_S)
 
     def _draining(self, now: float) -> bool:
         """After the last tier: whether to hold at 0 users while the workers stop theirs, so that the
@@ -572,12 +572,12 @@ class TierWalk:
         runner = self.campaign.environment.runner
         if not isinstance(runner, MasterRunner):
             return False  # a local runner's records arrive in this process as its users stop
-        state = self.state
-        if runner.user_count > 0 and state.waiting(now):
+        machine = self.machine
+        if runner.user_count > 0 and machine.waiting(now):
             return True
-        if state.records_until is None:
-            state.records_until = now + FINAL_RECORDS_WAIT_S
-        return now < state.records_until
+        if machine.records_until is None:
+            machine.records_until = now + FINAL_RECORDS_WAIT_S
+        return now < machine.records_until
 
 
 @dataclass
