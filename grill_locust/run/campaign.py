@@ -473,6 +473,7 @@ class TierWalk:
         if isinstance(step, Hold):
             target = self.campaign.targets[step.after.phase.target]
             self.engine_wait = EngineWait.start(step.after, target, progress.ended_monotonic, self.campaign)
+            self.next = step.then  # not started before the engine answers: it shows among the tiers waiting
             self.machine.move(HOLDING, pause_until)
         elif step is None:
             self._start_draining(time.monotonic())

@@ -32,9 +32,11 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Hold:
-    """Hold at 0 users until the backend of `after` (the tier that measured an outage) answers."""
+    """Hold at 0 users until the backend of `after` (the tier that measured an outage) answers; `then`
+    runs next (the planner yields it once the hold is answered)."""
 
     after: Tier
+    then: Tier
 
 
 Step = Tier | Hold
@@ -117,7 +119,7 @@ class Plan:
         """Run `tier` (after a hold, when the tier before measured an outage). A tier that measures an
         outage runs once more after its hold (a re-run is not run again)."""
         if self._hold_after is not None:
-            hold, self._hold_after = Hold(self._hold_after), None
+            hold, self._hold_after = Hold(self._hold_after, tier), None
             yield hold
         self._yielded += 1
         outcome = yield tier

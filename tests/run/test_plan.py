@@ -77,7 +77,7 @@ def test_an_outage_holds_for_the_engine_then_runs_the_tier_once_more() -> None:
     steps = walk(plan, lambda step: Outcome(outage=where(step) == ("m0", 0, 0, 0)))
     assert [where(s) for s in steps] == [("m0", 0, 0, 0), "hold", ("m0", 0, 1, 0), ("m0", 1, 0, 0)]
     hold, again = steps[1], steps[2]
-    assert isinstance(hold, Hold) and hold.after is steps[0]
+    assert isinstance(hold, Hold) and hold.after is steps[0] and hold.then is again
     assert isinstance(again, UsersTier) and again.phase.key == "run.0/0/1"
     assert plan.label(again.phase) == "1/2, attempt 2"
 
