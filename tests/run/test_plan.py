@@ -10,6 +10,7 @@ import pytest
 from grill_locust.config import parse_scenario
 from grill_locust.run.phase import RateProbe, RateTier, UsersProbe, UsersTier
 from grill_locust.run.plan import Hold, Outcome, Plan, Step
+from grill_locust.run.progress import PhaseProgress
 from grill_locust.run.search import Probe
 
 DONE = Outcome()
@@ -214,3 +215,27 @@ def test_a_stopped_search_keeps_the_verdict_of_its_last_probe(stopped_at: int) -
     )
     assert len(steps) == stopped_at + 1
     assert [p.load for p in plan.searches[steps[0].phase.target].probes] == [1.0, 2.0, 4.0][: stopped_at + 1]
+
+
+def test_each_tier_variant_says_when_it_is_done() -> None:
+    users = Plan.of(scenario({"tiers": [2], "iterations": 3}, targets=1), "run", "run.0").ladder[0]
+    progress = PhaseProgress(users)
+    assert users.iterations_target(progress) == 6 and not users.done(progress, 0.0, set())
+    progress.count_iterations("c1", "w1", 6)
+    assert users.done(progress, 0.0, set())
+
+    search = Plan.of(scenario({"search": {"users": [2, 8], "probe_s": 5}}, targets=1), "run", "run.0")
+    probe = search.steps().send(None)
+    assert isinstance(probe, UsersProbe)
+    progress = PhaseProgress(probe, started=100.0)
+    assert not probe.done(progress, 104.9, set()) and probe.done(progress, 105.0, set())
+
+    rates = Plan.of(scenario({"rates": [4], "duration_s": 10}, targets=1), "run", "run.0").ladder[0]
+    rate = rates.started(("a", "b"))
+    assert isinstance(rate, RateTier) and rate.users == 2 and rate.load_label == "4 req/s"
+    progress = PhaseProgress(rate)
+    progress.dispatched["a"] = {"sends": 3, "waited": 0}
+    progress.count_iterations("a", "wa", 3)
+    assert not rate.done(progress, 0.0, set())  # b has not reported its sends
+    assert rate.done(progress, 0.0, {"b"})  # b is gone: what it sent was lost with it
+    assert rate.row(progress) == {"max_in_flight": rate.max_in_flight, "waited_for_max_in_flight": 0}
