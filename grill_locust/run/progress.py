@@ -1,5 +1,6 @@
 """A tier's progress as the master sees it: its records and iterations counted, its errors, what lost
-workers took with it, and whether it ended complete. The campaign feeds it; the verdicts read it."""
+workers took with it, and whether it ended complete; every tier's in a campaign's `TierBook`. The
+campaign feeds it; the verdicts read it."""
 
 from __future__ import annotations
 
