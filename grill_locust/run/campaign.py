@@ -20,6 +20,7 @@ again, the target's other tiers are skipped, and the run exits ENGINE_REFUSED, s
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -60,7 +61,13 @@ if TYPE_CHECKING:
 log = logging.getLogger("grill")
 
 PROGRESS_INTERVAL_S = 5.0
-TICK_WAIT_S = 1.0  # the shape polls at most this long for a change before answering Locust
+# Locust asks the shape again what is left of 1 s after each answer. The shape answers once its answer
+# changes (at most TICK_WAIT_S after the ask), looking every TICK_POLL_S (a tier done, a pause's end, the
+# last users of a tier gone, a record's arrival), so a tier ends and the next starts without waiting for
+# Locust's next ask; the results folder's refused writes are retried every DISK_RETRY_S.
+TICK_WAIT_S = 5.0
+TICK_POLL_S = 0.05
+DISK_RETRY_S = 1.0
 PAUSE_SPAWN_RATE = 100.0
 IDLE = (0, PAUSE_SPAWN_RATE)  # the shape's answer between tiers
 # after the last tier a master holds at 0 users until the workers' users are gone (they have
@@ -107,6 +114,8 @@ class Campaign:
         self.book = TierBook(keep_records=self.rows.live or bool(self.plan.searches))
         self.workers = WorkerWatch(self)
         self._changed = gevent.event.Event()
+        self._answered: tuple[int, float] | None | str = "nothing yet"  # the shape's last answer to Locust
+        self._disk_watched = -math.inf  # when the tick last retried the results folder's refused writes
         self.ended = False  # Locust stopped the test (after the last tier, or a stop): Start begins anew
         self.closed = False  # the sinks are closed: the run is over
         self.disk_full_give_up_s = disk_full_give_up_s
@@ -206,11 +215,20 @@ class Campaign:
         return self.book.current
 
     def tick(self) -> tuple[int, float] | None:
-        """Users and spawn rate for now; None when the campaign is over. Waits up to TICK_WAIT_S for news."""
-        self._changed.wait(TICK_WAIT_S)
-        self._changed.clear()
-        self._watch_disk()
-        return self.walk.tick(time.monotonic())
+        """Users and spawn rate for now; None when the campaign is over. Answers once they differ from
+        the last answer, or after TICK_WAIT_S."""
+        asked = time.monotonic()
+        while True:
+            now = time.monotonic()
+            if now >= self._disk_watched + DISK_RETRY_S:
+                self._disk_watched = now
+                self._watch_disk()
+            answer = self.walk.tick(now)
+            if answer != self._answered or now - asked >= TICK_WAIT_S:
+                self._answered = answer
+                return answer
+            self._changed.wait(TICK_POLL_S)
+            self._changed.clear()
 
     def _watch_disk(self) -> None:
         """Write what the results folder refused before; when it has refused every write for longer than
