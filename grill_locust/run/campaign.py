@@ -33,8 +33,8 @@ from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterR
 from grill_locust.errors import (
     refusal_advice,
 )
+from grill_locust.report.load_axis import rate_unit
 from grill_locust.run import exit_codes
-from grill_locust.run.arrivals import rate_unit
 from grill_locust.run.campaign_state import (
     DONE,
     DRAINING,
@@ -45,11 +45,12 @@ from grill_locust.run.campaign_state import (
     CampaignStateMachine,
 )
 from grill_locust.run.phase import Phase, campaign_phases, probe_phase, replays_trace
-from grill_locust.run.progress import OUTAGE_MIN_FAILED, PhaseProgress
+from grill_locust.run.progress import PhaseProgress
 from grill_locust.run.search import Bisection, Probe
 from grill_locust.run.worker import LOCAL_CLIENT_ID, MSG_DEVELOPER, MSG_PHASE, runner_of
 from grill_locust.sinks import PhaseEvent
 from grill_locust.sinks.results import ResultsWriter
+from grill_locust.verdicts import judge_failures, tier_misses
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -618,7 +619,7 @@ class Campaign:
     def _judge_probe(self) -> None:
         """Judge the probe that ended by the run's SLO (as `grill report` judges tiers), keep its verdict
         in run.json, and add the next probe: this target's, else the next target's first."""
-        from grill_locust.report.capacity import conversation_slos_of_run, slo_of_run, tier_misses
+        from grill_locust.report.capacity import conversation_slos_of_run, slo_of_run
 
         progress, self._probe_to_judge = self._probe_to_judge, None
         assert progress is not None
@@ -685,28 +686,11 @@ class Campaign:
 
     def _judge_failures(self, progress: PhaseProgress) -> tuple[str, str]:
         """(why the tier measured an outage, the engine's message if it refused the tier's requests), each
-        "" when not. Refused connections are an outage. Failures refused by their status are a refusal. One
-        server error message on every failed request is a refusal when the backend answers its probe;
-        too few failures to tell are an outage only when it does not (progress.remark says so)."""
-        outage = progress.outage
-        if not outage or progress.refused:
-            return outage, ""
-        if progress.refusal_by_status:
-            return "", progress.refusal_by_status
-        failed, sent = progress.failed_and_sent
-        one_error = progress.one_server_error
-        if one_error is None and failed >= OUTAGE_MIN_FAILED:
-            return outage, ""
+        "" when not, by verdicts.judge_failures (progress.remark says why failures were no outage)."""
         backend = self.targets[progress.phase.target].backend
-        if not engine_answers(backend):
-            return f"{outage}; backend {backend.name} does not answer its model list", ""
-        if one_error is not None:
-            return "", one_error[1]
-        progress.remark = (
-            f"{failed} of {sent} requests failed: too few to call an outage, and backend {backend.name} "
-            "answers its model list"
-        )
-        return "", ""
+        verdict = judge_failures(progress.failures, backend.name, lambda: engine_answers(backend))
+        progress.remark = verdict.remark
+        return verdict.outage, verdict.refusal
 
     def _skip_refused_target(self, progress: PhaseProgress) -> None:
         """The engine refused the tier's requests: the target's tiers still to run are skipped (another

@@ -10,25 +10,18 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from grill_locust.errors import RETRY_LATER_STATUSES, http_code, is_known_refusal, is_refusal
-from grill_locust.record import (
-    CANCELLED,
-    SATURATION_CPU_PCT,
-    SATURATION_LAG_P99_MS,
-    STATUS_ABANDONED,
-    STATUS_CONNECT,
-    STATUS_OK,
+from grill_locust.record import CANCELLED, STATUS_ABANDONED, STATUS_CONNECT, STATUS_OK
+from grill_locust.run.phase import DeveloperSeats, Phase
+from grill_locust.verdicts import (
+    SCHEDULE_LAG_P99_LIMIT_S,
+    TierFailures,
+    behind_schedule,
+    outage_reason,
+    saturation_text,
+    schedule_lag_p99_s,
+    tier_cpu_pct,
     timing_lag_ms,
 )
-from grill_locust.run.arrivals import SCHEDULE_LAG_P99_LIMIT_S
-from grill_locust.run.phase import DeveloperSeats, Phase
-
-# A tier measured an outage, not the engine, when the backend refused a connection during it or when more
-# than this share of its requests failed (a request cut by our own stop, or abandoned by typing, is not counted).
-OUTAGE_FAILED_SHARE = 0.5
-# Fewer failed requests than this are no evidence of an outage (nor one message on each of a refusal)
-# unless the backend also fails its probe: one request that failed says nothing of the engine's state.
-OUTAGE_MIN_FAILED = 3
 
 
 @dataclass
@@ -50,10 +43,13 @@ class PhaseProgress:
     note: str = ""
     lost_by_worker: Counter[str] = field(default_factory=Counter)
     tier_records: list[dict[str, Any]] = field(default_factory=list)  # for the live tier row, while it runs
-    # each worker's timing lag p99 (record.timing_lag_ms) over this tier so far: on its latest record
-    # (wall end, value)
+    # each worker's timing lag p99 (verdicts.timing_lag_ms) over this tier so far: on its latest
+    # measured record (wall end, value)
     worker_lag_p99_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
-    worker_cpu_max: float = 0.0
+    # each worker's CPU readings on the tier's records its worker did not mark warmup: their sum and
+    # count (verdicts.tier_cpu_pct)
+    cpu_sums: dict[str, float] = field(default_factory=dict)
+    cpu_counts: Counter[str] = field(default_factory=Counter)
     developers: DeveloperSeats = field(default_factory=DeveloperSeats)
     records_by_conversation: Counter[str] = field(default_factory=Counter)  # a mix's personas apart
     errors_by_conversation: Counter[str] = field(default_factory=Counter)
@@ -66,11 +62,12 @@ class PhaseProgress:
     losses: list[str] = field(default_factory=list)
     # the failed requests (not cut by our stop) by (status, the engine's message)
     failed_replies: Counter[tuple[str, str]] = field(default_factory=Counter)
-    refusal: str = ""  # the engine's message when it refused the tier's requests (Campaign._judge_failures)
+    refusal: str = ""  # the engine's message when it refused the tier's requests (verdicts.judge_failures)
     # the load's warmup_requests (0: none), and the tier's earliest sends so far, as many, each as
-    # (wall_start, record_id, its worker marked it warmup), in order; and the records no worker marked
+    # (wall_start, record_id, its worker marked it warmup, worker_id, worker_cpu), in order; and the
+    # records no worker marked
     warmup_requests: int = 0
-    earliest_sends: list[tuple[float, str, bool]] = field(default_factory=list)
+    earliest_sends: list[tuple[float, str, bool, str, float | None]] = field(default_factory=list)
     unmarked_records: int = 0
     remark: str = ""  # why failures that looked like an outage were not taken for one
 
@@ -98,9 +95,8 @@ class PhaseProgress:
         waited = self.sends_waited
         if waited:
             flags.append(f"max_in_flight {self.max_in_flight} reached: {waited} sends waited")
-        lags = sorted(self.schedule_lags_s)
-        lag_p99_s = lags[min(len(lags) - 1, math.ceil(0.99 * len(lags)) - 1)] if lags else 0.0
-        if lag_p99_s > SCHEDULE_LAG_P99_LIMIT_S:
+        lag_p99_s = schedule_lag_p99_s(self.schedule_lags_s)
+        if behind_schedule(lag_p99_s):
             flags.append(
                 f"LOAD-GENERATOR-BOUND (schedule lag p99 {lag_p99_s * 1000:.1f} ms > "
                 f"{SCHEDULE_LAG_P99_LIMIT_S * 1000:g} ms)"
@@ -114,7 +110,8 @@ class PhaseProgress:
         self.unmarked_records += not marked
         if not self.warmup_requests:
             return
-        send = (float(record["wall_start"]), str(record["record_id"]), marked)
+        cpu = record.get("worker_cpu")
+        send = (float(record["wall_start"]), str(record["record_id"]), marked, record["worker_id"], cpu)
         earliest = self.earliest_sends
         if len(earliest) < self.warmup_requests or send < earliest[-1]:
             bisect.insort(earliest, send)
@@ -123,7 +120,7 @@ class PhaseProgress:
     @property
     def all_warmup(self) -> str:
         """The flag of a tier whose every request was warmup (none left to measure), or ""."""
-        measured = self.unmarked_records - sum(not marked for _, _, marked in self.earliest_sends)
+        measured = self.unmarked_records - sum(not marked for _, _, marked, _, _ in self.earliest_sends)
         if not self.records or measured > 0:
             return ""
         return (
@@ -142,52 +139,32 @@ class PhaseProgress:
         return self.errors - self.cancelled, self.records - self.cancelled - self.abandoned
 
     @property
+    def failures(self) -> TierFailures:
+        """The tier's failures as the outage rule (verdicts.judge_failures) reads them."""
+        return TierFailures(self.refused, *self.failed_and_sent, self.failed_replies)
+
+    @property
     def outage(self) -> str:
         """Why this tier's failures look like an engine outage rather than the engine, or "" (before
-        Campaign._judge_failures tells a refusal or too few failures apart). Warmup requests count: the
+        verdicts.judge_failures tells a refusal or too few failures apart). Warmup requests count: the
         engine failed them as it would any other."""
-        if self.refused:
-            return f"engine outage: {self.refused} requests could not connect to the backend"
-        failed, sent = self.failed_and_sent
-        if sent and failed / sent > OUTAGE_FAILED_SHARE:
-            return (
-                f"engine outage: {failed} of {sent} requests failed "
-                f"(more than {OUTAGE_FAILED_SHARE * 100:g} %)"
-            )
-        return ""
+        return outage_reason(self.failures)
 
     @property
-    def refusal_by_status(self) -> str:
-        """The engine's (most frequent) message when every failed request was refused by its status
-        (errors.is_refusal), else "": the engine will never serve these requests as sent."""
-        if not self.failed_replies or not all(is_refusal(status) for status, _ in self.failed_replies):
-            return ""
-        (status, message), _ = self.failed_replies.most_common(1)[0]
-        return message or status
-
-    @property
-    def one_server_error(self) -> tuple[str, str] | None:
-        """(status, message) when every failed request, at least OUTAGE_MIN_FAILED of them, got one server
-        error with one message from the engine, of no "not now" kind (503...), else None (one failure is
-        enough when the message is a known refusal's)."""
-        if len(self.failed_replies) != 1:
-            return None
-        (status, message), count = next(iter(self.failed_replies.items()))
-        code = http_code(status)
-        if code is None or code < 500 or code in RETRY_LATER_STATUSES or not message:
-            return None
-        enough = count >= OUTAGE_MIN_FAILED or is_known_refusal(message)
-        return (status, message) if enough else None
+    def cpu_pct(self) -> float:
+        """The tier's CPU so far (verdicts.tier_cpu_pct) over its measured records: those its workers
+        marked warmup never counted, and those among its first warmup_requests sends are taken out."""
+        sums, counts = dict(self.cpu_sums), self.cpu_counts.copy()
+        for _, _, marked, worker, cpu in self.earliest_sends:
+            if not marked and cpu is not None:
+                sums[worker] -= cpu
+                counts[worker] -= 1
+        return tier_cpu_pct(sums, counts)
 
     @property
     def saturation(self) -> str:
         """Why the load generator was saturated in this tier, or "" (records carry each worker's state)."""
-        if self.lag_p99_ms > SATURATION_LAG_P99_MS or self.worker_cpu_max > SATURATION_CPU_PCT:
-            return (
-                f"LOAD GENERATOR SATURATED (timing lag p99 {self.lag_p99_ms:.1f} ms, "
-                f"CPU up to {self.worker_cpu_max:.0f} %): this tier's latencies are suspect"
-            )
-        return ""
+        return saturation_text(self.lag_p99_ms, self.cpu_pct)
 
     def count_record(self, record: dict[str, Any], keep_for_tier_row: bool) -> None:
         """Count one record of this tier (sent once: the results folder drops a resent one); kept for the
@@ -207,16 +184,23 @@ class PhaseProgress:
                 self.cancelled += 1
             else:
                 self.failed_replies[(record["status"], record["error"] or "")] += 1
-        cpu = record.get("worker_cpu")
+        if record.get("warmup") is not True:  # the load generator's health, as the report reads it
+            self.count_health(record)
+        if record.get("schedule_lag_s") is not None:
+            self.schedule_lags_s.append(record["schedule_lag_s"])
+
+    def count_health(self, record: dict[str, Any]) -> None:
+        """The load generator's state on a measured record: its worker's timing lag p99 (the latest
+        record's covers the tier so far) and CPU reading."""
+        worker = record["worker_id"]
         if record.get("worker_lag_p99_ms") is not None:
             lag = timing_lag_ms(record["worker_lag_p99_ms"], record.get("worker_read_lag_p99_ms"))
             end = record["wall_start"] + (record.get("e2e_s") or 0.0)
-            if end >= self.worker_lag_p99_ms.get(record["worker_id"], (-math.inf, 0.0))[0]:
-                self.worker_lag_p99_ms[record["worker_id"]] = (end, lag)
-        if cpu is not None and cpu > self.worker_cpu_max:
-            self.worker_cpu_max = cpu
-        if record.get("schedule_lag_s") is not None:
-            self.schedule_lags_s.append(record["schedule_lag_s"])
+            if end >= self.worker_lag_p99_ms.get(worker, (-math.inf, 0.0))[0]:
+                self.worker_lag_p99_ms[worker] = (end, lag)
+        if record.get("worker_cpu") is not None:
+            self.cpu_sums[worker] = self.cpu_sums.get(worker, 0.0) + record["worker_cpu"]
+            self.cpu_counts[worker] += 1
 
     def count_iterations(self, client_id: str, worker: str, count: int) -> None:
         """A worker finished `count` iterations of this tier. A worker counted lost was cut off, not gone:
@@ -228,7 +212,9 @@ class PhaseProgress:
             self.lost_by_worker[worker] = max(0, self.lost_by_worker[worker] - count)
 
     def compose_note(self) -> str:
-        """The tier's phases.csv note: why it ended incomplete, what its lost workers took, its flags."""
+        """The tier's phases.csv note: why it ended incomplete, what its lost workers took, its flags (a
+        saturated load generator's as the live log and summary.csv judge it: verdicts.py)."""
         lost = "; ".join(f"{n} iterations lost on worker {w}" for w, n in self.lost_by_worker.items() if n)
-        parts = (self.end_reason, self.remark, lost, *self.losses, self.open_loop_flags, self.all_warmup)
+        flags = (self.saturation, self.open_loop_flags, self.all_warmup)
+        parts = (self.end_reason, self.remark, lost, *self.losses, *flags)
         return "; ".join(part for part in parts if part)
