@@ -139,7 +139,7 @@ def test_a_saturated_worker_is_flagged_live_and_in_the_summary(tmp_path: Path) -
 
 
 def test_one_late_wake_up_in_a_long_tier_is_not_the_tiers_lag_p99(tmp_path: Path) -> None:
-    """A lag p99 over the last few dozen probes is their maximum: one 150 ms stall flagged the whole tier.
+    """A lag p99 over the last few dozen probes is near their maximum: one 150 ms stall flagged the whole tier.
     The tier's figure is now the p99 of all its probes, which leaves one late probe among ~150 out,
     though the records just after it saw it."""
     stalling = tmp_path / "stalling.py"
@@ -149,7 +149,8 @@ def test_one_late_wake_up_in_a_long_tier_is_not_the_tiers_lag_p99(tmp_path: Path
     records = pd.read_parquet(only_run_dir(tmp_path / "r") / "records.parquet")
     lags = np.sort(np.array(json.loads(lags_path.read_text())))
     assert len(lags) >= 100 and lags[-1] > 70  # the tier's probes, the stall among them
-    assert records["worker_lag_p99_ms"].max() > 70  # early in the tier the p99 is their maximum
+    # early in the tier, over a few dozen probes, the interpolated p99 lies well up toward their maximum
+    assert records["worker_lag_p99_ms"].max() > lags[-1] / 5
     exact_p99 = float(np.quantile(np.maximum(lags, 0.01), 0.99))  # the histogram's first edge: 0.01 ms
     tier_lag = summary["worker_lag_p99_ms"].iloc[0]
     assert max(exact_p99, 0.01) <= tier_lag <= max(exact_p99, 0.01) * 1.02
