@@ -37,6 +37,7 @@ from grill_locust.sim.params import PROFILES as SIM_PROFILES
 from grill_locust.sim.params import EngineParams
 from grill_locust.workload.kinds import (
     BUILTIN_CONVERSATION_KINDS,
+    KIND_MIX,
     MODEL_SETTINGS,
     WORKLOAD_KINDS,
     WorkloadKind,
@@ -718,9 +719,6 @@ class Persona(_Frozen):
     """What this persona's developers send."""
     weight: Number = Field(gt=0)
     """Its share of the tier's developers, relative to the other personas' weights."""
-
-
-KIND_MIX = "mix"  # the kind of a mix target's phases and whole-tier rows (no workload kind has this name)
 
 
 class Target(_Frozen):

@@ -1,7 +1,7 @@
 """A tier's load as the report shows it: its users for a closed-loop tier, its rate for an open-loop one
 (every rate tier has 0 users). Figures, tables and capacity read the load and its unit from here.
 
-A unit is "users", or the rate's unit (`rate_unit`, from the kind: "req/s", or "sessions/s" for kinds
+A unit is "users", or the rate's unit (the kinds' `rate_unit`: "req/s", or "sessions/s" for kinds
 whose one send is a session). Tiers of different units never share an axis or a capacity row.
 """
 
@@ -13,18 +13,9 @@ import numpy as np
 import pandas as pd
 
 from grill_locust.config import KIND_MIX
-from grill_locust.workload.kinds import REQUESTS_PER_S, SESSIONS_PER_S, WORKLOAD_KINDS
+from grill_locust.workload.kinds import rate_unit
 
 USERS = "users"
-
-
-def rate_unit(kind: str) -> str:
-    """What a rate tier of this kind (a record's `kind`, a mix's "mix": its developers' sessions)
-    counts per second; a kind no longer registered (in old results), requests."""
-    if kind == KIND_MIX:
-        return SESSIONS_PER_S
-    workload_kind = WORKLOAD_KINDS.get(kind)
-    return workload_kind.rate_unit if workload_kind is not None else REQUESTS_PER_S
 
 
 def _rates(rows: pd.DataFrame) -> pd.Series:

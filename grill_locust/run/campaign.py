@@ -33,7 +33,6 @@ from locust.runners import STATE_MISSING, STATE_RUNNING, STATE_SPAWNING, MasterR
 from grill_locust.errors import (
     refusal_advice,
 )
-from grill_locust.report.load_axis import rate_unit
 from grill_locust.run import exit_codes
 from grill_locust.run.campaign_state import (
     DONE,
@@ -51,6 +50,7 @@ from grill_locust.run.worker import LOCAL_CLIENT_ID, MSG_DEVELOPER, MSG_PHASE, r
 from grill_locust.sinks import PhaseEvent
 from grill_locust.sinks.results import ResultsWriter
 from grill_locust.verdicts import judge_failures, tier_misses
+from grill_locust.workload.kinds import rate_unit
 
 if TYPE_CHECKING:
     import pandas as pd

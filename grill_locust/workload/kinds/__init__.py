@@ -26,6 +26,9 @@ from grill_locust.workload.kinds.trace import TRACE
 # developer's FIM requests (`turn` the request's index in the iteration)
 KIND_AGENTIC = AGENTIC.name
 KIND_AUTOCOMPLETE = AUTOCOMPLETE.name
+# the kind of a mix target's phases and whole-tier rows: its personas' kinds mixed (no workload kind has
+# this name)
+KIND_MIX = "mix"
 # name -> kind, in the order errors list them
 WORKLOAD_KINDS: dict[str, WorkloadKind] = {}
 # built-in conversation name -> its kind's name
@@ -71,6 +74,15 @@ def names_where(has: str) -> list[str]:
     return [kind.name for kind in WORKLOAD_KINDS.values() if getattr(kind, has)]
 
 
+def rate_unit(kind: str) -> str:
+    """What a rate tier of this kind (a record's `kind`, a mix's KIND_MIX: its developers' sessions)
+    counts per second; a kind no longer registered (in old results), requests."""
+    if kind == KIND_MIX:
+        return SESSIONS_PER_S
+    workload_kind = WORKLOAD_KINDS.get(kind)
+    return workload_kind.rate_unit if workload_kind is not None else REQUESTS_PER_S
+
+
 def size_fields() -> tuple[str, ...]:
     """Every size field of any kind, in the registry's order."""
     return tuple(dict.fromkeys(field for kind in WORKLOAD_KINDS.values() for field in kind.sizes))
@@ -93,6 +105,7 @@ __all__ = [
     "BUILTIN_CONVERSATION_KINDS",
     "KIND_AGENTIC",
     "KIND_AUTOCOMPLETE",
+    "KIND_MIX",
     "MODEL_SETTINGS",
     "REQUESTS_PER_S",
     "SESSIONS_PER_S",
@@ -106,6 +119,7 @@ __all__ = [
     "kind_named",
     "kind_names",
     "names_where",
+    "rate_unit",
     "register",
     "size_fields",
     "unregister",
