@@ -215,6 +215,13 @@ class PhaseProgress:
         """The tier's phases.csv note: why it ended incomplete, what its lost workers took, its flags (a
         saturated load generator's as the live log and summary.csv judge it: verdicts.py)."""
         lost = "; ".join(f"{n} iterations lost on worker {w}" for w, n in self.lost_by_worker.items() if n)
-        flags = (self.saturation, self.open_loop_flags, self.all_warmup)
-        parts = (self.end_reason, self.remark, lost, *self.losses, *flags)
+        parts = (
+            self.end_reason,
+            self.remark,
+            self.saturation,
+            lost,
+            *self.losses,
+            self.open_loop_flags,
+            self.all_warmup,
+        )
         return "; ".join(part for part in parts if part)
