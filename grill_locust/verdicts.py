@@ -33,11 +33,12 @@ def timing_lag_ms(event_loop_lag_ms: float | None, read_lag_ms: float | None) ->
 
 
 def tier_cpu_pct(sums: Mapping[str, float], counts: Mapping[str, int]) -> float:
-    """A tier's CPU: the highest of its workers' mean readings (each record carries its worker's last
-    one-second reading), NaN with none. The mean, because the verdict is on the tier as a whole: one
-    busy second among many idle ones (spawning users, a collection) skews no timing the lag would not
-    show; a worker's own, because its users' timings are skewed by its load and not eased by an idle
-    worker beside it, as the tier's lag is its workers' highest."""
+    """A tier's CPU, from each worker's `sums` and `counts` of its readings on the tier's measured records
+    (a record carries its worker's last one-second reading): the highest of the workers' means, NaN
+    with none. The mean, because the verdict is on the tier as a whole: one busy second among many idle
+    ones (spawning users, a garbage collection) skews no timing the lag would not show. A worker's own,
+    because an idle worker beside a busy one eases none of its users' timings (the tier's lag is its
+    workers' highest for the same reason). docs/metrics.md, "A tier's verdicts"."""
     means = [sums[worker] / counts[worker] for worker in counts if counts[worker] > 0]
     return max(means) if means else math.nan
 
