@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))  # client_overhead's live method
 
 from grill_locust.client import request_for  # noqa: E402
-from grill_locust.config import Backend, Conversation, Model  # noqa: E402
+from grill_locust.config import Backend, Model  # noqa: E402
+from grill_locust.scenario import Conversation, validate_conversation  # noqa: E402
 from grill_locust.tokens import count_tokens  # noqa: E402
 from grill_locust.workload import build_workload  # noqa: E402
 from grill_locust.workload.agentic import AgenticPlan, AgenticSession, AgentReply, tools_tokens  # noqa: E402
@@ -50,7 +51,7 @@ SAMPLE_INTERVAL_S = 0.5
 def agent_conversation(steps: int, context_tokens: int) -> Conversation:
     """Sessions of exactly `steps` model calls whose last request holds about `context_tokens`."""
     per_step = round((context_tokens - SYSTEM_TOKENS) / (steps - 1)) - REPLY_TOKENS
-    return Conversation.model_validate(
+    return validate_conversation(
         {
             "name": "bench-agent",
             "kind": "agentic",

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from grill_locust.config import load_scenario
 from grill_locust.run.estimate import estimate_campaign, format_estimate
+from grill_locust.scenario import load_scenario
 
 MIX = [
     {"conversation": "short-baseline", "weight": 70},

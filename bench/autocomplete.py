@@ -42,7 +42,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from grill_locust.config import Conversation  # noqa: E402
+from grill_locust.scenario import validate_conversation  # noqa: E402
 from grill_locust.sim import SimProcess  # noqa: E402
 from grill_locust.workload import build_workload  # noqa: E402
 from grill_locust.workload.autocomplete import AutocompletePlan  # noqa: E402
@@ -116,7 +116,7 @@ def percentile(values: list[float], fraction: float) -> float:
 
 def lateness_s(records: list[dict[str, Any]], requests: int) -> list[tuple[float, float]]:
     """Each send minus its debounce deadline (module docstring), plans rebuilt from conversation ids."""
-    workload = build_workload(Conversation.model_validate(conversation(requests)))
+    workload = build_workload(validate_conversation(conversation(requests)))
     by_iteration: dict[str, list[dict[str, Any]]] = {}
     for record in records:
         by_iteration.setdefault(record["conversation_id"], []).append(record)
@@ -212,7 +212,7 @@ def timer_floor_us(developers: int, requests: int) -> float:
     (two timers a request, as the user loop sets), nothing built or sent."""
     import gevent
 
-    workload = build_workload(Conversation.model_validate(conversation(requests)))
+    workload = build_workload(validate_conversation(conversation(requests)))
     plans = []
     for developer in range(developers):
         plan = workload.script(f"floor-u{developer}", 0)

@@ -350,7 +350,7 @@ def analyze_grill(streams: int, workdir: Path, client: str = "grill") -> PathRes
 
 def baseline_prompts(level: Level, path: Path) -> None:
     """The same kind and size of prompts grill sends (its own workload generator), one per request."""
-    from grill_locust.config import parse_scenario
+    from grill_locust.scenario import parse_scenario
     from grill_locust.workload import build_workload
 
     scenario = parse_scenario(grill_scenario(level, Path("unused")), source="capacity")

@@ -100,7 +100,7 @@ def free_port() -> int:
 
 
 def scenario_for_bench() -> Any:
-    from grill_locust.config import parse_scenario
+    from grill_locust.scenario import parse_scenario
 
     data = {
         "name": "ingest",

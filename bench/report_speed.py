@@ -14,6 +14,9 @@ import tempfile
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # the suite's synthetic records (tests/synthetic.py)
+
 TARGET_S = 10.0
 BACKENDS = ("vllm", "vllm-no-prefix-cache", "sglang", "llamacpp")
 CONVERSATIONS = ("multi-turn-session", "shared-prefix", "short-baseline", "unique-prompts")
@@ -28,7 +31,7 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    from grill_locust.report.synthetic import synthetic_records, write_results_folder
+    from tests.synthetic import synthetic_records, write_results_folder
 
     with tempfile.TemporaryDirectory(prefix="grill-report-bench-") as scratch:
         root = Path(args.keep) if args.keep else Path(scratch)

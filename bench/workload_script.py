@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from grill_locust.config import Conversation
+from grill_locust.scenario import validate_conversation
 from grill_locust.workload import build_workload
 
 CASES = [
@@ -30,7 +30,7 @@ def main() -> None:
     args = parser.parse_args()
     print(f"CPU per script, best of {args.repeats} x {args.scripts} scripts (distinct users and iterations)")
     for fields in CASES:
-        workload = build_workload(Conversation.model_validate(fields))
+        workload = build_workload(validate_conversation(fields))
         workload.script("warm-up", 0)  # shared parts (a shared prefix) are built once, on first use
         best = float("inf")
         for repeat in range(args.repeats):

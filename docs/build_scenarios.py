@@ -24,7 +24,8 @@ from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from grill_locust.config._schema import FileScenario, LlmGrillLoad, Load
+from grill_locust.config._schema import LlmGrillLoad, Load
+from grill_locust.scenario._schema import FileScenario
 
 OUTPUT = Path(__file__).resolve().parent / "scenarios.md"
 ROOT_MODEL: type[BaseModel] = FileScenario
@@ -93,6 +94,22 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     return found
 
 
+def shared_base(models: list[type[BaseModel]]) -> type[BaseModel] | None:
+    """The model every member of a discriminated union extends, where it holds `kind` too (the fields
+    every kind has): documented once, each kind's section then lists only its own keys."""
+    if len(models) < 2:
+        return None
+    for base in models[0].__mro__:
+        if (
+            isinstance(base, type)
+            and issubclass(base, BaseModel)
+            and "kind" in base.model_fields
+            and all(issubclass(model, base) for model in models)
+        ):
+            return base
+    return None
+
+
 def _bounds(metadata: list[Any]) -> str:
     words = []
     for item in metadata:
@@ -111,6 +128,8 @@ def type_name(annotation: Any, field_bounds: tuple[Any, ...] = ()) -> str:
     bounds = _bounds([*metadata, *field_bounds])
     if _is_union(annotation):
         members = [arg for arg in _args(annotation) if arg is not type(None)]
+        if shared_base(_models_in(annotation)) is not None:
+            return "one of the kinds below, by `kind`"
         text = " or ".join(type_name(arg, field_bounds) for arg in members)
         return f"{text} (optional)" if len(members) < len(_args(annotation)) else text
     origin = typing.get_origin(annotation)
@@ -184,11 +203,16 @@ def _item_path(path: str, annotation: Any) -> str:
     return path
 
 
-def sections(model: type[BaseModel], path: str = "", title: str = "") -> Iterator[Section]:
-    """The model's own keys, then those of each model below it, depth first, each model once per place."""
+def sections(
+    model: type[BaseModel], path: str = "", title: str = "", shared: type[BaseModel] | None = None
+) -> Iterator[Section]:
+    """The model's own keys (without those of `shared`, documented in a section of their own, but for
+    `kind`), then those of each model below it, depth first, each model once per place."""
     keys = []
-    below: list[tuple[type[BaseModel], str, str]] = []
+    below: list[tuple[type[BaseModel], str, str, type[BaseModel] | None]] = []
     for name, field in model.model_fields.items():
+        if shared is not None and name in shared.model_fields and name != "kind":
+            continue
         key_path = f"{path}.{name}" if path else name
         translated = SECTION_MODELS.get(key_path)
         keys.append(
@@ -204,17 +228,20 @@ def sections(model: type[BaseModel], path: str = "", title: str = "") -> Iterato
         )
         if translated:
             for inner_model, note in translated:
-                below.append((inner_model, key_path, f"{key_path} ({note})" if note else key_path))
+                below.append((inner_model, key_path, f"{key_path} ({note})" if note else key_path, None))
             continue
         item_path = _item_path(key_path, field.annotation)
         inner = _models_in(field.annotation)
+        base = shared_base(inner)
+        if base is not None:
+            below.append((base, item_path, f"{item_path} (every kind)", None))
         for inner_model in inner:
             heading = f"{item_path} ({_variant_title(inner_model)})" if len(inner) > 1 else item_path
-            below.append((inner_model, item_path, heading))
+            below.append((inner_model, item_path, heading, base))
     doc = " ".join((model.__doc__ or "").split())
     yield Section(title=title or "Top level", doc=doc, keys=tuple(keys))  # a title: a YAML path
-    for inner_model, item_path, heading in below:
-        yield from sections(inner_model, item_path, heading)
+    for inner_model, item_path, heading, base in below:
+        yield from sections(inner_model, item_path, heading, base)
 
 
 def undocumented(model: type[BaseModel] = ROOT_MODEL) -> list[str]:

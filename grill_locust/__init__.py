@@ -1,7 +1,7 @@
 """grill-locust: distributed load tests of LLM inference engines for coding assistants, built on Locust.
 
 Public entry points (docs/ARCHITECTURE.md shows how the packages join):
-- `load_scenario`, `Scenario` — scenario files (grill_locust.config)
+- `load_scenario`, `Scenario` — scenario files (grill_locust.scenario)
 - `RequestRecord`, `measure` — one row per request and the metric definitions (grill_locust.record)
 - `EngineClient` — the streaming, per-event timed OpenAI client (grill_locust.client)
 - `SimProcess` — the simulated engine in a subprocess (grill_locust.sim)
@@ -18,8 +18,8 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "load_scenario": "grill_locust.config",
-    "Scenario": "grill_locust.config",
+    "load_scenario": "grill_locust.scenario",
+    "Scenario": "grill_locust.scenario",
     "RequestRecord": "grill_locust.record",
     "measure": "grill_locust.record",
     "EngineClient": "grill_locust.client",

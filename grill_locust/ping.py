@@ -27,7 +27,8 @@ from grill_locust.fim_templates import choose_fim
 from grill_locust.record import STATUS_OK, RawTiming, measure
 
 if TYPE_CHECKING:
-    from grill_locust.config import Backend, Conversation, Model
+    from grill_locust.config import Backend, Model
+    from grill_locust.scenario import Conversation
 
 PING_MAX_TOKENS = 8
 PING_PROMPT = "Write a Python function that returns the sum of two numbers."
@@ -93,7 +94,7 @@ def configure_parser(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from grill_locust.config import load_scenario
+    from grill_locust.scenario import load_scenario
 
     if args.timeout <= 0:
         raise GrillError(f"--timeout: expected a positive number of seconds, got {args.timeout:g}")

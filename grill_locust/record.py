@@ -21,6 +21,7 @@ STATUS_STREAM_CUT = "stream_cut"
 CANCELLED = "cancelled"  # the error of a `stream_cut` request that our own stop cut short
 STATUS_BAD_EVENT = "bad_event"
 STATUS_EMPTY = "empty"
+CUT_SHORT = ("length", "max_tokens")  # finish reasons of a reply cut at max_tokens (OpenAI's, Anthropic's)
 # an autocomplete request the developer's next keystroke cancelled (the client closed the stream): not
 # an error and not a failure, and left out of latency percentiles
 STATUS_ABANDONED = "abandoned"
@@ -53,6 +54,7 @@ class RawTiming:
     reasoning_events: int = 0  # output events that carried reasoning
     tokenizer_tokens: int | None = None  # from the backend's tokenizer, when usage is missing
     finish_reason: str | None = None
+    finish_time: float | None = None  # arrival of the event that first gave `finish_reason`
     status: str = STATUS_OK
     http_status: int | None = None
     error: str = ""
@@ -139,7 +141,13 @@ def measure(raw: RawTiming) -> Measurement:
         visible_tokens_per_s = (visible_tokens - 1) / (e2e - ttfo)
     status = raw.status
     if status == STATUS_OK and not times:
-        status = STATUS_EMPTY
+        if raw.finish_time is not None and output_tokens == 1 and raw.finish_reason not in CUT_SHORT:
+            # the model's first token ended its reply (an end-of-text or stop token streams no text): a
+            # reply of one token, whose event is the finish. Tokens the engine held back (a tool call's
+            # markup cut by max_tokens) stay `empty`.
+            ttft = raw.finish_time - raw.t0
+        else:
+            status = STATUS_EMPTY
     return Measurement(
         wall_start=raw.wall_start,
         ttft_s=ttft,

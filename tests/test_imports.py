@@ -171,9 +171,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
 )
 
 # Imports against the layers that another part of issue 28 removes; the merge empties this list.
-PENDING: dict[tuple[str, str], str] = {
-    ("config", "workload"): "the kinds' models and the scenario loader move out of config/ (kinds helper)",
-}
+PENDING: dict[tuple[str, str], str] = {}
 
 
 def unit_of(module: str) -> str:

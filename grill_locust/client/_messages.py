@@ -58,7 +58,7 @@ class MessagesTimer(StreamTimer):
             if stop_reason:
                 if type(stop_reason) is not str:
                     raise TypeError("stop_reason")
-                self.raw.finish_reason = stop_reason
+                self.finish(t, stop_reason)
             self._on_message_usage(chunk.get("usage"), with_output=True)
         elif kind == "message_stop":
             self._require_start(t, kind)

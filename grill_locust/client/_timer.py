@@ -212,7 +212,7 @@ class StreamTimer:
                 if finish_reason:
                     if type(finish_reason) is not str:
                         raise TypeError("finish_reason")
-                    self.raw.finish_reason = finish_reason
+                    self.finish(t, finish_reason)
             if output:
                 self._output_times.append(t)
                 if visible and self.raw.first_visible_time is None:
@@ -243,7 +243,7 @@ class StreamTimer:
                 raw.first_visible_time = t
             self.check_size(t)
         if chunk["stop"] is True:
-            raw.finish_reason = "length" if chunk.get("stop_type") == "limit" else "stop"
+            self.finish(t, "length" if chunk.get("stop_type") == "limit" else "stop")
             predicted = chunk.get("tokens_predicted")
             if type(predicted) is int:
                 raw.completion_tokens = predicted
@@ -273,6 +273,12 @@ class StreamTimer:
                     raise TypeError("tool_calls.function.arguments")
                 call.add(arguments)
                 self.argument_chars += len(arguments)
+
+    def finish(self, t: float, reason: str) -> None:
+        """The engine gave the reply's finish reason at `t` (the first such event keeps its time)."""
+        self.raw.finish_reason = reason
+        if self.raw.finish_time is None:
+            self.raw.finish_time = t
 
     def on_done(self, t: float) -> None:
         """`data: [DONE]`: the end of the stream; E2E ends here."""

@@ -1,59 +1,54 @@
-"""Scenario files: the schema (native and llm-grill compatible), `${ENV}` expansion and validation.
+"""What every workload kind shares in a scenario file: its backends, models, load, SLO and sinks, the
+field types the kinds' models use, `${ENV}` expansion, YAML with line numbers and one-line errors.
 
-`load_scenario(path)` reads a YAML file and returns a frozen `Scenario` whose targets hold resolved
-objects (backend, model, conversation). Every user error is a `ConfigError`: one line naming the file,
-the YAML path and what was expected, e.g. `x.yaml: targets[2].backend: unknown backend 'vlm' (known: vllm)`.
-
-llm-grill files load unchanged: `servers` for `backends`, a server's `type`/`backend` for `engine` and
-`timeout` for `timeouts.total_s`, `conversations` with `turns`, targets with `server`, and a `load`
-section with `concurrent_users`, `ramp_levels`, `iterations`, `ramp_up_seconds`,
-`think_time_seconds`, `ramp_pause_seconds`. Where such a file leaves a value out, llm-grill's default
-applies (engine `openai`, 512 max_tokens, 1 user, 1 iteration, no think time, 10 s between levels), and
-its SSH GPU-monitoring keys and `run_id` are accepted and left aside.
+The scenario file itself (its top-level model, the union of the kinds' models, its loader and the
+llm-grill translation) is `grill_locust.scenario`'s, above the workload kinds. Every user error is a
+`ConfigError`: one line naming the file, the YAML path and what was expected, e.g.
+`x.yaml: targets[2].backend: unknown backend 'vlm' (known: vllm)`.
 
 Modules, lowest first: `_secrets` (which values are secret), `_errors` (one-line messages),
-`_yaml_lines` (YAML with line numbers), `_env` (`${ENV}`), `_schema` (the models), `_llm_grill`
-(llm-grill's spellings and defaults), `_load` (the entry points).
+`_yaml_lines` (YAML with line numbers), `_env` (`${ENV}`), `_apportion` (a mix's developers per
+persona), `_schema` (the models).
 """
 
 from grill_locust.config._env import expand_env_string
 from grill_locust.config._errors import ConfigError
-from grill_locust.config._load import load_scenario, parse_scenario, parse_tiers
 from grill_locust.config._schema import (
-    BUILTIN_CONVERSATION_KINDS,
     DEFAULT_TIERS,
     KIND_MIX,
+    MAX_TOKENS_PER_MESSAGE,
     SLO_LATENCY_BOUNDS,
     Backend,
-    Conversation,
     ConversationSlo,
+    Count,
+    FimTransport,
+    Frozen,
+    Load,
     Model,
-    Persona,
-    Scenario,
+    Number,
     Search,
+    Sinks,
     Slo,
-    Target,
-    iter_secrets,
+    check_fim_family,
 )
 
 __all__ = [
-    "BUILTIN_CONVERSATION_KINDS",
     "DEFAULT_TIERS",
     "KIND_MIX",
+    "MAX_TOKENS_PER_MESSAGE",
     "SLO_LATENCY_BOUNDS",
     "Backend",
     "ConfigError",
-    "Conversation",
     "ConversationSlo",
+    "Count",
+    "FimTransport",
+    "Frozen",
+    "Load",
     "Model",
-    "Persona",
-    "Scenario",
+    "Number",
     "Search",
+    "Sinks",
     "Slo",
-    "Target",
+    "check_fim_family",
     "expand_env_string",
-    "iter_secrets",
-    "load_scenario",
-    "parse_scenario",
-    "parse_tiers",
 ]

@@ -29,7 +29,7 @@ class _Sequence:
     """The personas of developers 0, 1, … of one mix, and how many of them each persona has."""
 
     weights: tuple[int, ...]  # the mix's weights times their common denominator: whole numbers
-    personas: array = field(default_factory=lambda: array("I"))
+    personas: array[int] = field(default_factory=lambda: array("I"))
     counts: list[int] = field(default_factory=list)
 
     @classmethod
@@ -76,7 +76,7 @@ def persona_index(weights: tuple[float, ...], developer: int) -> int:
     """The persona (index into `weights`, all positive) of 0-based `developer`."""
     if len(weights) == 1:
         return 0
-    return _sequence(weights, developer + 1).personas[developer]
+    return int(_sequence(weights, developer + 1).personas[developer])
 
 
 def persona_counts(weights: tuple[float, ...], developers: int) -> list[int]:

@@ -1,16 +1,13 @@
-"""The scenario schema: frozen pydantic models of what a file may say (native and llm-grill spellings)
-and of the resolved campaign (`Scenario`, whose targets hold their backend, model and conversation)."""
+"""What every workload kind shares in a scenario file: frozen pydantic models of its backends, models,
+load, SLO and sinks (native and llm-grill spellings), and the field types the kinds' own models use."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import math
-import os
 import re
-import zlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -25,34 +22,22 @@ from pydantic import (
     model_validator,
 )
 
-from grill_locust.config._env import expand_env_string
-from grill_locust.config._errors import ConfigError, YamlPath, at, describe_validation_error, shown_input
-from grill_locust.config._secrets import REDACTED, reveal, secret_paths, walk_secrets
+from grill_locust.config._errors import ConfigError, describe_validation_error
+from grill_locust.config._secrets import reveal
 from grill_locust.engines import engine_facts, engine_name
 from grill_locust.errors import GrillError
 from grill_locust.fim_templates import FIM_FAMILIES, FIM_TEMPLATES
 from grill_locust.record import STATUS_ABANDONED, STATUS_OK
-from grill_locust.redact import redact_secret_keys
 from grill_locust.sim.params import PROFILES as SIM_PROFILES
 from grill_locust.sim.params import EngineParams
-from grill_locust.workload.kinds import (
-    BUILTIN_CONVERSATION_KINDS,
-    KIND_MIX,
-    MODEL_SETTINGS,
-    WORKLOAD_KINDS,
-    WorkloadKind,
-    kind_names,
-    size_fields,
-)
 
 FimTransport = Literal["template", "suffix", "infill"]  # FIM_TRANSPORTS, as a type
 DEFAULT_TIERS = (1, 5, 10, 20, 50, 100, 150, 200)
 DEFAULT_MAX_IN_FLIGHT = 1024  # an open-loop tier's cap on requests in flight, across its workers
-_MAX_TOKENS_PER_MESSAGE = 1_000_000
-_MAX_SUBAGENTS = 16
+MAX_TOKENS_PER_MESSAGE = 1_000_000
 
 
-class _Frozen(BaseModel):
+class Frozen(BaseModel):
     # NaN and infinity pass every comparison a validator makes (`nan > 0` is False, `inf > 0` True):
     # no float of a scenario may be either. A field's docstring is its description in docs/scenarios.md.
     model_config = ConfigDict(
@@ -80,7 +65,7 @@ Number = Annotated[float, _refuse_bool("a number")]
 Count = Annotated[int, _refuse_bool("a whole number")]
 
 
-class Timeouts(_Frozen):
+class Timeouts(Frozen):
     """Per-request time limits of one backend (seconds)."""
 
     connect_s: Number = Field(default=10.0, gt=0)
@@ -116,7 +101,7 @@ def _check_numbers(value: Any, field: str, inner: str = "") -> None:
             raise ValueError(f"{field}: {inner}: {value:g} is past the largest number accepted (2^53)")
 
 
-class Backend(_Frozen):
+class Backend(Frozen):
     """One engine endpoint (OpenAI-compatible), as requests and scrapers reach it."""
 
     name: str = Field(min_length=1)
@@ -189,17 +174,17 @@ class Backend(_Frozen):
     def _base_url(cls, value: str) -> str:
         if value == "":
             return value
-        return _check_http_url(value, strip_v1=True)
+        return check_http_url(value, strip_v1=True)
 
     @field_validator("metrics_url", "tokenize_url")
     @classmethod
     def _endpoint_url(cls, value: str | None) -> str | None:
-        return None if value is None else _check_http_url(value, strip_v1=False)
+        return None if value is None else check_http_url(value, strip_v1=False)
 
     @field_validator("gpu_exporters")
     @classmethod
     def _exporter_urls(cls, value: list[str]) -> list[str]:
-        return [_check_http_url(url, strip_v1=False) for url in value]
+        return [check_http_url(url, strip_v1=False) for url in value]
 
     @model_validator(mode="after")
     def _engine_rules(self) -> Backend:
@@ -263,7 +248,7 @@ class Backend(_Frozen):
         return Backend.model_validate(data)
 
 
-class Model(_Frozen):
+class Model(Frozen):
     """A served model and the sampling settings sent with every request."""
 
     name: str = Field(min_length=1)
@@ -288,8 +273,8 @@ class Model(_Frozen):
 
     @field_validator("fim_template")
     @classmethod
-    def _known_fim_family(cls, value: str | None) -> str | None:
-        return _fim_family(value)
+    def _knowncheck_fim_family(cls, value: str | None) -> str | None:
+        return check_fim_family(value)
 
     @model_validator(mode="after")
     def _min_below_max(self) -> Model:
@@ -307,35 +292,6 @@ class Model(_Frozen):
         if ignore_eos is not None and ignore_eos != self.ignore_eos:
             update["ignore_eos"] = ignore_eos
         return self.model_copy(update=update) if update else self
-
-
-class Turn(_Frozen):
-    """One scripted message of a fixed (llm-grill) conversation."""
-
-    role: Literal["system", "user", "assistant"]
-    """Who says it: the system prompt, the developer (user) or a scripted assistant reply."""
-    content: str
-    """The message's text, sent as written."""
-
-
-class LogNormalTokens(_Frozen):
-    """A size in tokens drawn from a log-normal with this median and 95th percentile (equal: fixed)."""
-
-    median: Count = Field(ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    """The size's median, in tokens (a plain number gives a fixed size)."""
-    p95: int = Field(ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    """The size's 95th percentile, in tokens: not below the median."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _number_is_fixed(cls, data: Any) -> Any:
-        return {"median": data, "p95": data} if isinstance(data, int) and not isinstance(data, bool) else data
-
-    @model_validator(mode="after")
-    def _p95_not_below_median(self) -> LogNormalTokens:
-        if self.p95 < self.median:
-            raise ValueError(f"p95: {self.p95} is below the median ({self.median})")
-        return self
 
 
 SLO_LATENCY_BOUNDS: tuple[str, ...] = (
@@ -356,7 +312,7 @@ SLO_DEFAULT_PERCENTILE = 50  # limits with neither `percentile` nor `attainment`
 SLO_DEFAULT_TIER_BOUNDS: dict[str, float] = {"ttft_p50_s": 2.0, "e2e_p50_s": 10.0}
 
 
-class Slo(_Frozen):
+class Slo(Frozen):
     """The service level a tier must meet to count as capacity, each bound met at equality: each
     latency percentile given at most its bound (ttft_p50_s ... e2e_p99_s), success rate >= success_rate.
     Per-request limits (ttft_s, tpot_ms, e2e_s) judge each request (`judge`: slo_met); a tier meets them
@@ -479,7 +435,7 @@ class Slo(_Frozen):
         return ", ".join([*parts, f"success >= {self.success_rate * 100:g} %"])
 
 
-class ConversationSlo(_Frozen):
+class ConversationSlo(Frozen):
     """A conversation's own `slo:`: the bounds and limits it gives replace the scenario's for its requests."""
 
     ttft_p50_s: float | None = Field(default=None, gt=0)
@@ -524,292 +480,10 @@ def _merged_slo(own: ConversationSlo, base: Slo) -> Slo:
     return Slo.model_validate({**base.model_dump(), **own.given()})
 
 
-class Conversation(_Frozen):
-    """What one simulated user sends in one iteration: a workload kind and its sizes (tokens)."""
-
-    name: str = Field(min_length=1)
-    """The conversation's name, as targets and mixes refer to it (a built-in one's name implies its kind)."""
-    kind: str  # a name of WORKLOAD_KINDS (checked in _kind_and_defaults)
-    """The workload kind (workload/kinds/); `turns` imply `fixed`."""
-    description: str = ""
-    """Free text, for the reader of the scenario."""
-    system_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    """The system prompt's size in tokens (multi-turn; agentic: the tools' JSON counted in it)."""
-    user_turns: Count | None = Field(default=None, ge=1, le=100)
-    """Requests in one multi-turn session, each user turn one request."""
-    turn_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    """Each user turn's size in tokens (multi-turn)."""
-    shared_system: bool | None = None
-    """Whether every session of the conversation shares one system prompt (multi-turn)."""
-    prefix_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    """The shared prefix's size (shared-prefix); the text before the cursor (autocomplete)."""
-    question_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    """Each question's size after the shared prefix (shared-prefix)."""
-    prompt_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    """The single prompt's size (short-baseline, unique-prompts)."""
-    steps: tuple[Count, Count] | None = None
-    """Model calls per agent session as [min, max], drawn per session (a number n is [n, n])."""
-    tool_result_tokens: LogNormalTokens | None = None
-    """Each agent step's tool results, in all: a number, or a log-normal's {median, p95}."""
-    step_max_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    """max_tokens of an agent's steps before the last."""
-    final_max_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    """max_tokens of an agent's final answer (and of a summary when the context is compacted)."""
-    context_limit_tokens: Count | None = Field(default=None, ge=1, le=10 * _MAX_TOKENS_PER_MESSAGE)
-    """The agent's context limit: a request with its answer that would pass it is preceded by a summary."""
-    subagents: Count | None = Field(default=None, ge=1, le=_MAX_SUBAGENTS)
-    """Sub-agents one drawn step of an agent session starts, played in parallel."""
-    suffix_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    """The file after the code the developer types (autocomplete)."""
-    requests: Count | None = Field(default=None, ge=1, le=100_000)
-    """FIM requests one autocomplete iteration sends, abandoned ones included."""
-    typing_cps: Number | None = Field(default=None, gt=0)
-    """The developer's typing speed, characters per second (autocomplete)."""
-    debounce_ms: Number | None = Field(default=None, ge=0)
-    """The pause after a keystroke before a request goes out (autocomplete)."""
-    accept_rate: Number | None = Field(default=None, ge=0, le=1)
-    """The share of shown completions the developer accepts (autocomplete)."""
-    budget_ms: Number | None = Field(default=None, gt=0)
-    """The time a completion must arrive within to count as shown in budget (autocomplete)."""
-    max_tokens: Count | None = Field(default=None, ge=1, le=_MAX_TOKENS_PER_MESSAGE)
-    """Each request's max_tokens (autocomplete; dataset rows without their own), over the model's."""
-    # a relative path is from the scenario file's folder (config/_load.py), or from the current folder
-    # for data without a file
-    path: str | None = Field(default=None, min_length=1)
-    """The file a dataset or a trace replays; relative to the scenario file's folder."""
-    format: str | None = None
-    """dataset: jsonl or sharegpt (from the extension when not given); trace: one of its formats."""
-    sample: Literal["seed", "order"] | None = None
-    """dataset: rows drawn by the seed, or in file order."""
-    speedup: Number | None = Field(default=None, gt=0)
-    """trace: how much faster than recorded it is sent."""
-    start_s: Number | None = Field(default=None, ge=0)
-    """trace: the window replayed starts here, in trace seconds."""
-    duration_s: Number | None = Field(default=None, gt=0)
-    """trace: the window's length, in trace seconds (None: to the end)."""
-    max_requests: Count | None = Field(default=None, ge=1)
-    """trace: at most this many rows of the window."""
-    ignore_eos: bool | None = None
-    """trace: generation run to each row's output length, over the model's setting."""
-    seed: Count = 0
-    """What draws the conversation's text and shapes (from its name when not given)."""
-    salt: bool = True
-    """fixed: a line of its own first in each iteration, so none shares a cached prefix by accident."""
-    turns: list[Turn] = Field(default_factory=list)
-    """fixed: the scripted messages (role and content); each user turn is one request."""
-    slo: ConversationSlo | None = None
-    """This conversation's own service level, over the scenario's `slo` (its bounds win)."""
-    fim: FimTransport | None = None
-    """How FIM requests go: over the model's tokens (template), `suffix`, or /infill."""
-    fim_template: str | None = None
-    """The model's FIM family, when its name does not tell it."""
-
-    @field_validator("fim_template")
-    @classmethod
-    def _known_fim_family(cls, value: str | None) -> str | None:
-        return _fim_family(value)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _kind_and_defaults(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            return data
-        data = dict(data)
-        name = data.get("name")
-        kinds = kind_names()
-        if "kind" not in data:
-            if data.get("turns"):
-                data["kind"] = next(k for k in kinds if WORKLOAD_KINDS[k].scripted_turns)
-            elif isinstance(name, str) and name in BUILTIN_CONVERSATION_KINDS:
-                data["kind"] = BUILTIN_CONVERSATION_KINDS[name]
-            else:
-                raise ValueError(f"kind: required, one of {', '.join(kinds)} (or give turns)")
-        kind = data["kind"]
-        if not isinstance(kind, str) or kind not in WORKLOAD_KINDS:
-            choices = ", ".join(repr(name) for name in kinds[:-1]) + f" or {kinds[-1]!r}"
-            raise ValueError(f"kind: expected {choices}, got {shown_input(kind, ())}")
-        defaults = WORKLOAD_KINDS[kind].sizes
-        for key in size_fields():
-            if data.get(key) is not None and key not in defaults:
-                used = ", ".join(defaults) or "turns"
-                raise ValueError(f"{key}: not used by kind {kind!r} (it uses: {used})")
-            # a setting the model gives too stays unwritten here (_settings_defaults): what the file
-            # wrote is what model_fields_set holds
-            if data.get(key) is None and key in defaults and key not in MODEL_SETTINGS:
-                data[key] = defaults[key]
-        if WORKLOAD_KINDS[kind].scripted_turns:
-            if not data.get("turns"):
-                raise ValueError(f"turns: kind {kind!r} needs turns (a list of role/content)")
-        elif data.get("turns"):
-            scripted = next(k for k in kinds if WORKLOAD_KINDS[k].scripted_turns)
-            raise ValueError(f"turns: only for kind {scripted!r}, not {kind!r}")
-        if data.get("seed") is None:
-            data["seed"] = zlib.crc32(str(name).encode("utf-8"))
-        return data
-
-    @field_validator("steps", mode="before")
-    @classmethod
-    def _step_range(cls, value: Any) -> Any:
-        if isinstance(value, int) and not isinstance(value, bool):
-            value = [value, value]
-        if (
-            isinstance(value, (list, tuple))
-            and len(value) == 2
-            and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-        ):
-            low, high = value
-            if low < 1:
-                raise ValueError(f"steps: expected at least 1 step, got {low}")
-            if low > high:
-                raise ValueError(f"steps: the minimum {low} is above the maximum {high}")
-        elif value is not None:
-            raise ValueError(f"steps: expected a number of steps or [min, max], got {value!r}")
-        return value
-
-    @model_validator(mode="after")
-    def _settings_defaults(self) -> Conversation:
-        """The kind's defaults of the settings a model gives too, set without counting as written."""
-        for key, default in self.workload_kind.sizes.items():
-            if key in MODEL_SETTINGS and getattr(self, key) is None:
-                object.__setattr__(self, key, default)
-        return self
-
-    def settled(self, model: Model) -> Conversation:
-        """This conversation as `model` drives it: each setting both give (MODEL_SETTINGS) is the
-        conversation's where it wrote it, else the model's where the model wrote it, else the kind's
-        default. Settling again changes nothing (the values settled count as written)."""
-        kind_sizes = self.workload_kind.sizes
-        update = {
-            key: getattr(model, model_key)
-            for key, model_key in MODEL_SETTINGS.items()
-            if key in kind_sizes and key not in self.model_fields_set and model_key in model.model_fields_set
-        }
-        return self.model_copy(update=update) if update else self
-
-    def sending(self, model: Model) -> Model:
-        """`model`'s sampling settings as this (settled) conversation's requests send them: its
-        max_tokens and ignore_eos where its kind has them (an agent's steps set theirs per request)."""
-        kind_sizes = self.workload_kind.sizes
-        return model.with_settings(
-            max_tokens=self.max_tokens if "max_tokens" in kind_sizes else None,
-            ignore_eos=self.ignore_eos if "ignore_eos" in kind_sizes else None,
-        )
-
-    @model_validator(mode="after")
-    def _kind_checks(self) -> Conversation:
-        for key, value in self.workload_kind.check(self).items():
-            object.__setattr__(self, key, value)
-        return self
-
-    @property
-    def workload_kind(self) -> WorkloadKind:
-        return WORKLOAD_KINDS[self.kind]
-
-    @property
-    def requests_per_iteration(self) -> float:
-        """Requests one iteration (one whole conversation) sends; for an agentic session, the expected
-        number (workload/agentic.py says how it is estimated)."""
-        return self.workload_kind.requests_per_iteration(self)
+KIND_MIX = "mix"  # the kind of a mix target's phases and whole-tier rows (no workload kind has this name)
 
 
-class Persona(_Frozen):
-    """One conversation of a team's mix and its weight: its share of a tier's developers."""
-
-    conversation: Conversation
-    """What this persona's developers send."""
-    weight: Number = Field(gt=0)
-    """Its share of the tier's developers, relative to the other personas' weights."""
-
-
-class Target(_Frozen):
-    """One thing to measure: a conversation, or a team's mix of them (personas), sent to a model on a
-    backend. A mix's developer k plays persona `persona_index(weights, k)` at every tier."""
-
-    name: str
-    """How results name it."""
-    backend: Backend
-    """Where its requests go."""
-    model: Model
-    """The model they ask for and its sampling settings."""
-    personas: tuple[Persona, ...] = Field(min_length=1)
-    """Its conversation (one persona), or its mix's."""
-    mix: bool = False
-    """Whether it was named a `mix` (its tiers are judged persona by persona), even of one persona."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _one_conversation(cls, data: Any) -> Any:
-        """`conversation=` is a target of that one conversation."""
-        if isinstance(data, dict) and "conversation" in data:
-            data = dict(data)
-            data["personas"] = [{"conversation": data.pop("conversation"), "weight": 1.0}]
-        return data
-
-    @model_validator(mode="after")
-    def _settled_personas(self) -> Target:
-        """Each persona's conversation as this target's model drives it (Conversation.settled)."""
-        personas = tuple(
-            persona.model_copy(update={"conversation": persona.conversation.settled(self.model)})
-            for persona in self.personas
-        )
-        object.__setattr__(self, "personas", personas)
-        return self
-
-    @property
-    def sent_model(self) -> Model:
-        """The model's sampling settings as this target's conversation sends them (Conversation.sending)."""
-        return self.conversation.sending(self.model)
-
-    @property
-    def conversation(self) -> Conversation:
-        """The conversation of a target that has one; a mix target's developers each have theirs
-        (`for_developer`)."""
-        if self.mix:
-            raise ValueError(f"target {self.name!r} is a mix: take a developer's target (for_developer)")
-        return self.personas[0].conversation
-
-    @property
-    def conversation_label(self) -> str:
-        """What this target's tiers as a whole are called: its conversation, or its mix spelled out."""
-        if not self.mix:
-            return self.conversation.name
-        return "whole tier: " + ", ".join(f"{p.conversation.name} {p.weight:g}" for p in self.personas)
-
-    @property
-    def kind_label(self) -> str:
-        return KIND_MIX if self.mix else self.conversation.kind
-
-    @property
-    def weights(self) -> tuple[float, ...]:
-        return tuple(persona.weight for persona in self.personas)
-
-    def persona_of(self, developer: int) -> Conversation:
-        """The conversation 0-based `developer` of a tier plays (the same at every tier)."""
-        from grill_locust.config._apportion import persona_index
-
-        return self.personas[persona_index(self.weights, developer)].conversation
-
-    def persona_counts(self, developers: int) -> dict[str, int]:
-        """Developers of a tier of this size per persona, in the mix's order."""
-        from grill_locust.config._apportion import persona_counts
-
-        counts = persona_counts(self.weights, developers)
-        return {p.conversation.name: n for p, n in zip(self.personas, counts, strict=True)}
-
-    def for_developer(self, developer: int) -> Target:
-        """This target as developer `developer` sends it: one conversation, its persona's."""
-        return self._sending(self.persona_of(developer)) if self.mix else self
-
-    def persona_targets(self) -> list[Target]:
-        """This target as each of its personas sends it (itself, for a target of one conversation)."""
-        return [self._sending(p.conversation) for p in self.personas] if self.mix else [self]
-
-    def _sending(self, conversation: Conversation) -> Target:
-        persona = Persona(conversation=conversation, weight=1.0)
-        return self.model_copy(update={"personas": (persona,), "mix": False})
-
-
-class LlmGrillLoad(_Frozen):
+class LlmGrillLoad(Frozen):
     """llm-grill's `load` section; translated into `Load`."""
 
     concurrent_users: Count | list[Count] | None = None
@@ -833,7 +507,7 @@ SEARCH_BY = ("users", "rate")
 DEFAULT_SEARCH_PRECISION = {"users": 1.0, "rate": 0.1}  # users: a step in users; rate: relative
 
 
-class Search(_Frozen):
+class Search(Frozen):
     """A capacity search: the largest load meeting the SLO, by bisection on probe tiers of `probe_s`
     each, inside the bracket `users: [lo, hi]` (concurrent users) or `rate: [lo, hi]` (requests/s).
     It stops when the bracket found is within `precision`: users apart (a whole number, default 1),
@@ -895,7 +569,7 @@ class Search(_Frozen):
 TIER_KEYS_BESIDE_SEARCH = ("tiers", "rates", *sorted(LLM_GRILL_LOAD_KEYS))
 
 
-class Load(_Frozen):
+class Load(Frozen):
     """The campaign shape: tiers of concurrent users (or open-loop rates), iterations per user and tier,
     pauses; or a capacity search (`search`) in place of the tiers."""
 
@@ -1027,7 +701,7 @@ class Load(_Frozen):
         return self.rates is not None
 
 
-class InfluxSettings(_Frozen):
+class InfluxSettings(Frozen):
     url: str
     """InfluxDB's URL (`--influx-url`, INFLUX_URL)."""
     org: str = ""
@@ -1040,7 +714,7 @@ class InfluxSettings(_Frozen):
     @field_validator("url")
     @classmethod
     def _http(cls, value: str) -> str:
-        return _check_http_url(value, strip_v1=False)
+        return check_http_url(value, strip_v1=False)
 
     @field_validator("token", mode="before")
     @classmethod
@@ -1048,233 +722,20 @@ class InfluxSettings(_Frozen):
         return None if value == "" else value
 
 
-class Sinks(_Frozen):
+class Sinks(Frozen):
     """Where records and telemetry go besides the results folder."""
 
     influx: InfluxSettings | None = None
     """Write records, tier summaries and telemetry to InfluxDB as the run goes."""
 
 
-class SecretReference(_Frozen):
-    """A secret of the scenario file as written there: `text` holds its `${VAR}` reference(s), which each
-    worker expands from its own environment; None when the value is written literally (never sent)."""
-
-    path: YamlPath
-    """Where the secret stands, as the file spells it (llm-grill's `servers` too)."""
-    text: str | None
-    """The file's text of it, with its `${VAR}` reference(s)."""
-    line: int | None = None
-    """Its line in the file, for messages."""
-
-    @property
-    def scenario_path(self) -> YamlPath:
-        """Where the value stands in a Scenario's data (whose backends are always `backends`)."""
-        return ("backends", *self.path[1:]) if self.path[0] == "servers" else self.path
-
-    def describe_literal(self, source: str) -> str:
-        lines = {self.path: self.line} if self.line else None
-        return at(
-            source,
-            self.path,
-            lines,
-            "a secret written literally in the file never goes to workers (a distributed run refuses it): "
-            "write ${NAME} and set NAME in the environment of the master and of every worker",
-        )
-
-    def expand(self, source: str, environ: Mapping[str, str]) -> str:
-        """The value in this process's environment; ConfigError naming the variable when it is unset."""
-        if self.text is None:
-            raise ConfigError(self.describe_literal(source))
-        try:
-            return expand_env_string(self.text, dict(environ))
-        except KeyError as error:
-            name = error.args[0]
-            message = (
-                f"environment variable {name} is not set on this worker "
-                f"(workers take the scenario's secrets from their own environment: set {name} there)"
-            )
-            raise ConfigError(at(source, self.path, None, message)) from None
-
-
-class Scenario(_Frozen):
-    """A whole campaign: what to measure (targets) and how hard (load)."""
-
-    name: str
-    """The scenario's name (the file's stem when it gives none)."""
-    description: str = ""
-    """Free text, kept in run.json."""
-    source: str = ""
-    """The file it came from, for messages."""
-    backends: list[Backend]
-    """The engine endpoints."""
-    models: list[Model]
-    """The served models and their sampling settings."""
-    conversations: list[Conversation]
-    """The workloads."""
-    targets: list[Target]
-    """What is measured, each resolved to its backend, model and conversations."""
-    load: Load = Load()
-    """The campaign's shape."""
-    slo: Slo = Slo()
-    """The service level a tier must meet to count as capacity."""
-    sinks: Sinks = Sinks()
-    """Where records go besides the results folder."""
-    secret_references: tuple[SecretReference, ...] = ()
-    """Each secret as the file wrote it: how workers get it (to_wire, from_wire); set by load_scenario."""
-
-    def redacted(self) -> dict[str, Any]:
-        """The scenario as plain data with every secret shown as "***" (for files and logs): SecretStr
-        fields, and any value whose key names a secret (headers like x-api-key or Authorization,
-        `api_key` inside sim_args or extra_body)."""
-        data = self.model_dump(exclude={"secret_references"})
-        return redact_secret_keys(walk_secrets(data, lambda secret: REDACTED), REDACTED)
-
-    def literal_secrets(self) -> list[SecretReference]:
-        """The secrets written literally in the file (no `${VAR}`): workers cannot receive them."""
-        return [reference for reference in self.secret_references if reference.text is None]
-
-    def to_wire(self) -> dict[str, Any]:
-        """Plain data for the master -> worker message, which any process reaching the master's port
-        receives: no secret value in it. Each secret travels as the `${VAR}` text of its file, expanded
-        by every worker from its own environment (`from_wire`); one written literally, as nothing."""
-        data = reveal(self.model_dump())
-        written = {reference.scenario_path: reference for reference in self.secret_references}
-        held = [path for path, _ in secret_paths(data)]
-        for path in held:
-            _set_at(data, path, None)
-        # every reference travels, also one empty here (`${KEY:-}`): the worker's environment decides;
-        # a secret no file wrote (a scenario made in code) travels as one written literally
-        unwritten = [SecretReference(path=path, text=None) for path in held if path not in written]
-        data["secret_references"] = [r.model_dump() for r in (*written.values(), *unwritten)]
-        _copy_backends_into_targets(data)
-        return data
-
-    @classmethod
-    def from_wire(cls, data: dict[str, Any], environ: Mapping[str, str] | None = None) -> Scenario:
-        """The scenario of `to_wire`, its secrets expanded from `environ` (this process's environment);
-        ConfigError naming the variable a secret needs and `environ` lacks."""
-        data = copy.deepcopy(data)
-        env = os.environ if environ is None else environ
-        source = data.get("source") or "the scenario"
-        for item in data.get("secret_references") or ():
-            reference = SecretReference.model_validate(item)
-            _set_at(data, reference.scenario_path, reference.expand(source, env))
-        _copy_backends_into_targets(data)
-        return cls.model_validate(data)
-
-    def with_overrides(
-        self,
-        tiers: list[int] | None = None,
-        iterations: int | None = None,
-        pause_s: float | None = None,
-        think_time_s: float | None = None,
-    ) -> Scenario:
-        """A copy with command-line overrides of the load applied (validated like the file)."""
-        if tiers is not None and self.load.open_loop:  # tiers of users would be ignored beside the rates
-            raise ConfigError(
-                "override: tiers: this scenario's load is open-loop (load.rates); change its rates"
-            )
-        changes = {"tiers": tiers, "iterations": iterations, "pause_s": pause_s, "think_time_s": think_time_s}
-        load_data = self.load.model_dump(exclude_unset=True)  # a search's tiers stay unwritten
-        load_data.update({key: value for key, value in changes.items() if value is not None})
-        try:
-            load = Load.model_validate(load_data)
-        except ValidationError as error:
-            raise ConfigError(f"override: {describe_validation_error(error, (), None, Load)}") from None
-        return self.model_copy(update={"load": load})
-
-    def conversation_slos(self) -> dict[str, dict[str, float]]:
-        """The bounds each conversation's own `slo:` gives, by conversation (run.json keeps them for
-        `grill report`)."""
-        return {c.name: c.slo.given() for c in self.conversations if c.slo is not None and c.slo.given()}
-
-    def slo_of(self, conversation: str) -> Slo:
-        """The SLO `conversation`'s requests are judged by: its own `slo:` over the scenario's."""
-        own = next((c.slo for c in self.conversations if c.name == conversation), None)
-        return self.slo if own is None else own.over(self.slo)
-
-    def target_names(self) -> list[str]:
-        return [target.name for target in self.targets]
-
-    def with_backend_urls(self, urls: dict[str, str]) -> Scenario:
-        """A copy where the named backends (e.g. simulated engines just started) have these base URLs,
-        in `backends` and in every target."""
-        moved = {
-            backend.name: backend.with_url(urls[backend.name])
-            for backend in self.backends
-            if backend.name in urls
-        }
-        unknown = sorted(set(urls) - set(moved))
-        if unknown:
-            raise ConfigError(f"{self.source}: no backend named {', '.join(unknown)}")
-        backends = [moved.get(backend.name, backend) for backend in self.backends]
-        targets = [
-            target.model_copy(update={"backend": moved[target.backend.name]})
-            if target.backend.name in moved
-            else target
-            for target in self.targets
-        ]
-        return self.model_copy(update={"backends": backends, "targets": targets})
-
-
-# ---- the file layer: what a YAML file may say, before names are resolved ----------------------
-
-
-class FileMixEntry(_Frozen):
-    """One persona of a target's mix, as the file writes it."""
-
-    conversation: str
-    """A conversation's name."""
-    weight: Any
-    """Its share of each tier's developers (a positive number, relative to the other entries'; checked
-    where the target is resolved, config/_load.py, with the entry's place)."""
-
-
-class FileTarget(_Frozen):
-    """One thing to measure, naming a backend, a model and a conversation or mix of the file."""
-
-    name: str | None = None
-    """How results name it (default: `backend/model/conversation`, or `backend/model/mix`)."""
-    backend: str | None = Field(default=None, validation_alias=AliasChoices("backend", "server"))
-    """A backend's name (may be left out when the file has one backend); llm-grill's `server`."""
-    model: str | None = None
-    """A model's name (may be left out when the file has one model)."""
-    conversation: str | None = None
-    """A conversation's name; give it or `mix`."""
-    mix: list[FileMixEntry] | None = None
-    """A team in one tier: each developer plays one of these conversations, by weight."""
-
-
-class FileScenario(_Frozen):
-    """A scenario file as written, native or llm-grill's, before names are resolved."""
-
-    name: str | None = None
-    """The scenario's name (default: the file's stem)."""
-    description: str = ""
-    """Free text, kept in run.json."""
-    backends: list[Backend] = Field(validation_alias=AliasChoices("backends", "servers"), min_length=1)
-    """The engine endpoints; llm-grill's `servers`."""
-    models: list[Model] = Field(min_length=1)
-    """The served models and their sampling settings."""
-    conversations: list[Conversation] = Field(default_factory=list)
-    """The workloads, each of a kind."""
-    targets: list[FileTarget] = Field(min_length=1)
-    """What to measure: backend x model x conversation (or mix)."""
-    load: dict[str, Any] = Field(default_factory=dict)
-    """The campaign's shape (`Load`, or llm-grill's spellings of it), validated once translated."""
-    slo: Slo = Slo()
-    """The service level a tier must meet to count as capacity."""
-    sinks: Sinks = Sinks()
-    """Where records go besides the results folder."""
-
-
-def _fim_family(value: str | None) -> str | None:
+def check_fim_family(value: str | None) -> str | None:
     if value is not None and value not in FIM_TEMPLATES:
         raise ValueError(f"fim_template: unknown family {value!r} (one of {', '.join(FIM_FAMILIES)})")
     return value
 
 
-def _check_http_url(value: str, strip_v1: bool) -> str:
+def check_http_url(value: str, strip_v1: bool) -> str:
     url = value.strip().rstrip("/")
     match = re.fullmatch(r"https?://[^\s/:]+(:\d{1,5})?(/\S*)?", url)
     if not match:
@@ -1287,25 +748,3 @@ def _check_http_url(value: str, strip_v1: bool) -> str:
     if strip_v1 and url.endswith("/v1"):
         url = url[: -len("/v1")]  # llm-grill and OpenAI clients write the /v1 base; we add it per request
     return url
-
-
-def iter_secrets(scenario: Scenario) -> Iterator[str]:
-    """Every secret value in a scenario (for tests and log scrubbing)."""
-    for _, value in secret_paths(reveal(scenario.model_dump())):
-        yield value
-
-
-def _set_at(data: Any, path: YamlPath, value: Any) -> None:
-    """Put `value` at `path` in nested dicts and lists, making the dicts on the way that are missing."""
-    for part in path[:-1]:
-        if isinstance(data, dict) and not isinstance(data.get(part), (dict, list)):
-            data[part] = {}
-        data = data[part]
-    data[path[-1]] = value
-
-
-def _copy_backends_into_targets(data: dict[str, Any]) -> None:
-    """Each target's backend is its named backend (after the backends' secrets changed)."""
-    by_name = {backend["name"]: backend for backend in data.get("backends") or ()}
-    for target in data.get("targets") or ():
-        target["backend"] = copy.deepcopy(by_name[target["backend"]["name"]])

@@ -56,7 +56,8 @@ if TYPE_CHECKING:
     import pandas as pd
     from locust.env import Environment
 
-    from grill_locust.config import Backend, Scenario
+    from grill_locust.config import Backend
+    from grill_locust.scenario import Scenario
     from grill_locust.sinks import Sink
 
 log = logging.getLogger("grill")

@@ -46,7 +46,7 @@ from grill_locust.run.worker import (
 if TYPE_CHECKING:
     from locust.env import Environment
 
-    from grill_locust.config import Scenario
+    from grill_locust.scenario import Scenario
 
 log = logging.getLogger("grill")
 

@@ -20,10 +20,10 @@ import gevent.pool
 from locust import task
 
 from grill_locust.client import EngineClient
-from grill_locust.config import Scenario, Target
 from grill_locust.run.arrivals import ScheduledSend, Send, arrival_share, trace_share
 from grill_locust.run.phase import Phase, replays_trace
 from grill_locust.run.user import IDLE_POLL_S, GrillUser
+from grill_locust.scenario import Scenario, Target
 from grill_locust.workload.trace import conversation_trace
 
 # how often a dispatcher waiting for its next send looks for a re-split of its tier (a worker lost): well

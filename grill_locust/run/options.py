@@ -17,7 +17,7 @@ from grill_locust.errors import GrillError
 from grill_locust.run.campaign import DISK_FULL_GIVE_UP_S
 
 if TYPE_CHECKING:
-    from grill_locust.config import Scenario
+    from grill_locust.scenario import Scenario
     from grill_locust.sinks import Sink
 
 # the demo beside the source tree (an editable install), else in the folder locust runs from (the
@@ -165,7 +165,7 @@ def check_options(options: Any) -> None:
 def load_scenario_of(options: Any) -> tuple[Scenario, str]:
     """The scenario the options name (--scenario, the one of --resume's folder, else the demo), with the
     options' overrides; and its path."""
-    from grill_locust.config import load_scenario, parse_tiers
+    from grill_locust.scenario import load_scenario, parse_tiers
 
     path = options.scenario
     if options.resume and not path:

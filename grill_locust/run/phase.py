@@ -7,8 +7,8 @@ import heapq
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from grill_locust.config import Scenario, Target
 from grill_locust.run.arrivals import Split
+from grill_locust.scenario import Scenario, Target
 from grill_locust.workload.trace import TraceRow, conversation_trace
 
 

@@ -20,9 +20,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from grill_locust.config import Search, Target
+from grill_locust.config import Search
 from grill_locust.errors import GrillError
 from grill_locust.run.phase import replays_trace
+from grill_locust.scenario import Target
 
 GROWTH_FACTOR = 2.0
 

@@ -18,9 +18,10 @@ import gevent
 if TYPE_CHECKING:
     from locust.env import Environment
 
-    from grill_locust.config import Backend, Scenario
+    from grill_locust.config import Backend
     from grill_locust.run.campaign import Campaign
     from grill_locust.run.worker import WorkerState
+    from grill_locust.scenario import Scenario
     from grill_locust.sim import SimProcess
     from grill_locust.telemetry import TelemetryScraper
 

@@ -16,13 +16,14 @@ from gevent import GreenletExit
 from locust import User, constant, task
 
 from grill_locust.client import EngineClient, StreamResult, request_for
-from grill_locust.config import Model, Scenario, Target
+from grill_locust.config import Model
 from grill_locust.record import CANCELLED, STATUS_ABANDONED, STATUS_OK, Measurement, build_record, measure
 from grill_locust.run.arrivals import ScheduledSend
 from grill_locust.run.phase import Phase, replays_trace
 from grill_locust.run.state import run_state
 from grill_locust.run.worker import WorkerState
-from grill_locust.workload.kinds import Iteration
+from grill_locust.scenario import Scenario, Target
+from grill_locust.workload.kinds import Iteration, KindTarget
 from grill_locust.workload.kinds.autocomplete import shown
 
 IDLE_POLL_S = 0.1  # how often an idle user looks for new work
@@ -93,7 +94,7 @@ class GrillUser(User):
 
     def send_chat(
         self,
-        target: Target,
+        target: KindTarget,
         messages: list[dict[str, Any]],
         labels: dict[str, Any],
         turn: int,
@@ -109,7 +110,7 @@ class GrillUser(User):
 
     def send_request(
         self,
-        target: Target,
+        target: KindTarget,
         path: str,
         payload: dict[str, Any],
         labels: dict[str, Any],
@@ -306,7 +307,9 @@ class StandaloneUser(GrillUser):
 
 def standalone_scenario(host: str, model: str | None, engine: str, think_time_s: float | None) -> Scenario:
     """The scenario of a plain run on --host: one target per built-in workload."""
-    from grill_locust.config import BUILTIN_CONVERSATION_KINDS, ConfigError, parse_scenario
+    from grill_locust.config import ConfigError
+    from grill_locust.scenario import parse_scenario
+    from grill_locust.workload.kinds import BUILTIN_CONVERSATION_KINDS
 
     url = host.rstrip("/")
     model = model or first_listed_model(url)

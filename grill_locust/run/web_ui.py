@@ -14,8 +14,8 @@ if TYPE_CHECKING:
 
     from locust.env import Environment
 
-    from grill_locust.config import Target
     from grill_locust.run.campaign import Campaign
+    from grill_locust.scenario import Target
 
 CAMPAIGN_TAB_KEY = "grill-campaign"
 

@@ -31,7 +31,7 @@ from grill_locust.workload.corpus import stdlib_corpus
 if TYPE_CHECKING:
     from locust.env import Environment
 
-    from grill_locust.config import Scenario, Target
+    from grill_locust.scenario import Scenario, Target
     from grill_locust.sinks import Sink
 
 log = logging.getLogger(__name__)
@@ -159,21 +159,22 @@ class WorkerState:
 
     def workload_for(self, target: Target) -> Workload:
         """One workload per target and conversation (a mix has several), calibrated once against the
-        backend's tokenizer."""
+        backend's tokenizer (or its usage) for the target's model."""
         key = (target.name, target.conversation.name)
         workload = self._workloads.get(key)
         if workload is None:
             with self._workload_lock:  # the first users of a tier arrive together: calibrate once
                 workload = self._workloads.get(key)
                 if workload is None:
-                    counter = backend_token_counter(target.backend)
+                    counter = backend_token_counter(target.backend, target.model.name)
                     workload = build_workload(target.conversation, target.model, counter)
                     self._workloads[key] = workload
         return workload
 
     # -- phase and scenario from the master ------------------------------------------------------
     def on_phase_message(self, data: dict[str, Any]) -> None:
-        from grill_locust.config import ConfigError, Scenario
+        from grill_locust.config import ConfigError
+        from grill_locust.scenario import Scenario
 
         if data.get("scenario") is not None and self.scenario is None:
             try:  # its secrets come from this process's environment

@@ -33,7 +33,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from grill_locust.tokens import count_tokens, fit_tokens, tokenize
 from grill_locust.workload.heads import AGENT_SYSTEM_HEAD, READ_FILE_HEAD
@@ -46,9 +46,9 @@ from grill_locust.workload.tools import (
 )
 
 if TYPE_CHECKING:
-    from grill_locust.config import Conversation
     from grill_locust.workload.corpus import SourceFile
     from grill_locust.workload.generators import Workload
+    from grill_locust.workload.kinds.agentic import AgenticConversation
 
 SUBAGENT_STEPS = (2, 4)  # a sub-agent's own trajectory: model calls, drawn per sub-agent
 _P95_Z = 1.6448536269514722  # the standard normal's 95th percentile
@@ -169,7 +169,7 @@ class AgenticPlan:
             system=self.system,
             task=task,
             steps=steps,
-            planned=_planned_steps(shape_rng, steps, workload.conversation),
+            planned=_planned_steps(shape_rng, steps, _agentic(workload)),
             step_max_tokens=self.step_max_tokens,
             final_max_tokens=self.final_max_tokens,
             context_limit_tokens=self.context_limit_tokens,
@@ -183,12 +183,17 @@ class AgenticPlan:
         return seeded_rng(self.workload.conversation.seed, self.conversation_id, *parts)
 
 
+def _agentic(workload: Workload) -> AgenticConversation:
+    # the agentic kind builds the workloads it plans for (workload/kinds/agentic.py)
+    return cast("AgenticConversation", workload.conversation)
+
+
 def plan_session(
     workload: Workload, conversation_id: str, rng: random.Random, shape: ShapeKey
 ) -> AgenticPlan:
     """The plan of one session (the `agentic` kind's script builder): its text from `rng`, its steps,
     tools and result sizes from `shape`."""
-    conversation = workload.conversation
+    conversation = _agentic(workload)
     shape_rng = shape.rng()
     low, high = conversation.steps or (1, 1)
     steps = shape_rng.randint(low, high)
@@ -216,7 +221,9 @@ def plan_session(
     )
 
 
-def _planned_steps(rng: random.Random, steps: int, conversation: Conversation) -> tuple[PlannedStep, ...]:
+def _planned_steps(
+    rng: random.Random, steps: int, conversation: AgenticConversation
+) -> tuple[PlannedStep, ...]:
     sizes = conversation.tool_result_tokens
     median, p95 = (sizes.median, sizes.p95) if sizes is not None else (1, 1)
     sigma = math.log(p95 / median) / _P95_Z
@@ -550,7 +557,7 @@ assert set(_MATERIAL) == set(STEP_TOOLS), "every tool a step calls has its mater
 # ---- the plan's expected size (grill validate) ---------------------------------------------------
 
 
-def expected_requests_per_session(conversation: Conversation) -> float:
+def expected_requests_per_session(conversation: AgenticConversation) -> float:
     """Model calls one session makes on average: the mean of `steps`, plus the sub-agents' steps, plus
     compactions estimated from mean sizes (a reply taken at step_max_tokens, the task at ~60 tokens)."""
     low, high = conversation.steps or (1, 1)

@@ -24,7 +24,7 @@ import math
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple, cast
 
 from grill_locust.tokens import tokenize
 from grill_locust.workload.seeding import ShapeKey
@@ -32,9 +32,9 @@ from grill_locust.workload.seeding import ShapeKey
 if TYPE_CHECKING:
     import random
 
-    from grill_locust.config import Conversation
     from grill_locust.workload.corpus import Corpus, SourceFile
     from grill_locust.workload.generators import Workload
+    from grill_locust.workload.kinds.autocomplete import AutocompleteConversation
 
 KEYSTROKE_SIGMA = 0.35  # log-normal spread of the interval between two keystrokes of a burst
 BURST_WORDS = (1, 6)  # words typed in one burst, drawn uniformly
@@ -115,7 +115,7 @@ def plan_autocomplete(
     workload: Workload, conversation_id: str, rng: random.Random, shape: ShapeKey
 ) -> AutocompletePlan:
     """The plan of one iteration (the `autocomplete` kind's script builder)."""
-    conversation = workload.conversation
+    conversation = cast("AutocompleteConversation", workload.conversation)
     corpus = workload.corpus
     prefix_size = workload._size(conversation.prefix_tokens)
     suffix_size = workload._size(conversation.suffix_tokens)
@@ -144,7 +144,7 @@ def plan_autocomplete(
 
 
 def _typing(
-    rng: random.Random, conversation: Conversation, ahead: _TextAhead
+    rng: random.Random, conversation: AutocompleteConversation, ahead: _TextAhead
 ) -> tuple[tuple[float, ...], tuple[PlannedRequest, ...]]:
     """Keystroke times and the requests their pauses send, until `requests` requests."""
     wanted = conversation.requests or 1

@@ -23,7 +23,15 @@ role tags and BOS; for the completions API the role labels and BOS), measured on
 `REFERENCE_TURN`: llama.cpp renders it through `/apply-template` and counts the result with its special
 tokens, vLLM-like engines (the simulator too, with its own template rule) count it from `/tokenize` with
 `messages`. A trace row's prompt is that much shorter, so the engine's `prompt_tokens` is the row's
-input length (gemma-3 on llama-server: 9 tokens).
+input length (gemma-3 on llama-server: 8 tokens; by the usage fit through LiteLLM, 10).
+
+Usage fit (a backend with no tokenize endpoint, or one that fails: a gateway such as LiteLLM, TGI,
+Ollama, any OpenAI-compatible server): two requests of one output token over the backend's own API,
+`REFERENCE_TURN` and a turn of its shape with USAGE_SAMPLE_TOKENS of code, whose `prompt_tokens` (or
+`input_tokens`) in the engine's usage give `prompt_tokens = scale * approximate tokens + overhead`. The
+overhead is the turn overhead; where no tokenize count was made, the scale is the scaled mode's ratio.
+Their X-Request-Id starts with CALIBRATION_ID_PREFIX, and they are sent outside any user, so they are
+never records (the simulator's truth log has them, under that prefix).
 
 The tokenize calls go through `client.backend_http.tokenize`, in the body shape the engine table
 gives each engine. Counters are cached per backend in the process.
@@ -35,12 +43,14 @@ import bisect
 import logging
 import random
 import re
+import secrets
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
+from grill_locust.client import EngineClient, request_for
 from grill_locust.client.backend_http import (
     TokenizeError,
     Tokens,
@@ -52,7 +62,8 @@ from grill_locust.client.backend_http import (
 )
 from grill_locust.client.payloads import completion_prompt
 from grill_locust.engines import engine_facts
-from grill_locust.tokens import count_tokens
+from grill_locust.record import STATUS_OK
+from grill_locust.tokens import count_tokens, fit_tokens
 from grill_locust.workload.heads import HEAD_REFERENCE, ID_HEAD, QUESTIONS, measured_heads
 
 if TYPE_CHECKING:
@@ -74,8 +85,11 @@ SPAN_RIGHT = " x"
 HEAD_RIGHT = "def x():"  # a head is measured before a code line, as it is used
 # a turn shaped as a trace row's prompt (an id head, code, a last newline), whose overhead is measured
 REFERENCE_TURN = ID_HEAD.format(**HEAD_REFERENCE) + "def x():\n    return 1\n"
+USAGE_SAMPLE_TOKENS = 400  # approximate tokens of the usage fit's larger turn: fits a 1,024-token slot
+CALIBRATION_ID_PREFIX = "grill-calibrate-"  # X-Request-Id of the usage fit's requests, which are no load
+TIMEOUT_NAMES = ("connect_s", "first_token_s", "idle_s", "total_s")  # a backend's, capped for the fit
 
-_cache: dict[tuple[str, str, str | None], TokenCounter | None] = {}
+_cache: dict[tuple[str, str | None, str | None], TokenCounter | None] = {}
 _cache_lock = threading.Lock()
 
 
@@ -135,7 +149,7 @@ class TokenCounter:
     """Counts tokens as one backend would: measured pieces (exact mode) and a scale (both modes)."""
 
     backend_name: str
-    tokenize_url: str
+    tokenize_url: str | None  # None: sized by the engine's usage (no endpoint to count with)
     engine: str
     backend_tokens_per_approx_token: float
     model: str | None = None
@@ -154,6 +168,8 @@ class TokenCounter:
 
     def remote_count(self, text: str) -> int:
         """The backend's own count for `text` (one HTTP call; for checks, not the hot path)."""
+        if self.tokenize_url is None:
+            raise TokenizeError(f"backend {self.backend_name}: no tokenize endpoint to count with")
         return _tokenize(self.tokenize_url, self.engine, text, self.model, self.headers).count
 
 
@@ -309,31 +325,70 @@ def calibration_sample() -> str:
 
 
 def backend_token_counter(backend: Backend, model: str | None = None) -> TokenCounter | None:
-    """A counter calibrated on `backend`'s tokenize endpoint, or None (approximate sizes) when it has none
-    or it fails (logged once). `model`: the served model name, sent where the endpoint wants one."""
-    if not backend.tokenize_url:
-        return None
+    """A counter calibrated on `backend`'s tokenize endpoint, else (no endpoint, or it fails) on the
+    engine's usage, or None (approximate sizes) when neither answers (logged once). `model`: the served
+    model name, sent where the endpoint wants one and in the usage requests (else the first listed)."""
     key = (backend.name, backend.tokenize_url, model)
     with _cache_lock:
         if key in _cache:
             return _cache[key]
-    headers = headers_for(backend, backend.tokenize_url)
-    if model is None and engine_facts(backend.engine).model_in_tokenize and backend.url:
-        model = _first_served_model(backend)
-    counter: TokenCounter | None
-    try:
-        counter = _calibrate(backend.name, backend.tokenize_url, backend.engine, model, headers)
-        counter = replace(counter, turn_overhead_tokens=_turn_overhead(backend, model, headers))
-    except TokenizeError as error:
-        log.warning(
-            "backend %s: tokenize failed (%s); prompt sizes use the approximate tokenizer",
-            backend.name,
-            error,
-        )
-        counter = None
+    counter = _backend_counter(backend, model)
     with _cache_lock:
         _cache[key] = counter
     return counter
+
+
+def _backend_counter(backend: Backend, model: str | None) -> TokenCounter | None:
+    if model is None and backend.url:  # vLLM's tokenize wants one, and every usage request
+        model = _first_served_model(backend)
+    if not backend.tokenize_url:
+        try:
+            fit = usage_fit(backend, model)
+        except UsageError as error:
+            log.warning(
+                "backend %s: no tokenize endpoint and no usage to measure prompts by (%s); prompt sizes "
+                "use the approximate tokenizer, and a trace row reaches the engine with the chat "
+                "template's tokens added",
+                backend.name,
+                error,
+            )
+            return None
+        _log_fit(backend, fit, "")
+        return fit.counter(backend, model)
+    headers = headers_for(backend, backend.tokenize_url)
+    try:
+        counter = _calibrate(backend.name, backend.tokenize_url, backend.engine, model, headers)
+    except TokenizeError as error:
+        try:
+            fit = usage_fit(backend, model)
+        except UsageError as usage_error:
+            log.warning(
+                "backend %s: tokenize failed (%s), and so did measuring by usage (%s); prompt sizes use "
+                "the approximate tokenizer",
+                backend.name,
+                error,
+                usage_error,
+            )
+            return None
+        _log_fit(backend, fit, f"tokenize failed ({error}); ")
+        return fit.counter(backend, model)
+    try:
+        overhead = _turn_overhead(backend, model, headers)
+    except TokenizeError as error:
+        try:
+            fit = usage_fit(backend, model)
+        except UsageError as usage_error:
+            log.warning(
+                "backend %s: the chat template's tokens cannot be measured (%s; by usage: %s); a trace "
+                "row's prompt is its input length and the engine's prompt_tokens that plus the template's",
+                backend.name,
+                error,
+                usage_error,
+            )
+            return counter
+        _log_fit(backend, fit, f"the chat template's tokens cannot be measured by tokenize ({error}); ")
+        overhead = fit.overhead_tokens
+    return replace(counter, turn_overhead_tokens=overhead)
 
 
 def _ratio(url: str, engine: str, backend_tokens: int, text: str) -> float:
@@ -382,32 +437,23 @@ def _calibrate(name: str, url: str, engine: str, model: str | None, headers: dic
 
 
 def _turn_overhead(backend: Backend, model: str | None, headers: dict[str, str]) -> int:
-    """Tokens the engine counts for a request of REFERENCE_TURN alone, less the turn's own; 0 (logged)
-    where the engine cannot render its template for us."""
+    """Tokens the engine counts for a request of REFERENCE_TURN alone, less the turn's own; raises
+    `TokenizeError` where the engine cannot render its template for us."""
     url = backend.tokenize_url
     assert url is not None  # a counter is calibrated only where there is one
     messages = [{"role": "user", "content": REFERENCE_TURN}]
     llamacpp = engine_facts(backend.engine).tokenize_body == "content"
-    try:
-        own = _tokenize(url, backend.engine, REFERENCE_TURN, model, headers).count
-        if backend.api == "completions":
-            sent = _count_sent(url, llamacpp, model, headers, prompt=completion_prompt(messages))
-        elif llamacpp:  # llama-server renders its template on /apply-template, beside /tokenize
-            root = url.removesuffix("/tokenize")
-            rendered = _post(f"{root}/apply-template", {"messages": messages}, headers).get("prompt")
-            if not isinstance(rendered, str):
-                raise TokenizeError(f"{root}/apply-template: no 'prompt' in the answer")
-            sent = _count_sent(url, llamacpp, model, headers, prompt=rendered)
-        else:
-            sent = _count_sent(url, llamacpp, model, headers, messages=messages)
-    except TokenizeError as error:
-        log.warning(
-            "backend %s: the chat template's tokens cannot be measured (%s); a trace row's prompt is "
-            "its input length and the engine's prompt_tokens that plus the template's",
-            backend.name,
-            error,
-        )
-        return 0
+    own = _tokenize(url, backend.engine, REFERENCE_TURN, model, headers).count
+    if backend.api == "completions":
+        sent = _count_sent(url, llamacpp, model, headers, prompt=completion_prompt(messages))
+    elif llamacpp:  # llama-server renders its template on /apply-template, beside /tokenize
+        root = url.removesuffix("/tokenize")
+        rendered = _post(f"{root}/apply-template", {"messages": messages}, headers).get("prompt")
+        if not isinstance(rendered, str):
+            raise TokenizeError(f"{root}/apply-template: no 'prompt' in the answer")
+        sent = _count_sent(url, llamacpp, model, headers, prompt=rendered)
+    else:
+        sent = _count_sent(url, llamacpp, model, headers, messages=messages)
     return max(0, sent - own)
 
 
@@ -445,8 +491,101 @@ def _tokenize(
     )
 
 
+# ---- the usage fit -----------------------------------------------------------------------------
+
+
+class UsageError(Exception):
+    """The engine's usage gives no fit: no answer, no usage in it, or a count that does not grow."""
+
+
+@dataclass(frozen=True)
+class UsageFit:
+    """`prompt_tokens = scale * approximate tokens + overhead_tokens` on one backend's API."""
+
+    scale: float
+    overhead_tokens: int
+    prompt_tokens: tuple[int, int]  # what the engine counted for the two turns of `usage_turns()`
+
+    def counter(self, backend: Backend, model: str | None) -> TokenCounter:
+        return TokenCounter(
+            backend.name, None, backend.engine, self.scale, model, turn_overhead_tokens=self.overhead_tokens
+        )
+
+
+@dataclass(frozen=True)
+class _OneToken:
+    """The model as a usage request asks for it (`payloads` reads these attributes): one token out."""
+
+    name: str
+    max_tokens: int = 1
+
+
+def usage_turns() -> tuple[str, str]:
+    """The fit's two user turns: REFERENCE_TURN, and its head with USAGE_SAMPLE_TOKENS approximate
+    tokens of code (a trace block's shape) ending in a newline."""
+    from grill_locust.workload.corpus import stdlib_corpus
+
+    excerpt = stdlib_corpus().excerpt(random.Random(CALIBRATION_SEED), USAGE_SAMPLE_TOKENS)
+    head = ID_HEAD.format(**HEAD_REFERENCE)
+    return REFERENCE_TURN, fit_tokens(head, excerpt.tokens, "\n", USAGE_SAMPLE_TOKENS)
+
+
+def usage_fit(backend: Backend, model: str | None) -> UsageFit:
+    """The fit from the engine's usage of the two turns of `usage_turns()`, sent as the load's requests
+    are (the backend's API, headers and extra_body) with one output token; raises `UsageError`."""
+    if not model:
+        raise UsageError("no model name to ask for (the backend lists none)")
+    turns = usage_turns()
+    run = secrets.token_hex(4)  # the two requests' ids: CALIBRATION_ID_PREFIX, this run, the turn
+    small, large = (
+        _usage_prompt_tokens(backend, model, turn, f"{CALIBRATION_ID_PREFIX}{run}-{index}")
+        for index, turn in enumerate(turns)
+    )
+    small_approx, large_approx = (count_tokens(turn) for turn in turns)
+    if large <= small:
+        raise UsageError(
+            f"prompt_tokens {small} and {large} for turns of {small_approx} and {large_approx} approximate "
+            "tokens: the count does not grow with the prompt"
+        )
+    scale = (large - small) / (large_approx - small_approx)
+    return UsageFit(scale, max(0, round(small - scale * small_approx)), (small, large))
+
+
+def _usage_prompt_tokens(backend: Backend, model: str, turn: str, request_id: str) -> int:
+    """The engine's prompt count (usage) for one request of `turn`, outside any user: never a record."""
+    # no tokenize call for a missing count, and no wait longer than a tokenize call's
+    limits = {name: min(getattr(backend.timeouts, name), CALIBRATION_TIMEOUT_S) for name in TIMEOUT_NAMES}
+    sending = backend.model_copy(
+        update={"tokenize_url": None, "timeouts": backend.timeouts.model_copy(update=limits)}
+    )
+    path, body = request_for(sending, _OneToken(model), [{"role": "user", "content": turn}])
+    client = EngineClient(sending)
+    try:
+        raw = client.stream(path, body, request_id=request_id).raw
+    finally:
+        client.close()
+    if raw.status != STATUS_OK:
+        raise UsageError(f"{path}: {raw.status}" + (f" ({raw.error})" if raw.error else ""))
+    if raw.prompt_tokens is None:
+        raise UsageError(f"{path}: the answer has no usage")
+    return raw.prompt_tokens
+
+
+def _log_fit(backend: Backend, fit: UsageFit, why: str) -> None:
+    """The one line that says what the usage fit measured; `why`: why it was needed, when tokenize failed."""
+    log.info(
+        "backend %s: %smeasured by the engine's usage (requests %s*): prompt_tokens = %.4f x approximate "
+        "tokens + %d, the chat template's tokens taken off each trace row",
+        backend.name,
+        why,
+        CALIBRATION_ID_PREFIX,
+        fit.scale,
+        fit.overhead_tokens,
+    )
+
+
 def _first_served_model(backend: Backend) -> str | None:
-    """The first model the backend lists (vLLM's tokenize wants one), or None."""
+    """The first model the backend lists, or None."""
     try:
         listing = list_models(
             backend.url,

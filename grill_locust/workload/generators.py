@@ -28,7 +28,7 @@ import random
 import string
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from grill_locust.client.payloads import completion_prompt
 from grill_locust.tokens import fit_tokens
@@ -49,9 +49,18 @@ from grill_locust.workload.seeding import ShapeKey, seeded_rng
 from grill_locust.workload.trace import BLOCK_TOKENS, TraceRow, block_count, conversation_trace
 
 if TYPE_CHECKING:
-    from grill_locust.config import Conversation, Model
+    from grill_locust.config import Model
     from grill_locust.workload.agentic import AgenticPlan
     from grill_locust.workload.autocomplete import AutocompletePlan
+    from grill_locust.workload.kinds import ConversationBase
+    from grill_locust.workload.kinds.dataset import DatasetConversation
+    from grill_locust.workload.kinds.study import (
+        FixedConversation,
+        MultiTurnConversation,
+        SharedPrefixConversation,
+        ShortBaselineConversation,
+        UniquePromptsConversation,
+    )
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +118,7 @@ class Workload:
 
     def __init__(
         self,
-        conversation: Conversation,
+        conversation: ConversationBase,
         model: Model | None = None,
         token_counter: TokenCounter | None = None,
         corpus: Corpus | None = None,
@@ -143,7 +152,7 @@ class Workload:
     # ---- the chat scripts of the kinds (grill_locust/workload/kinds/) ------------------------------
 
     def multi_turn_script(self, conversation_id: str, rng: random.Random) -> ConversationScript:
-        conversation = self.conversation
+        conversation = cast("MultiTurnConversation", self.conversation)
         system_tokens = conversation.system_tokens or 1
         turn_tokens = conversation.turn_tokens or 1
         if conversation.shared_system:
@@ -164,12 +173,14 @@ class Workload:
         return ConversationScript(conversation_id, system, turns)
 
     def shared_prefix_script(self, conversation_id: str, rng: random.Random) -> ConversationScript:
-        question = self._question(rng, self.conversation.question_tokens or 1)
+        question = self._question(rng, cast("SharedPrefixConversation", self.conversation).question_tokens)
         return ConversationScript(conversation_id, self._shared_prefix(), [question])
 
     def short_baseline_script(self, conversation_id: str, rng: random.Random) -> ConversationScript:
         return ConversationScript(
-            conversation_id, None, [self._question(rng, self.conversation.prompt_tokens or 1)]
+            conversation_id,
+            None,
+            [self._question(rng, cast("ShortBaselineConversation", self.conversation).prompt_tokens)],
         )
 
     def unique_prompt_script(self, conversation_id: str, rng: random.Random) -> ConversationScript:
@@ -182,7 +193,7 @@ class Workload:
 
     def _shared_system(self) -> tuple[str, _Code]:
         if "system" not in self._shared:
-            conversation = self.conversation
+            conversation = cast("MultiTurnConversation", self.conversation)
             rng = seeded_rng(conversation.seed, conversation.name, "shared-system")
             self._shared["system"] = self._system_prompt(
                 rng, conversation.system_tokens or 1, conversation.turn_tokens or 1
@@ -193,7 +204,7 @@ class Workload:
     def _shared_prefix(self) -> str:
         if "prefix" not in self._shared:
             rng = seeded_rng(self.conversation.seed, self.conversation.name, "prefix")
-            size = self.conversation.prefix_tokens or 1
+            size = cast("SharedPrefixConversation", self.conversation).prefix_tokens
             code = self._pick(rng, size)
             self._shared["prefix"] = self._render(PREFIX_HEAD, {"module": code.module}, code, size, "\n```\n")
         prefix: str = self._shared["prefix"]
@@ -206,7 +217,7 @@ class Workload:
         return self._render(head, {"id": request_id, "name": code.name}, code, size, _CODE_END)
 
     def _unique_prompt(self, rng: random.Random) -> str:
-        size = self.conversation.prompt_tokens or 1
+        size = cast("UniquePromptsConversation", self.conversation).prompt_tokens
         request_id = self._request_id(rng)
         code = self._pick(rng, size)
         head = rng.choice(UNIQUE_HEADS)
@@ -214,7 +225,7 @@ class Workload:
         return self._render(head, values, code, size, _CODE_END)
 
     def fixed_script(self, conversation_id: str, rng: random.Random) -> ConversationScript:
-        turns = self.conversation.turns
+        turns = cast("FixedConversation", self.conversation).turns
         system_parts = [turn.content for turn in turns if turn.role == "system"]
         user_turns = [turn.content for turn in turns if turn.role == "user"]
         system = "\n\n".join(system_parts) if system_parts else None
@@ -231,7 +242,7 @@ class Workload:
         """A recorded row as it is: drawn by the seed per user and iteration, or the next in file order
         (one counter per process, target and conversation, wrapping around). Nothing is made unique: a row sent
         twice may be served from the engine's prefix cache, as it would be in production."""
-        conversation = self.conversation
+        conversation = cast("DatasetConversation", self.conversation)
         rows = self.dataset_rows()
         if conversation.sample == "order":
             row = rows[next(self._shared["next_row"]) % len(rows)]
@@ -248,8 +259,8 @@ class Workload:
 
     def dataset_rows(self) -> tuple[DatasetRow, ...]:
         if "dataset rows" not in self._shared:
-            conversation = self.conversation
-            assert conversation.path is not None  # a dataset conversation has one (config/_schema.py)
+            conversation = cast("DatasetConversation", self.conversation)
+            assert conversation.path is not None  # a dataset conversation has one (its model checks)
             self._shared["dataset rows"] = load_dataset(conversation.path, conversation.format)
             self._shared["next_row"] = itertools.count()
         rows: tuple[DatasetRow, ...] = self._shared["dataset rows"].rows
@@ -379,7 +390,7 @@ def _measured_head_tokens(measured: MeasuredCorpus, head: str, values: dict[str,
 
 
 def build_workload(
-    conversation: Conversation, model: Model | None = None, token_counter: TokenCounter | None = None
+    conversation: ConversationBase, model: Model | None = None, token_counter: TokenCounter | None = None
 ) -> Workload:
     # read the whole corpus now, not file by file under load (and not as slow memory growth in a soak)
     stdlib_corpus().preload()

@@ -17,13 +17,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
-from typing import TYPE_CHECKING, Literal, NamedTuple, get_args
+from typing import TYPE_CHECKING, Literal, NamedTuple, cast, get_args
 
 from grill_locust.errors import GrillError
 from grill_locust.workload.files import file_version
 
 if TYPE_CHECKING:
-    from grill_locust.config import Conversation
+    from grill_locust.workload.kinds import ConversationBase
+    from grill_locust.workload.kinds.trace import TraceConversation
 
 TraceFormat = Literal["mooncake", "azure", "burstgpt"]
 TRACE_FORMATS: tuple[str, ...] = get_args(TraceFormat)
@@ -103,8 +104,9 @@ def trace_schedule(rows: tuple[TraceRow, ...]) -> list[TraceSend]:
     return [TraceSend(row.at_s, iteration) for iteration, row in enumerate(rows)]
 
 
-def conversation_trace(conversation: Conversation) -> tuple[TraceRow, ...]:
+def conversation_trace(conversation: ConversationBase) -> tuple[TraceRow, ...]:
     """The rows a `kind: trace` conversation replays (its file, format and window)."""
+    conversation = cast("TraceConversation", conversation)
     if conversation.path is None or conversation.format is None:
         raise TraceError(f"conversation {conversation.name!r}: a trace needs a format and a path")
     window = TraceWindow(

@@ -34,12 +34,15 @@ class Expected:
     error_contains: str = ""
     tool_calls: tuple[tuple[str, str, str], ...] = ()  # (id, name, arguments), assembled from the pieces
     reasoning_tokens: int = 0
+    finish_piece: int | None = None  # the first token's event where no event carried output (the finish)
 
 
 VLLM_CHAT = Expected("ok", (2, 3, 4, 5, 6), 2, 9, "stop", 1534, 1520, 5, "usage", "def add(a, b):")
 EXPECTED: dict[str, Expected] = {
     "vllm_chat": VLLM_CHAT,
     "litellm_crlf": VLLM_CHAT,
+    # a model that stops at its first token: a reply of one token, not an `empty` failure
+    "vllm_first_token_stop": Expected("ok", (), None, 4, "stop", 1534, None, 1, "usage", "", finish_piece=2),
     # usage without completion_tokens_details (vLLM before it reported them): reasoning counted from events
     "vllm_reasoning": Expected(
         "ok",
@@ -196,7 +199,7 @@ def test_transcript_metrics_follow_the_contract(name: str) -> None:
     assert expected.error_contains in raw.error
     assert raw.http_status == 200
     assert raw.output_times == [piece_time(k) for k in expected.output_pieces]
-    first = piece_time(expected.output_pieces[0])
+    first = piece_time(expected.output_pieces[0] if expected.output_pieces else expected.finish_piece)
     assert m.ttft_s == pytest.approx(first)
     visible = expected.visible_piece
     assert m.ttfo_s == (pytest.approx(piece_time(visible)) if visible is not None else None)
@@ -229,7 +232,8 @@ def test_transcript_in_one_recv_and_byte_by_byte_gives_the_same_record(name: str
         assert timer.raw.completion_tokens == by_piece.raw.completion_tokens
         assert timer.raw.cached_tokens == by_piece.raw.cached_tokens
     # all events of one recv share its arrival time
-    assert set(whole.raw.output_times) == {piece_time(0)}
+    assert set(whole.raw.output_times) == ({piece_time(0)} if by_piece.raw.output_times else set())
+    assert whole.raw.finish_time == (piece_time(0) if by_piece.raw.finish_time is not None else None)
 
 
 def test_itl_statistics_are_gaps_between_output_events() -> None:
@@ -254,3 +258,13 @@ def test_two_events_in_one_http_chunk_share_its_arrival() -> None:
         body = body[end:]
     timer, _ = replay(pieces)
     assert timer.raw.output_times == [piece_time(1), piece_time(2), piece_time(2)]
+
+
+def test_a_reply_of_held_back_tokens_cut_at_max_tokens_stays_empty() -> None:
+    """One token, no text, finish `length`: the engine held the token back (a tool call's markup), so the
+    developer got nothing: `empty`, unlike the model's own stop at its first token."""
+    timer, _ = replay(split_pieces(load("vllm_first_token_stop")), timer_class=timer_class_for("vllm_chat"))
+    assert measure(timer.raw).status == "ok"
+    timer.raw.finish_reason = "length"
+    cut = measure(timer.raw)
+    assert (cut.status, cut.ttft_s, cut.output_tokens) == ("empty", None, 1)

@@ -18,8 +18,8 @@ from grill_locust.client import EngineClient, chat_payload, completions_payload
 from grill_locust.client._timer import StreamTimer
 from grill_locust.record import RawTiming, build_record, measure
 from grill_locust.report import format_table, load_run, summarize
-from grill_locust.report.synthetic import make_record, write_results_folder
 from grill_locust.sim import SimProcess
+from tests.synthetic import make_record, write_results_folder
 
 MODEL = "grill-sim"
 REASONING_TOKENS = 5

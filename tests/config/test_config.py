@@ -9,18 +9,10 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from grill_locust.config import (
-    BUILTIN_CONVERSATION_KINDS,
-    DEFAULT_TIERS,
-    ConfigError,
-    Scenario,
-    expand_env_string,
-    iter_secrets,
-    load_scenario,
-    parse_scenario,
-    parse_tiers,
-)
+from grill_locust.config import DEFAULT_TIERS, ConfigError, expand_env_string
 from grill_locust.errors import GrillError
+from grill_locust.scenario import Scenario, iter_secrets, load_scenario, parse_scenario, parse_tiers
+from grill_locust.workload.kinds import BUILTIN_CONVERSATION_KINDS
 
 REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = REPO / "scenarios"

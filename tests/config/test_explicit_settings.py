@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from grill_locust.client import fim_request, request_for
-from grill_locust.config import Scenario, load_scenario
 from grill_locust.run import estimate
+from grill_locust.scenario import Scenario, load_scenario
 from grill_locust.workload.agentic import AgenticPlan, AgenticSession
 from grill_locust.workload.generators import build_workload
 

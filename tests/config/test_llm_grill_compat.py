@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from grill_locust.client.backend_http import auth_headers
-from grill_locust.config import ConfigError, load_scenario
+from grill_locust.config import ConfigError
 from grill_locust.ping import check_backend
+from grill_locust.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -128,7 +129,7 @@ def test_an_llm_grill_file_with_duplicate_keys_loads_the_last_with_a_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     path = write(tmp_path, DUPLICATED)
-    with caplog.at_level(logging.WARNING, logger="grill_locust.config"):
+    with caplog.at_level(logging.WARNING, logger="grill_locust.scenario"):
         scenario = load_scenario(path)
     assert scenario.backends[0].url == "http://127.0.0.1:8000"
     assert [model.name for model in scenario.models] == ["m"]

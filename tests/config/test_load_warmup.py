@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from grill_locust.config import ConfigError, parse_scenario
+from grill_locust.config import ConfigError
+from grill_locust.scenario import parse_scenario
 
 BASE = {
     "name": "t",

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from grill_locust.config import ConfigError, Slo, parse_scenario
+from grill_locust.config import ConfigError, Slo
 from grill_locust.config._apportion import persona_counts, persona_index, tijdeman_bound
+from grill_locust.scenario import parse_scenario
 
 WEIGHT_SETS = [
     (70, 25, 5),

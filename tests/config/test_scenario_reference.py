@@ -13,8 +13,6 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 REPO = Path(__file__).resolve().parents[2]
-# the kinds' models document their own fields (issue 28 point 1 turns Conversation into one per kind)
-DOCUMENTED_WITH_THE_KINDS: set[str] = set()
 
 
 @functools.cache
@@ -34,9 +32,7 @@ def test_committed_reference_is_what_the_models_say() -> None:
 
 
 def test_every_scenario_key_has_a_description() -> None:
-    missing = [
-        name for name in _builder().undocumented() if name.split(".")[0] not in DOCUMENTED_WITH_THE_KINDS
-    ]
+    missing = _builder().undocumented()
     assert not missing, f"give these fields a docstring (their description in docs/scenarios.md): {missing}"
 
 

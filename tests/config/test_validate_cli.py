@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from grill_locust.config import load_scenario
 from grill_locust.run import estimate
+from grill_locust.scenario import load_scenario
 from grill_locust.sim.params import PROFILES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -156,7 +156,7 @@ def test_validate_applies_overrides(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_estimate_arithmetic() -> None:
-    from grill_locust.config import load_scenario
+    from grill_locust.scenario import load_scenario
 
     scenario = load_scenario(REPO / "scenarios" / "demo.yaml").with_overrides(
         tiers=[1, 2], pause_s=10, think_time_s=1

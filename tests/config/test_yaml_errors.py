@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from grill_locust.config import ConfigError, load_scenario
+from grill_locust.config import ConfigError
+from grill_locust.scenario import load_scenario
 
 CASES = [
     pytest.param(

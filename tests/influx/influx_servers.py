@@ -9,7 +9,6 @@ A test that needs one skips, saying which, when its binary is absent (fails unde
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import urllib.error
@@ -18,16 +17,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from tests.ports import free_port
 from tests.real_binaries import require_binary
 
 STARTUP_TIMEOUT_S = 30.0
 EXPORT_AHEAD_S = 86_400  # an export reaches this far past the present: points from a clock that runs ahead
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def http_get(url: str, timeout_s: float = 5.0) -> bytes:

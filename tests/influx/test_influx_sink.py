@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 from influx_dataset import WORKERS, make_campaign, make_record
-from influx_servers import VictoriaMetrics, free_port
+from influx_servers import VictoriaMetrics
 
 from grill_locust.sinks.influx import InfluxSink
 from grill_locust.sinks.line_protocol import REQUEST_FIELDS, REQUEST_TAGS, STEP_TAG
 from grill_locust.workload.kinds import KIND_AGENTIC
+from tests.ports import free_port
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

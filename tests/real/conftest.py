@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import secrets
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import pytest
 import requests
 import yaml
 
+from tests.ports import free_port
 from tests.real_binaries import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,12 +69,6 @@ def _locate(name: str, script: Path) -> Path:
 
 def _absent(what: str, path: Path, script: Path) -> NoReturn:
     unavailable(f"{what} not found at {path}: run `bash {script.relative_to(ROOT)}` first")
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

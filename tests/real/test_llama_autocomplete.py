@@ -17,9 +17,9 @@ import pytest
 import requests
 
 from grill_locust.client import COMPLETIONS_PATH, fim_request
-from grill_locust.config import load_scenario
 from grill_locust.record import STATUS_ABANDONED, STATUS_OK, TOKENS_FROM_EVENTS, TOKENS_FROM_USAGE
 from grill_locust.run.exit_codes import ENGINE_REFUSED
+from grill_locust.scenario import load_scenario
 from grill_locust.telemetry.engine_metrics import parse_samples
 from grill_locust.workload import backend_token_counter, build_workload
 from grill_locust.workload.autocomplete import AutocompletePlan, AutocompleteSession

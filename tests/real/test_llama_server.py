@@ -8,8 +8,9 @@ import pytest
 import requests
 
 from grill_locust.client import MESSAGES_PATH, EngineClient, request_for
-from grill_locust.config import Backend, Conversation, Model
+from grill_locust.config import Backend, Model
 from grill_locust.record import STATUS_OK, TOKENS_FROM_USAGE, measure
+from grill_locust.scenario import validate_conversation
 from grill_locust.workload import backend_token_counter, build_workload
 from grill_locust.workload.calibrate import clear_cache
 from tests import llamacpp_contract as contract
@@ -82,7 +83,7 @@ def test_prompt_sizes_calibrated_on_its_tokenize_hit_their_targets(
     clear_cache()
     counter = backend_token_counter(contract.llama_backend(llama_server.url))
     assert counter is not None, "calibration through /tokenize failed"
-    spec = Conversation.model_validate(conversation)
+    spec = validate_conversation(conversation)
     script = build_workload(spec, Model(name=SERVED_MODEL), token_counter=counter).script("user-1", 0)
     targets: list[tuple[str, str, int]] = []
     if spec.kind == "multi-turn":

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from grill_locust.client import EngineClient, request_for
-from grill_locust.config import Conversation, Model
+from grill_locust.config import Model
 from grill_locust.record import STATUS_OK, measure
+from grill_locust.scenario import validate_conversation
 from grill_locust.workload import backend_token_counter, build_workload
 from grill_locust.workload.generators import ConversationScript
 from tests import llamacpp_contract as contract
@@ -42,7 +43,7 @@ def test_trace_rows_reach_the_engine_at_their_input_length_and_generate_their_ou
     counter = backend_token_counter(backend)
     assert counter is not None, "calibration through /tokenize failed"
     assert counter.turn_overhead_tokens > 0
-    mooncake = Conversation.model_validate(
+    mooncake = validate_conversation(
         {"name": "replay", "kind": "trace", "format": "mooncake", "path": str(TRACES / "mooncake.jsonl")}
     )
     workload = build_workload(mooncake, Model(name=SERVED_MODEL), token_counter=counter)
@@ -60,7 +61,7 @@ def test_trace_rows_reach_the_engine_at_their_input_length_and_generate_their_ou
     for iteration, target in targets.items():
         assert abs(sizes[iteration] - target) <= REPLAY_TOLERANCE * target, (sizes, targets)
 
-    azure = Conversation.model_validate(
+    azure = validate_conversation(
         {"name": "replay", "kind": "trace", "format": "azure", "path": str(TRACES / "azure.csv")}
     )
     row = build_workload(azure, Model(name=SERVED_MODEL), token_counter=counter).script("real-2", 0)

@@ -19,6 +19,8 @@ from typing import Any
 
 import pandas as pd
 
+from grill_locust.workload.calibrate import CALIBRATION_ID_PREFIX
+
 NEVER_COMPLETED = ("connect", "stream_cut")
 COMPLETION_ENDPOINTS = ("/chat/completions", "/completions")
 LOST_ON_WORKER = re.compile(r"(\d+) iterations lost on worker ([^\s;]+)")
@@ -40,8 +42,14 @@ class Ledger:
 
 
 def engine_requests(lines: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    """The completion requests of an engine's log (not its /tokenize or /health calls)."""
-    return [line for line in lines if str(line.get("endpoint", "")).endswith(COMPLETION_ENDPOINTS)]
+    """The load's completion requests in an engine's log (not its /tokenize or /health calls, nor the
+    calibration's usage requests, which are no record by design: workload/calibrate.py)."""
+    return [
+        line
+        for line in lines
+        if str(line.get("endpoint", "")).endswith(COMPLETION_ENDPOINTS)
+        and not str(line.get("request_id", "")).startswith(CALIBRATION_ID_PREFIX)
+    ]
 
 
 def counted_lost(phases: pd.DataFrame) -> dict[str, int]:

@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from grill_locust.workload.calibrate import CALIBRATION_ID_PREFIX
+from tests.ports import free_port
+
 HTML_502 = (
     b"<html><head><title>502 Bad Gateway</title></head>"
     b"<body><center><h1>502 Bad Gateway</h1></center><hr><center>nginx</center></body></html>"
@@ -31,12 +34,6 @@ WHOLE_COMPLETION = {
     "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6},
 }
 OK_TOKENS = ("def", " f", "():", " pass")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def closed_port() -> int:
@@ -128,6 +125,11 @@ class SeenRequest:
     path: str
     headers: dict[str, str]  # lower-case names
     arrival: float  # time.time() when its body had been read
+
+    @property
+    def calibrating(self) -> bool:
+        """A usage request of the calibration (workload/calibrate.py): no load, and no record by design."""
+        return self.headers.get("x-request-id", "").startswith(CALIBRATION_ID_PREFIX)
 
 
 class CannedEngine:

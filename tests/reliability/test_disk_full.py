@@ -14,13 +14,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from grill_locust.report.synthetic import make_record
 from grill_locust.sinks import results as results_module
 from grill_locust.sinks.results import ResultsWriter
 from tests.real_binaries import unavailable
 from tests.reliability.ledger import ledger
 from tests.run.conftest import only_run_dir, sim_scenario, truth_once_it_holds, write_scenario
 from tests.run.test_interrupt import SHORT, start_local, wait_for_lines
+from tests.synthetic import make_record
 
 pytestmark = pytest.mark.slow
 

@@ -16,9 +16,9 @@ import pytest
 from grill_locust.report import summarize_run
 from grill_locust.run import exit_codes
 from grill_locust.sim import SimProcess
+from tests.ports import free_port
 from tests.reliability.ledger import ledger
 from tests.run.conftest import LOCUSTFILE, only_run_dir, read_truth, write_scenario
-from tests.run.test_distributed import free_port
 
 pytestmark = pytest.mark.slow
 

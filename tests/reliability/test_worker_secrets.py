@@ -17,9 +17,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
+from tests.ports import free_port
 from tests.reliability.reliability_servers import InfluxCatcher
 from tests.run.conftest import only_run_dir, run_locust, sim_scenario, write_scenario
-from tests.run.test_distributed import cluster_master_args, cluster_worker_args, finish, free_port, locust
+from tests.run.test_distributed import cluster_master_args, cluster_worker_args, finish, locust
 
 pytestmark = pytest.mark.slow
 

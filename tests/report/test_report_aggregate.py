@@ -12,7 +12,7 @@ from grill_locust.errors import GrillError
 from grill_locust.record import percentile
 from grill_locust.report import format_table, load_run, summarize, summarize_run, summarize_turns
 from grill_locust.report.aggregate import SUMMARY_COLUMNS
-from grill_locust.report.synthetic import START_WALL, make_record, write_results_folder
+from tests.synthetic import START_WALL, make_record, write_results_folder
 
 TARGET = "sim/grill-sim/short-baseline"
 

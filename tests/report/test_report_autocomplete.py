@@ -15,7 +15,8 @@ from grill_locust.report import format_table, load_run, summarize
 from grill_locust.report.build import LabelledRun, assemble
 from grill_locust.report.figures import write_figures
 from grill_locust.report.html import render_html
-from grill_locust.report.synthetic import (
+from grill_locust.workload.kinds import KIND_AUTOCOMPLETE
+from tests.synthetic import (
     AUTOCOMPLETE_CONVERSATION,
     START_WALL,
     make_record,
@@ -23,7 +24,6 @@ from grill_locust.report.synthetic import (
     synthetic_records,
     write_results_folder,
 )
-from grill_locust.workload.kinds import KIND_AUTOCOMPLETE
 
 TARGET = f"sim/grill-sim/{AUTOCOMPLETE_CONVERSATION}"
 BUDGET_MS = 400

@@ -11,7 +11,7 @@ from grill_locust.config import Slo
 from grill_locust.errors import GrillError
 from grill_locust.report import load_run, summarize
 from grill_locust.report.capacity import capacity_at_slo, recommendations, slo_of_run
-from grill_locust.report.synthetic import make_record, write_results_folder
+from tests.synthetic import make_record, write_results_folder
 
 DEFAULT_SLO = Slo()
 
@@ -188,7 +188,7 @@ def test_a_tier_exactly_at_every_limit_meets_the_slo():
 
 
 def test_the_scenario_slo_is_the_one_the_report_judges_by():
-    from grill_locust.config import parse_scenario
+    from grill_locust.scenario import parse_scenario
 
     scenario = parse_scenario(
         {

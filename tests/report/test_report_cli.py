@@ -14,7 +14,7 @@ from report_chromium import view_page
 
 from grill_locust.errors import GrillError
 from grill_locust.report import cli
-from grill_locust.report.synthetic import (
+from tests.synthetic import (
     ENGINE_SHAPES,
     synthetic_records,
     to_older_column_names,

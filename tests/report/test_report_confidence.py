@@ -21,8 +21,8 @@ from grill_locust.report.confidence import (
     resample_tier,
 )
 from grill_locust.report.load import load_run
-from grill_locust.report.synthetic import ENGINE_SHAPES, make_record, synthetic_records, write_results_folder
 from grill_locust.report.write import write_report
+from tests.synthetic import ENGINE_SHAPES, make_record, synthetic_records, write_results_folder
 
 TURNS = 3
 

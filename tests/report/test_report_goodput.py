@@ -12,13 +12,14 @@ import pandas as pd
 import pytest
 
 from grill_locust.cli import main
-from grill_locust.config import Slo, parse_scenario
+from grill_locust.config import Slo
 from grill_locust.errors import GrillError
 from grill_locust.record import CANCELLED, STATUS_ABANDONED, STATUS_OK, STATUS_STREAM_CUT
 from grill_locust.report import load_run, summarize
 from grill_locust.report.capacity import capacity_at_slo, conversation_slos_of_run, slo_of_run
-from grill_locust.report.synthetic import START_WALL, make_record, write_results_folder
+from grill_locust.scenario import parse_scenario
 from grill_locust.workload.kinds import KIND_AUTOCOMPLETE
+from tests.synthetic import START_WALL, make_record, write_results_folder
 
 LIMITS = Slo(ttft_s=1.0, tpot_ms=50.0, e2e_s=10.0)
 

@@ -11,8 +11,8 @@ from grill_locust.config import Slo
 from grill_locust.report.build import LabelledRun, assemble, report_json
 from grill_locust.report.capacity import conversation_slos_of_run, slo_of_run
 from grill_locust.report.load import load_run
-from grill_locust.report.synthetic import START_WALL, make_record, write_results_folder
 from grill_locust.report.tables import format_capacity, format_table
+from tests.synthetic import START_WALL, make_record, write_results_folder
 
 MIX_TARGET = "sim/grill-sim/mix"
 WHOLE = "whole tier: complete 70, chat 30"

@@ -19,7 +19,6 @@ from grill_locust.report.capacity import capacity_at_slo, recommendations
 from grill_locust.report.figures import figure_count, figure_metrics, write_figures
 from grill_locust.report.load import phases_from_records
 from grill_locust.report.sessions import SESSIONS_CSV
-from grill_locust.report.synthetic import START_WALL, make_record, write_results_folder
 from grill_locust.report.tables import (
     MISSING,
     display_agent_steps,
@@ -30,6 +29,7 @@ from grill_locust.report.tables import (
 )
 from grill_locust.run.arrivals import arrival_schedule
 from grill_locust.run.search import Bisection, Probe
+from tests.synthetic import START_WALL, make_record, write_results_folder
 
 DURATION_S = 10.0
 E2E_S = 0.2

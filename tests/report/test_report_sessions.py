@@ -15,14 +15,14 @@ from grill_locust.report import format_table, load_run, summarize
 from grill_locust.report.aggregate import summarize_all
 from grill_locust.report.build import assemble, load_runs
 from grill_locust.report.sessions import SESSION_COLUMNS, SESSION_TIER_COLUMNS, SESSIONS_CSV
-from grill_locust.report.synthetic import (
+from grill_locust.report.tables import MISSING, display_tiers
+from tests.synthetic import (
     AGENT_CONVERSATION,
     START_WALL,
     make_record,
     synthetic_agent_records,
     write_results_folder,
 )
-from grill_locust.report.tables import MISSING, display_tiers
 
 AGENT_TARGET = "vllm/m/agent"
 SESSION_ID = "agent:u{user}:0"

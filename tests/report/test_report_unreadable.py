@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 
 from grill_locust.report import load_run, summarize
-from grill_locust.report.synthetic import synthetic_records, write_results_folder
 from grill_locust.sinks.results import ResultsWriter
 from tests.report.test_report_cli import grill
+from tests.synthetic import synthetic_records, write_results_folder
 
 BROKEN_AT = 5  # 1-based line of records.jsonl cut in the middle of a record of the second tier
 

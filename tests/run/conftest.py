@@ -14,6 +14,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from tests.ports import free_port
+
 ROOT = Path(__file__).resolve().parents[2]
 LOCUSTFILE = ROOT / "locustfiles" / "coding.py"
 TRUTH_WAIT_S = 10.0  # a loaded machine can take seconds to let the stopped simulator finish its log
@@ -45,6 +47,9 @@ def sim_scenario(
 
 def run_locust(args: list[str], cwd: Path, timeout_s: float = 180) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    if "--processes" in args and "--master-bind-port" not in args:  # not Locust's 5557: runs may overlap
+        port = str(free_port())
+        args = [*args, "--master-bind-host", "127.0.0.1", "--master-bind-port", port, "--master-port", port]
     return subprocess.run(
         [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary", *args],
         cwd=cwd,

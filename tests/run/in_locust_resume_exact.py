@@ -17,14 +17,15 @@ import yaml
 from locust.env import Environment
 from locust.event import Events
 
-from grill_locust.config import parse_scenario
 from grill_locust.run.campaign import Campaign
 from grill_locust.run.worker import MASTER_SILENCE_S
+from grill_locust.scenario import parse_scenario
 from grill_locust.sim import SimProcess
 from grill_locust.sinks.results import ResultsWriter
 from tests.influx.influx_dataset import make_record
+from tests.ports import free_port
 from tests.run.conftest import LOCUSTFILE, only_run_dir, read_truth, run_locust, sim_scenario, write_scenario
-from tests.run.test_distributed import free_port, start_cluster
+from tests.run.test_distributed import start_cluster
 
 SHORT = {"name": "short", "kind": "short-baseline", "prompt_tokens": 40}
 

@@ -13,12 +13,12 @@ from locust.env import Environment
 from locust.event import Events
 
 import grill_locust.run.listeners  # noqa: F401  (registers the options and listeners, as the locustfile does)
-from grill_locust.config import parse_scenario
 from grill_locust.run.campaign import Campaign
 from grill_locust.run.shape import CampaignShape
 from grill_locust.run.state import run_state
 from grill_locust.run.user import CampaignUser
 from grill_locust.samples import KIND_ENGINE, empty_sample
+from grill_locust.scenario import parse_scenario
 from grill_locust.sinks import PhaseEvent
 from grill_locust.sinks.results import ResultsWriter
 from tests.influx.influx_dataset import make_record

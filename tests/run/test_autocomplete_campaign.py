@@ -10,7 +10,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from grill_locust.config import Conversation
+from grill_locust.scenario import validate_conversation
 from grill_locust.workload.autocomplete import AutocompletePlan
 from grill_locust.workload.generators import build_workload
 from tests.run.conftest import only_run_dir, run_locust, truth_once_it_holds, write_scenario
@@ -61,7 +61,7 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, di
 def plan_of(conversation_id: str) -> AutocompletePlan:
     """The plan the user played: the same in every process for its (seed, user key, iteration)."""
     _, user_key, iteration = conversation_id.split(":")
-    plan = build_workload(Conversation.model_validate(CONVERSATION)).script(user_key, int(iteration))
+    plan = build_workload(validate_conversation(CONVERSATION)).script(user_key, int(iteration))
     assert isinstance(plan, AutocompletePlan)
     return plan
 

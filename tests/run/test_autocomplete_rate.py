@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grill_locust.config import Conversation
+from grill_locust.scenario import validate_conversation
 from grill_locust.verdicts import SCHEDULE_LAG_P99_LIMIT_S
 from grill_locust.workload.autocomplete import AutocompletePlan
 from grill_locust.workload.generators import build_workload
@@ -56,7 +56,7 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[pd.DataFrame, pd
 def first_send_at_s(conversation_id: str) -> float:
     """When the session's plan sends its first request, seconds after the session began."""
     _, user_key, iteration = conversation_id.split(":")
-    plan = build_workload(Conversation.model_validate(CONVERSATION)).script(user_key, int(iteration))
+    plan = build_workload(validate_conversation(CONVERSATION)).script(user_key, int(iteration))
     assert isinstance(plan, AutocompletePlan)
     return plan.requests[0].send_at_s
 

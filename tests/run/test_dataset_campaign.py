@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from grill_locust.config import load_scenario
+from grill_locust.scenario import load_scenario
 from grill_locust.sim.text import render_chat, token_ids
 from grill_locust.workload import build_workload
 from grill_locust.workload.dataset import DatasetRow, load_dataset

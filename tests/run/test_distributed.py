@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ import pandas as pd
 import pytest
 
 from grill_locust.run import exit_codes
+from tests.ports import free_port
 from tests.run.conftest import (
     LOCUSTFILE,
     TRUTH_WAIT_S,
@@ -29,12 +29,6 @@ from tests.run.conftest import (
 pytestmark = pytest.mark.slow
 
 SHORT = {"name": "short", "kind": "short-baseline", "prompt_tokens": 40}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def locust(

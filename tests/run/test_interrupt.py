@@ -13,7 +13,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from grill_locust.report.synthetic import to_older_column_names
 from grill_locust.verdicts import SATURATION_LAG_P99_MS
 from tests.run.conftest import (
     LOCUSTFILE,
@@ -25,6 +24,7 @@ from tests.run.conftest import (
     write_scenario,
 )
 from tests.run.test_distributed import finish, start_cluster
+from tests.synthetic import to_older_column_names
 
 pytestmark = pytest.mark.slow
 

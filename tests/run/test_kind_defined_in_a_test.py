@@ -9,19 +9,19 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import pandas as pd
 import pytest
+from pydantic import Field
 
-from grill_locust.config import load_scenario
 from grill_locust.run.estimate import estimate_campaign
+from grill_locust.scenario import load_scenario
 from grill_locust.workload.generators import ConversationScript, unique_id
-from grill_locust.workload.kinds import ChatKind, register, unregister
+from grill_locust.workload.kinds import ChatKind, ConversationBase, register, unregister
 from tests.run.conftest import LOCUSTFILE, only_run_dir, run_locust, sim_scenario, write_scenario
 
 if TYPE_CHECKING:
-    from grill_locust.config import Conversation
     from grill_locust.workload.generators import Workload
     from grill_locust.workload.seeding import ShapeKey
 
@@ -31,12 +31,22 @@ ITERATIONS = 3
 TURNS = 2
 
 
+class EchoConversation(ConversationBase):
+    """An `echo-turns` conversation's keys."""
+
+    kind: Literal["echo-turns"]
+    """Short questions in a row, each answered by repeating a word."""
+    user_turns: int = Field(default=1, ge=1)
+    """Questions per iteration."""
+
+
 @dataclass(frozen=True)
 class EchoTurns(ChatKind):
     """`user_turns` short questions in a row, each its own: a kind the package does not have."""
 
-    def requests_per_iteration(self, conversation: Conversation) -> float:
-        return conversation.user_turns or 1
+    def requests_per_iteration(self, conversation: ConversationBase) -> float:
+        assert isinstance(conversation, EchoConversation)
+        return conversation.user_turns
 
     def build_script(
         self,
@@ -47,11 +57,12 @@ class EchoTurns(ChatKind):
         rng: random.Random,
         shape: ShapeKey,
     ) -> ConversationScript:
-        turns = [f"Say the word {unique_id(rng)} back." for _ in range(workload.conversation.user_turns or 1)]
+        assert isinstance(workload.conversation, EchoConversation)
+        turns = [f"Say the word {unique_id(rng)} back." for _ in range(workload.conversation.user_turns)]
         return ConversationScript(conversation_id, None, turns)
 
 
-ECHO = EchoTurns("echo-turns", {"user_turns": 1}, rate_unit="sessions/s")
+ECHO = EchoTurns(EchoConversation, rate_unit="sessions/s")
 
 if os.environ.get(REGISTER_ENV) == "1":
     register(ECHO)

@@ -11,10 +11,10 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from grill_locust.config import load_scenario
 from grill_locust.report import summarize
 from grill_locust.report.load import load_run
 from grill_locust.run.web_ui import personas_cell
+from grill_locust.scenario import load_scenario
 from tests.run.conftest import only_run_dir, run_locust, write_scenario
 from tests.run.test_distributed import finish, start_cluster
 

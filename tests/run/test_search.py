@@ -9,12 +9,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from grill_locust.config import ConfigError, Search, load_scenario
+from grill_locust.config import ConfigError, Search
 from grill_locust.errors import GrillError
 from grill_locust.report.build import SEARCH_COLUMNS
 from grill_locust.report.tables import display_searches
 from grill_locust.run.estimate import ASSUMED_TPOT_MS, ASSUMED_TTFT_S, estimate_campaign, format_estimate
 from grill_locust.run.search import Bisection, Probe, check_search_runnable, probes_at_most
+from grill_locust.scenario import load_scenario
 
 
 def search_with(bisection: Bisection, passes: Callable[[float], bool]) -> list[float]:

@@ -13,12 +13,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grill_locust.config import load_scenario, parse_scenario
 from grill_locust.errors import GrillError
 from grill_locust.run import estimate
 from grill_locust.run.arrivals import trace_share
 from grill_locust.run.phase import campaign_phases, trace_rate
 from grill_locust.run.search import check_search_runnable
+from grill_locust.scenario import load_scenario, parse_scenario
 from grill_locust.sim import SimProcess
 from grill_locust.sim.text import render_chat
 from grill_locust.tokens import count_tokens

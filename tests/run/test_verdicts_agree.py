@@ -13,11 +13,11 @@ import pytest
 
 from grill_locust.cli import main
 from grill_locust.report import load_run, summarize
-from grill_locust.report.synthetic import START_WALL, make_record, write_results_folder
 from grill_locust.run.phase import Phase
 from grill_locust.run.progress import PhaseProgress
 from grill_locust.verdicts import SATURATION_CPU_PCT, saturation_text
 from tests.run.conftest import LOCUSTFILE, only_run_dir, sim_scenario, write_scenario
+from tests.synthetic import START_WALL, make_record, write_results_folder
 
 pytestmark = pytest.mark.slow
 

@@ -17,9 +17,10 @@ import pandas as pd
 import pytest
 import requests
 
+from tests.ports import free_port
 from tests.reliability.reliability_servers import InfluxCatcher
 from tests.run.conftest import LOCUSTFILE, only_run_dir, sim_scenario, write_scenario
-from tests.run.test_distributed import SHORT, finish, free_port, locust
+from tests.run.test_distributed import SHORT, finish, locust
 
 pytestmark = pytest.mark.slow
 

@@ -11,9 +11,10 @@ import pytest
 
 from grill_locust.client import EngineClient, fim_request
 from grill_locust.client.backend_http import tokenize
-from grill_locust.config import Backend, Conversation, Model
+from grill_locust.config import Backend, Model
 from grill_locust.fim_templates import FIM_TEMPLATES
 from grill_locust.record import Measurement, measure
+from grill_locust.scenario import validate_conversation
 from grill_locust.sim import SimProcess
 
 MODEL = "grill-sim"
@@ -35,7 +36,7 @@ def backend(url: str) -> Backend:
 
 
 def send(url: str, prefix: str, suffix: str, **fim: str) -> Measurement:
-    conversation = Conversation.model_validate({"name": "c", "kind": "short-baseline", **fim})
+    conversation = validate_conversation({"name": "c", "kind": "short-baseline", **fim})
     model = Model(name=MODEL, max_tokens=4, ignore_eos=True)
     path, body = fim_request(backend(url), model, conversation, prefix, suffix, EXTRA)
     return measure(EngineClient(backend(url)).stream(path, body).raw)

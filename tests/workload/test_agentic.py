@@ -18,8 +18,9 @@ import pytest
 
 from grill_locust.client import EngineClient, request_for
 from grill_locust.client.backend_http import tokenize
-from grill_locust.config import Backend, Conversation, Model
+from grill_locust.config import Backend, Model
 from grill_locust.record import STATUS_OK, measure
+from grill_locust.scenario import Conversation, validate_conversation
 from grill_locust.sim import SimProcess
 from grill_locust.workload.agentic import (
     COMPACTED_HEAD,
@@ -49,7 +50,7 @@ def backend(sim: SimProcess) -> Backend:
 
 
 def agentic(**fields: Any) -> Conversation:
-    return Conversation.model_validate({"name": "agent", "kind": "agentic", **fields})
+    return validate_conversation({"name": "agent", "kind": "agentic", **fields})
 
 
 def plan_of(conversation: Conversation, user_key: str = "u0", iteration: int = 0) -> AgenticPlan:

@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from grill_locust.config import ConfigError, Conversation, parse_scenario
+from grill_locust.config import ConfigError
+from grill_locust.scenario import Conversation, parse_scenario, validate_conversation
 from grill_locust.tokens import count_tokens
 from grill_locust.workload.autocomplete import (
     BURST_WORDS,
@@ -30,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def autocomplete(**sizes: Any) -> Conversation:
-    return Conversation.model_validate({"name": "completions", "kind": "autocomplete", **sizes})
+    return validate_conversation({"name": "completions", "kind": "autocomplete", **sizes})
 
 
 def plan_of(conversation: Conversation, user_key: str = "u0", iteration: int = 0) -> AutocompletePlan:
@@ -87,7 +88,7 @@ def test_bad_keys_are_one_line_naming_the_key(key: str, value: float, message: s
 
 def test_its_keys_belong_to_it_alone() -> None:
     with pytest.raises(ValueError, match="typing_cps: not used by kind 'multi-turn'"):
-        Conversation.model_validate({"name": "chat", "kind": "multi-turn", "typing_cps": 5})
+        validate_conversation({"name": "chat", "kind": "multi-turn", "typing_cps": 5})
 
 
 def test_the_same_seed_user_and_iteration_give_the_same_plan_in_every_process() -> None:

@@ -14,12 +14,14 @@ from typing import Any
 
 import pytest
 
-from grill_locust.config import Backend, Conversation
+from grill_locust.config import Backend
+from grill_locust.scenario import Conversation, validate_conversation
 from grill_locust.sim import SimProcess
 from grill_locust.tokens import count_tokens
 from grill_locust.workload import backend_token_counter, build_workload
 from grill_locust.workload.calibrate import clear_cache
-from tests.real.conftest import ServerProcess, free_port
+from tests.ports import free_port
+from tests.real.conftest import ServerProcess
 
 TOLERANCE = 0.02  # sizes within ±2 % on the backend's tokenizer
 TINY_TARGET_SLACK_TOKENS = 1  # below 50 tokens, 2 % is less than a token
@@ -43,9 +45,13 @@ def backend(**fields: Any) -> Backend:
 def sized_messages(conversation: Conversation, script: Any) -> list[tuple[str, int, str]]:
     """(part, target tokens, text) for every sized message of one script."""
     parts: list[tuple[str, int, str]] = []
+
+    def size(*keys: str) -> int:  # the first of these sizes the conversation's kind has
+        return next((getattr(conversation, key) for key in keys if hasattr(conversation, key)), 0)
+
     if script.system is not None:
-        parts.append(("system", conversation.system_tokens or conversation.prefix_tokens or 0, script.system))
-    asked = conversation.turn_tokens or conversation.question_tokens or conversation.prompt_tokens or 0
+        parts.append(("system", size("system_tokens", "prefix_tokens"), script.system))
+    asked = size("turn_tokens", "question_tokens", "prompt_tokens")
     name = {"multi-turn": "turn", "shared-prefix": "question"}.get(conversation.kind, "prompt")
     parts += [(f"{name} {index}", asked, text) for index, text in enumerate(script.user_turns)]
     return parts
@@ -57,7 +63,7 @@ def sizes_on_backend(
     """(workload and part, asked, measured by the backend) for every message of a few scripts of each kind."""
     found = []
     for name, sizes in (kinds or {name: {} for name in DEFAULT_WORKLOADS}).items():
-        conversation = Conversation.model_validate({"name": name, **sizes})
+        conversation = validate_conversation({"name": name, **sizes})
         workload = build_workload(conversation, token_counter=counter)
         for user in range(users):
             for part, asked, text in sized_messages(conversation, workload.script(f"u{user}", 0)):
@@ -119,7 +125,8 @@ def test_calibration_on_a_real_llama_server_measures_token_pieces(llama_server: 
         assert counter.remote_count(measured.code(start_token, n_tokens)) == n_tokens
     # ids of words drawn at random are one token a word on the backend, the colon after them one more
     workload = build_workload(
-        Conversation(name="c", kind="short-baseline", prompt_tokens=50), token_counter=counter
+        validate_conversation({"name": "c", "kind": "short-baseline", "prompt_tokens": 50}),
+        token_counter=counter,
     )
     for user in range(ID_CHECKS):
         request_id = workload.script(f"u{user}", 0).user_turns[0].split(":")[0]

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from grill_locust.config import ConfigError, Conversation, load_scenario, parse_scenario
+from grill_locust.config import ConfigError
+from grill_locust.scenario import Conversation, load_scenario, parse_scenario, validate_conversation
 from grill_locust.workload import ConversationScript, build_workload
 from grill_locust.workload.dataset import DatasetError, load_dataset
 
@@ -24,7 +25,7 @@ CHAT_LINES = [0, 1, 3, 4]  # line 2 is blank
 
 
 def dataset_conversation(path: Path | str, **fields: Any) -> Conversation:
-    return Conversation.model_validate({"name": "replay", "kind": "dataset", "path": str(path), **fields})
+    return validate_conversation({"name": "replay", "kind": "dataset", "path": str(path), **fields})
 
 
 def scripts(conversation: Conversation, users: int, iterations: int) -> list[ConversationScript]:
@@ -127,7 +128,7 @@ def test_format_is_taken_from_the_extension_unless_given(tmp_path: Path) -> None
     with pytest.raises(ValueError, match="format: expected 'jsonl' or 'sharegpt'"):
         dataset_conversation(CHAT, format="csv")
     with pytest.raises(ValueError, match="path: kind 'dataset' needs the file to replay"):
-        Conversation.model_validate({"name": "replay", "kind": "dataset"})
+        validate_conversation({"name": "replay", "kind": "dataset"})
 
 
 SCENARIO = """

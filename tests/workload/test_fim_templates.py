@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from grill_locust.client import COMPLETIONS_PATH, INFILL_PATH, fim_request
-from grill_locust.config import Backend, Conversation, Model
+from grill_locust.config import Backend, Model
 from grill_locust.fim_templates import (
     FIM_TEMPLATES,
     FIM_TOKENS,
@@ -14,6 +14,7 @@ from grill_locust.fim_templates import (
     choose_fim,
     guess_family,
 )
+from grill_locust.scenario import Conversation, validate_conversation
 from grill_locust.sim.text import prompt_tokens
 from grill_locust.tokens import tokenize
 
@@ -67,7 +68,7 @@ def test_family_is_told_by_the_model_name(name: str, family: str | None) -> None
 
 
 def conversation(**keys: object) -> Conversation:
-    return Conversation.model_validate({"name": "c", "kind": "short-baseline", **keys})
+    return validate_conversation({"name": "c", "kind": "short-baseline", **keys})
 
 
 def test_default_transport_is_the_template_when_the_family_is_known_else_suffix() -> None:

@@ -10,8 +10,6 @@ from grill_locust.workload.kinds import WORKLOAD_KINDS
 
 PACKAGE = Path(__file__).resolve().parents[2] / "grill_locust"
 KINDS_PACKAGE = PACKAGE / "workload" / "kinds"
-# test data kept in the package for now (issue 28 point 6 moves it under tests/): records of named kinds
-EXEMPT = {PACKAGE / "report" / "synthetic.py"}
 
 
 def kind_literals(source: str, kinds: set[str]) -> list[tuple[int, str]]:
@@ -66,7 +64,7 @@ def test_no_module_outside_the_kinds_package_names_a_kind() -> None:
     named = [
         f"{path.relative_to(PACKAGE.parent)}:{line}: {kind!r}"
         for path in sorted(PACKAGE.rglob("*.py"))
-        if not path.is_relative_to(KINDS_PACKAGE) and path not in EXEMPT
+        if not path.is_relative_to(KINDS_PACKAGE)
         for line, kind in kind_literals(path.read_text(), kinds)
     ]
     assert not named, "ask the conversation's kind instead of naming it:\n" + "\n".join(named)

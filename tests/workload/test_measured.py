@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from grill_locust.client.backend_http import decode_token_strs
-from grill_locust.config import Conversation
+from grill_locust.scenario import Conversation, validate_conversation
 from grill_locust.tokens import count_tokens, tokenize
 from grill_locust.workload import TokenCounter, build_workload
 from grill_locust.workload.calibrate import MeasuredCorpus, measure_corpus, name_span
@@ -45,7 +45,7 @@ def counter() -> TokenCounter:
 
 
 def conversation(**fields: Any) -> Conversation:
-    return Conversation.model_validate(fields)
+    return validate_conversation(fields)
 
 
 @pytest.mark.parametrize(

@@ -11,16 +11,9 @@ from typing import Any
 import pytest
 
 from grill_locust.client import EngineClient, request_for
-from grill_locust.config import (
-    Backend,
-    ConfigError,
-    Conversation,
-    Model,
-    Scenario,
-    load_scenario,
-    parse_scenario,
-)
+from grill_locust.config import Backend, ConfigError, Model
 from grill_locust.record import measure
+from grill_locust.scenario import Conversation, Scenario, load_scenario, parse_scenario, validate_conversation
 from grill_locust.sim import SimProcess
 from grill_locust.sim.text import render_chat
 from grill_locust.tokens import count_tokens
@@ -45,7 +38,7 @@ NATURAL_OUTPUT_TOKENS = 3  # the simulator's answers stop this early unless aske
 
 
 def replay(**fields: Any) -> Conversation:
-    return Conversation.model_validate({"name": "replay", "kind": "trace", **fields})
+    return validate_conversation({"name": "replay", "kind": "trace", **fields})
 
 
 def script(
@@ -128,7 +121,7 @@ def test_relative_path_reads_beside_the_scenario_file_or_the_working_directory(
 
 def test_a_trace_key_on_another_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="speedup: not used by kind 'short-baseline'"):
-        Conversation.model_validate({"name": "c", "kind": "short-baseline", "speedup": 2})
+        validate_conversation({"name": "c", "kind": "short-baseline", "speedup": 2})
 
 
 # ---- prompts -----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from grill_locust.config import Conversation
+from grill_locust.scenario import Conversation, validate_conversation
 from grill_locust.tokens import count_tokens, fit_tokens, seam_change, tokenize
 from grill_locust.workload import ConversationScript, TokenCounter, build_workload
 from grill_locust.workload.agentic import AgenticPlan
@@ -25,7 +25,7 @@ SCRIPT_BUDGET_MS = 5.0
 
 
 def conversation(**fields: Any) -> Conversation:
-    return Conversation.model_validate(fields)
+    return validate_conversation(fields)
 
 
 def scripts(conv: Conversation, users: int, iterations: int = 1) -> list[ConversationScript]:

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from grill_locust.tokens import count_tokens
+from grill_locust.workload.kinds._conversation import ConversationBase, kind_name, kind_sizes
 
 if TYPE_CHECKING:
     from grill_locust.client import EngineClient, StreamResult
-    from grill_locust.config import Conversation, Model, Target
+    from grill_locust.config import Backend, Model
     from grill_locust.record import Measurement
     from grill_locust.workload.agentic import AgenticPlan
     from grill_locust.workload.autocomplete import AutocompletePlan
@@ -30,12 +31,24 @@ REQUESTS_PER_S = "req/s"
 SESSIONS_PER_S = "sessions/s"
 
 
+class KindTarget(Protocol):
+    """What a kind plays against (a scenario's `Target`): where its requests go, the sampling settings
+    they send, and its conversation."""
+
+    @property
+    def backend(self) -> Backend: ...
+    @property
+    def sent_model(self) -> Model: ...
+    @property
+    def conversation(self) -> ConversationBase: ...
+
+
 class Sender(Protocol):
     """What a kind's iteration sends through: the Locust user, which times and records every request."""
 
     def send_chat(
         self,
-        target: Target,
+        target: KindTarget,
         messages: list[dict[str, Any]],
         labels: dict[str, Any],
         turn: int,
@@ -48,7 +61,7 @@ class Sender(Protocol):
 
     def send_request(
         self,
-        target: Target,
+        target: KindTarget,
         path: str,
         payload: dict[str, Any],
         labels: dict[str, Any],
@@ -80,14 +93,18 @@ class Iteration:
 
 
 class WorkloadKind(Protocol):
-    """One kind of conversation: its sizes, how a scenario checks it, how many requests an iteration
-    sends and how long it lasts, what a rate of it counts, its script and how one iteration is played.
+    """One kind of conversation: its configuration model (sizes, defaults, checks), how many requests an
+    iteration sends and how long it lasts, what a rate of it counts, its script and how one iteration is played.
     A kind is registered once (`grill_locust.workload.kinds.register`)."""
 
     @property
     def name(self) -> str: ...
-    # the fields it uses (tokens, turns; a dataset's file) with their defaults, in the spirit of the
-    # seed study
+    # its configuration model: a ConversationBase whose `kind` is Literal[name], with its sizes,
+    # their defaults and its checks
+    @property
+    def conversation_model(self) -> type[ConversationBase]: ...
+    # the fields it adds to ConversationBase (tokens, turns; a dataset's file) with their defaults, in
+    # the spirit of the seed study
     @property
     def sizes(self) -> Mapping[str, SizeDefault]: ...
     # a conversation of this kind usable by name in targets without declaring it
@@ -118,12 +135,7 @@ class WorkloadKind(Protocol):
     @property
     def expected_requests(self) -> str | None: ...
 
-    def check(self, conversation: Conversation) -> dict[str, Any]:
-        """Raise ValueError ("key: why") for a conversation of this kind the scenario may not hold;
-        the fields it settles (a format from the file's extension), else {}."""
-        ...
-
-    def check_file(self, conversation: Conversation) -> None:
+    def check_file(self, conversation: ConversationBase) -> None:
         """Read and check the file it replays (its path absolute), raising the file's own error."""
         ...
 
@@ -131,7 +143,7 @@ class WorkloadKind(Protocol):
         """Why a backend of this `api` cannot send it (the message's end), or None."""
         ...
 
-    def requests_per_iteration(self, conversation: Conversation) -> float:
+    def requests_per_iteration(self, conversation: ConversationBase) -> float:
         """Requests one iteration sends; an expectation where `expected_requests` says why."""
         ...
 
@@ -159,16 +171,16 @@ class WorkloadKind(Protocol):
         """An iteration's length, for an estimate: `requests` of `request_s` each, and its pauses."""
         ...
 
-    def max_tokens(self, target: Target) -> tuple[int, str]:
+    def max_tokens(self, target: KindTarget) -> tuple[int, str]:
         """max_tokens of most of its requests, and as `grill validate`'s table shows it."""
         ...
 
-    def sent_max_tokens(self, target: Target) -> dict[str, int | None]:
+    def sent_max_tokens(self, target: KindTarget) -> dict[str, int | None]:
         """The max_tokens its requests send, by the YAML key that sets each (for `grill validate`'s
         lines on settings that differ from the model's)."""
         ...
 
-    def play(self, sender: Sender, target: Target, iteration: Iteration) -> None:
+    def play(self, sender: Sender, target: KindTarget, iteration: Iteration) -> None:
         """Send one iteration of `target` through `sender`."""
         ...
 
@@ -178,8 +190,7 @@ class ChatKind:
     """A kind whose iteration is a chat script: its user turns sent one by one, each real reply carried
     forward, a think time between them. Subclasses answer where their kind differs."""
 
-    name: str
-    sizes: Mapping[str, SizeDefault] = field(default_factory=dict)
+    conversation_model: type[ConversationBase]
     builtin: str | None = None
     rate_unit: str = REQUESTS_PER_S
     scripted_turns: bool = False
@@ -190,16 +201,22 @@ class ChatKind:
     replays_file: bool = False
     expected_requests: str | None = None
 
-    def check(self, conversation: Conversation) -> dict[str, Any]:
-        return {}
+    @property
+    def name(self) -> str:
+        """The literal of its model's `kind`: the one place a kind's name is written."""
+        return kind_name(self.conversation_model)
 
-    def check_file(self, conversation: Conversation) -> None:
+    @property
+    def sizes(self) -> Mapping[str, SizeDefault]:
+        return kind_sizes(self.conversation_model)
+
+    def check_file(self, conversation: ConversationBase) -> None:
         return None
 
     def api_refusal(self, api: str) -> str | None:
         return None
 
-    def requests_per_iteration(self, conversation: Conversation) -> float:
+    def requests_per_iteration(self, conversation: ConversationBase) -> float:
         return 1
 
     def prepare(self, workload: Workload) -> None:
@@ -223,14 +240,14 @@ class ChatKind:
     def iteration_s(self, script: Script, requests: float, request_s: float, think_time_s: float) -> float:
         return requests * request_s + max(0.0, requests - 1) * think_time_s
 
-    def max_tokens(self, target: Target) -> tuple[int, str]:
+    def max_tokens(self, target: KindTarget) -> tuple[int, str]:
         sent = target.sent_model.max_tokens  # the conversation's where it writes one (a dataset's)
         return sent, str(sent)
 
-    def sent_max_tokens(self, target: Target) -> dict[str, int | None]:
+    def sent_max_tokens(self, target: KindTarget) -> dict[str, int | None]:
         return {"max_tokens": target.sent_model.max_tokens}
 
-    def play(self, sender: Sender, target: Target, iteration: Iteration) -> None:
+    def play(self, sender: Sender, target: KindTarget, iteration: Iteration) -> None:
         import gevent
 
         script = _chat(iteration.script)

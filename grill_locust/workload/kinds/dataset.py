@@ -5,30 +5,54 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal
 
+from pydantic import Field, model_validator
+
+from grill_locust.config import MAX_TOKENS_PER_MESSAGE, Count
 from grill_locust.workload.dataset import dataset_format, load_dataset
+from grill_locust.workload.kinds._conversation import ConversationBase
 from grill_locust.workload.kinds._kind import ChatKind
 
 if TYPE_CHECKING:
-    from grill_locust.config import Conversation
     from grill_locust.workload.generators import ConversationScript, Workload
     from grill_locust.workload.seeding import ShapeKey
+
+
+class DatasetConversation(ConversationBase):
+    """A `dataset` conversation's keys: recorded prompts or conversations replayed from a file."""
+
+    kind: Literal["dataset"]
+    """A row's recorded messages sent as they are; a ShareGPT row sends each of its user turns."""
+    # a relative path is from the scenario file's folder (scenario/_load.py), or from the current
+    # folder for data without a file
+    path: str | None = Field(default=None, min_length=1)
+    """The file replayed (JSONL or ShareGPT JSON); relative to the scenario file's folder."""
+    format: str | None = None
+    """jsonl or sharegpt (from the extension when not given)."""
+    sample: Literal["seed", "order"] = "seed"
+    """Rows drawn by the seed, or in file order."""
+    max_tokens: Count | None = Field(default=None, ge=1, le=MAX_TOKENS_PER_MESSAGE)
+    """max_tokens of the rows without their own, over the model's."""
+
+    @model_validator(mode="after")
+    def _file_and_format(self) -> DatasetConversation:
+        if not self.path:
+            raise ValueError("path: kind 'dataset' needs the file to replay (JSONL or ShareGPT JSON)")
+        object.__setattr__(self, "format", dataset_format(self.path, self.format))
+        return self
 
 
 @dataclass(frozen=True)
 class Dataset(ChatKind):
     """A row's recorded messages sent as they are; a ShareGPT row sends each of its user turns."""
 
-    def check(self, conversation: Conversation) -> dict[str, Any]:
-        if not conversation.path:
-            raise ValueError("path: kind 'dataset' needs the file to replay (JSONL or ShareGPT JSON)")
-        return {"format": dataset_format(conversation.path, conversation.format)}
-
-    def check_file(self, conversation: Conversation) -> None:
+    def check_file(self, conversation: ConversationBase) -> None:
+        assert isinstance(conversation, DatasetConversation)
         load_dataset(conversation.path or "", conversation.format)
 
-    def requests_per_iteration(self, conversation: Conversation) -> float:
+    def requests_per_iteration(self, conversation: ConversationBase) -> float:
+        assert isinstance(conversation, DatasetConversation)
         return load_dataset(conversation.path or "", conversation.format).mean_user_turns
 
     def prepare(self, workload: Workload) -> None:
@@ -46,10 +70,4 @@ class Dataset(ChatKind):
         return workload.dataset_script(conversation_id, rng)
 
 
-# its path, its format (from the extension when not given), rows drawn by the seed or in order, a
-# max_tokens for rows without their own
-DATASET = Dataset(
-    "dataset",
-    {"path": None, "format": None, "sample": "seed", "max_tokens": None},
-    replays_file=True,
-)
+DATASET = Dataset(DatasetConversation, replays_file=True)

@@ -78,6 +78,15 @@ VLLM_ERROR = [
     "[DONE]",
 ]
 C = '{"id":"cmpl-77a1","object":"text_completion","created":1748944800,"model":"devstral"'
+# the model's first token is its end-of-text: vLLM streams the finish with no text and counts the token
+VLLM_FIRST_TOKEN_STOP = [
+    V
+    + ',"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}',
+    V
+    + ',"choices":[{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":"stop","stop_reason":null}]}',
+    V + ',"choices":[],"usage":{"prompt_tokens":1534,"total_tokens":1535,"completion_tokens":1}}',
+    "[DONE]",
+]
 VLLM_COMPLETIONS = [
     C
     + ',"choices":[{"index":0,"text":"    return","logprobs":null,"finish_reason":null,"stop_reason":null}]}',
@@ -377,6 +386,7 @@ def write(name: str, head: str, pieces: list[str]) -> None:
 
 def main() -> None:
     write("vllm_chat", UVICORN_HEAD, sse(VLLM_CHAT))
+    write("vllm_first_token_stop", UVICORN_HEAD, sse(VLLM_FIRST_TOKEN_STOP))
     write("vllm_reasoning", UVICORN_HEAD, sse(VLLM_REASONING))
     write("vllm_error_midstream", UVICORN_HEAD, sse(VLLM_ERROR))
     write("vllm_completions", UVICORN_HEAD, sse(VLLM_COMPLETIONS))

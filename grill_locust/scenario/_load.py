@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from grill_locust.config import Backend, Model
 from grill_locust.config._env import env_reference_names, expand_env
 from grill_locust.config._errors import (
     ConfigError,
@@ -19,29 +20,29 @@ from grill_locust.config._errors import (
     describe_validation_error,
     line_of,
 )
-from grill_locust.config._llm_grill import (
+from grill_locust.config._secrets import reveal, secret_paths
+from grill_locust.config._yaml_lines import DuplicateKey, parse_yaml
+from grill_locust.errors import GrillError
+from grill_locust.fim_templates import FimChoiceError, choose_fim
+from grill_locust.scenario._llm_grill import (
     backends_key,
     is_llm_grill_file,
     parse_load,
     with_llm_grill_defaults,
 )
-from grill_locust.config._schema import (
-    BUILTIN_CONVERSATION_KINDS,
-    Backend,
+from grill_locust.scenario._schema import (
     Conversation,
     FileMixEntry,
     FileScenario,
     FileTarget,
-    Model,
     Persona,
     Scenario,
     SecretReference,
     Target,
+    validate_conversation,
 )
-from grill_locust.config._secrets import reveal, secret_paths
-from grill_locust.config._yaml_lines import DuplicateKey, parse_yaml
-from grill_locust.errors import GrillError
-from grill_locust.fim_templates import FimChoiceError, choose_fim
+from grill_locust.workload.dataset import DatasetError
+from grill_locust.workload.kinds import BUILTIN_CONVERSATION_KINDS
 from grill_locust.workload.trace import TraceError
 
 log = logging.getLogger(__name__)
@@ -109,7 +110,7 @@ def _parse(data: Any, source: str, lines: LineMap, duplicates: list[DuplicateKey
     }
     for name in BUILTIN_CONVERSATION_KINDS:
         if name not in conversations:
-            conversations[name] = Conversation.model_validate({"name": name})
+            conversations[name] = validate_conversation({"name": name})
     targets: dict[str, Target] = {}
     raw_targets = data.get("targets") or []
     for index, file_target in enumerate(file.targets):
@@ -192,11 +193,10 @@ def _with_replay_file(
     """A dataset or trace conversation with its file's absolute path (workers read the same file, with
     no scenario folder), once the file is read and every row checked: bad input stops the run here,
     before any request, naming the file's line."""
-    if not conversation.workload_kind.replays_file or conversation.path is None:
+    written = getattr(conversation, "path", None)
+    if not conversation.workload_kind.replays_file or written is None:
         return conversation
-    from grill_locust.workload.dataset import DatasetError
-
-    path = os.path.abspath(folder / Path(conversation.path).expanduser())
+    path = os.path.abspath(folder / Path(written).expanduser())
     resolved = conversation.model_copy(update={"path": path})
     try:
         resolved.workload_kind.check_file(resolved)
