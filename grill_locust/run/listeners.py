@@ -155,30 +155,35 @@ def _init(environment: Environment, options: Any) -> None:
     environment.events.quit.add_listener(print_closing_words)
 
 
-def _new_campaign(environment: Environment, scenario: Scenario, path: str, options: Any) -> Campaign:
-    from grill_locust.sinks.results import ResultsWriter, new_run_id, read_phases
+def _run_folder(scenario: Scenario, options: Any) -> tuple[Path, set[tuple[str, int, int]]]:
+    """The run's results folder, and the tiers (target, tier_index, repeat) a resumption skips as complete."""
+    from grill_locust.sinks.results import new_run_id, read_phases
 
-    skip: set[tuple[str, int, int]] = set()
-    repeats = options.repeat
     if options.resume:
         run_dir = Path(options.resume)
         if not (run_dir / "phases.csv").exists():
             raise GrillError(f"--resume {run_dir}: no phases.csv there (is it a results/<run_id> folder?)")
-        run_id = run_dir.name
         skip = {
             (p["target"], int(p["tier_index"]), int(p.get("repeat") or 0))
             for p in read_phases(run_dir)
             if p["complete"] == "True"
         }
-        log.info("resuming %s: %d tiers already complete are skipped", run_id, len(skip))
-    else:
-        run_id = new_run_id(scenario.name)
-        run_dir = run_dir_for(options.results_dir, run_id)
-        for again in range(2, 100):  # a second campaign from the web UI within the same second
-            if not run_dir.exists():
-                break
-            run_dir = run_dir_for(options.results_dir, f"{new_run_id(scenario.name)}-{again}")
-        run_id = run_dir.name
+        log.info("resuming %s: %d tiers already complete are skipped", run_dir.name, len(skip))
+        return run_dir, skip
+    run_dir = run_dir_for(options.results_dir, new_run_id(scenario.name))
+    for again in range(2, 100):  # a second campaign from the web UI within the same second
+        if not run_dir.exists():
+            break
+        run_dir = run_dir_for(options.results_dir, f"{new_run_id(scenario.name)}-{again}")
+    return run_dir, set()
+
+
+def _new_campaign(environment: Environment, scenario: Scenario, path: str, options: Any) -> Campaign:
+    from grill_locust.sinks.results import ResultsWriter
+
+    run_dir, skip = _run_folder(scenario, options)
+    run_id = run_dir.name
+    repeats = options.repeat
     meta: dict[str, Any] = {
         "run_id": run_id,
         "scenario": scenario.name,

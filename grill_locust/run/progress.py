@@ -1,5 +1,6 @@
 """A tier's progress as the master sees it: its records and iterations counted, its errors, what lost
-workers took with it, and whether it ended complete. The campaign feeds it; the verdicts read it."""
+workers took with it, and whether it ended complete; every tier's in a campaign's `TierBook`. The
+campaign feeds it; the verdicts read it."""
 
 from __future__ import annotations
 
@@ -7,18 +8,17 @@ import bisect
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from grill_locust.record import CANCELLED, STATUS_ABANDONED, STATUS_CONNECT, STATUS_OK
-from grill_locust.run.phase import DeveloperSeats, Phase
+from grill_locust.run.phase import DeveloperSeats, Phase, Tier
 from grill_locust.verdicts import (
-    SCHEDULE_LAG_P99_LIMIT_S,
     TierFailures,
-    behind_schedule,
+    judge_failures,
     outage_reason,
     saturation_text,
-    schedule_lag_p99_s,
     tier_cpu_pct,
     timing_lag_ms,
 )
@@ -26,7 +26,7 @@ from grill_locust.verdicts import (
 
 @dataclass
 class PhaseProgress:
-    phase: Phase
+    tier: Tier  # the tier as it runs (a rate tier takes its dispatchers at its start, and its re-splits)
     started_wall: float = 0.0
     started: float = 0.0  # monotonic
     ended_wall: float | None = None
@@ -56,13 +56,12 @@ class PhaseProgress:
     # an open-loop tier: each dispatcher's {"sends", "waited"} once it sent its share; its sends' lags
     dispatched: dict[str, dict[str, int]] = field(default_factory=dict)
     schedule_lags_s: list[float] = field(default_factory=list)
-    max_in_flight: int = 0  # the scenario's load.max_in_flight, which the flag names
     last_records_wall: dict[str, float] = field(default_factory=dict)  # each worker's latest, as they came
     # a rate tier: what each worker lost mid-tier took with it
     losses: list[str] = field(default_factory=list)
     # the failed requests (not cut by our stop) by (status, the engine's message)
     failed_replies: Counter[tuple[str, str]] = field(default_factory=Counter)
-    refusal: str = ""  # the engine's message when it refused the tier's requests (verdicts.judge_failures)
+    refusal: str = ""  # the engine's message when it refused the tier's requests (judge_failures)
     # the load's warmup_requests (0: none), and the tier's earliest sends so far, as many, each as
     # (wall_start, record_id, its worker marked it warmup, worker_id, worker_cpu), in order; and the
     # records no worker marked
@@ -72,36 +71,19 @@ class PhaseProgress:
     remark: str = ""  # why failures that looked like an outage were not taken for one
 
     @property
+    def phase(self) -> Phase:
+        return self.tier.phase
+
+    @property
     def iterations_target(self) -> int:
         """Iterations to do: N x k in a tier of users; in a rate tier, the sends its dispatchers reported,
         and those of a lost worker (which reports none) that its records show."""
-        if self.phase.tier_rate is None:
-            return self.phase.iterations_target
-        reported = sum(share["sends"] for share in self.dispatched.values())
-        return reported + sum(
-            n for client_id, n in self.by_worker.items() if client_id not in self.dispatched
-        )
+        return self.tier.iterations_target(self)
 
     @property
     def sends_waited(self) -> int:
         """A rate tier's sends that waited for a max_in_flight slot, as its dispatchers reported them."""
         return sum(share["waited"] for share in self.dispatched.values())
-
-    @property
-    def open_loop_flags(self) -> str:
-        """A rate tier's flags: sends held back by max_in_flight, sends late enough to measure the load
-        generator rather than the engine; "" when neither."""
-        flags = []
-        waited = self.sends_waited
-        if waited:
-            flags.append(f"max_in_flight {self.max_in_flight} reached: {waited} sends waited")
-        lag_p99_s = schedule_lag_p99_s(self.schedule_lags_s)
-        if behind_schedule(lag_p99_s):
-            flags.append(
-                f"LOAD-GENERATOR-BOUND (schedule lag p99 {lag_p99_s * 1000:.1f} ms > "
-                f"{SCHEDULE_LAG_P99_LIMIT_S * 1000:g} ms)"
-            )
-        return "; ".join(flags)
 
     def count_warmup(self, record: dict[str, Any]) -> None:
         """Count a record toward the tier's warmup: the tier's first warmup_requests by send time (as the
@@ -146,7 +128,7 @@ class PhaseProgress:
     @property
     def outage(self) -> str:
         """Why this tier's failures look like an engine outage rather than the engine, or "" (before
-        verdicts.judge_failures tells a refusal or too few failures apart). Warmup requests count: the
+        judge_failures tells a refusal or too few failures apart). Warmup requests count: the
         engine failed them as it would any other."""
         return outage_reason(self.failures)
 
@@ -215,13 +197,93 @@ class PhaseProgress:
         """The tier's phases.csv note: why it ended incomplete, what its lost workers took, its flags (a
         saturated load generator's as the live log and summary.csv judge it: verdicts.py)."""
         lost = "; ".join(f"{n} iterations lost on worker {w}" for w, n in self.lost_by_worker.items() if n)
-        parts = (
-            self.end_reason,
-            self.remark,
-            self.saturation,
-            lost,
-            *self.losses,
-            self.open_loop_flags,
-            self.all_warmup,
-        )
+        flags = (self.tier.flags(self), self.all_warmup)
+        parts = (self.end_reason, self.remark, self.saturation, lost, *self.losses, *flags)
         return "; ".join(part for part in parts if part)
+
+    def judge_failures(self, backend: str, answers: Callable[[], bool]) -> tuple[str, str]:
+        """(why the tier measured an outage, the engine's message if it refused the tier's requests), each
+        "" when not, by verdicts.judge_failures (`answers`: whether the backend answers its model list;
+        self.remark says why failures were no outage)."""
+        verdict = judge_failures(self.failures, backend, answers)
+        self.remark = verdict.remark
+        return verdict.outage, verdict.refusal
+
+
+@dataclass
+class TierBook:
+    """Every tier's progress in a campaign, by Phase.key (a tier run again after an outage is a phase of
+    its own, attempt 1), and the tier running: what workers send is counted here."""
+
+    # someone reads a tier's records (a live sink's tier row, a search's verdict): keep them while it runs
+    keep_records: bool = False
+    progress: dict[str, PhaseProgress] = field(default_factory=dict)
+    current: PhaseProgress | None = None
+    judging: PhaseProgress | None = None  # a probe that ended: its last records are on their way
+
+    def start(self, tier: Tier, warmup_requests: int) -> PhaseProgress:
+        progress = PhaseProgress(tier, warmup_requests=warmup_requests)
+        progress.started, progress.started_wall = time.monotonic(), time.time()
+        self.progress[tier.phase.key] = self.current = progress
+        return progress
+
+    def of(self, record: dict[str, Any]) -> PhaseProgress | None:
+        """The tier a record was sent in (None: no tier of this session)."""
+
+        def same(phase: Phase) -> bool:
+            return (phase.target, phase.tier_index, phase.attempt, phase.repeat) == (
+                record["target"],
+                record["tier_index"],
+                record.get("attempt") or 0,
+                record.get("repeat") or 0,
+            )
+
+        current = self.current
+        if current is not None and same(current.phase):
+            return current
+        return next((p for p in self.progress.values() if same(p.phase)), None)
+
+    def count(
+        self,
+        records: list[dict[str, Any]],
+        iterations: dict[str, int],
+        dispatched: dict[str, dict[str, int]],
+        client_id: str,
+        worker: str,
+    ) -> list[PhaseProgress]:
+        """Count a worker's batch (records seen once, its iterations and dispatchers' shares by Phase.key);
+        the tiers it touched that had ended already, whose rows are then written again."""
+        ended: dict[str, PhaseProgress] = {}
+        for record in records:
+            progress = self.of(record)
+            if progress is not None:
+                if progress.ended_wall is not None:
+                    ended[progress.phase.key] = progress
+                keep = self.keep_records and (progress is self.current or progress is self.judging)
+                progress.count_record(record, keep_for_tier_row=keep)
+        for phase_key, count in iterations.items():
+            progress = self.progress.get(phase_key)  # another session's phase is none of ours
+            if progress is not None:
+                progress.count_iterations(client_id, worker, count)
+                if progress.ended_wall is not None:
+                    ended[phase_key] = progress
+        for phase_key, share in dispatched.items():
+            progress = self.progress.get(phase_key)
+            if progress is not None:
+                progress.dispatched[client_id] = share
+                if progress.ended_wall is not None:
+                    ended[phase_key] = progress
+        return list(ended.values())
+
+    def incomplete(self, stopped_note: str) -> list[PhaseProgress]:
+        """The tiers whose last attempt ended incomplete (a time cap, an outage not run again, a
+        refusal...), but for those the run's own stop (`stopped_note`) cut."""
+        last: dict[tuple[str, int, int], PhaseProgress] = {}
+        for progress in self.progress.values():
+            phase = progress.phase
+            key = (phase.target, phase.tier_index, phase.repeat)
+            if progress.ended_wall is not None and (
+                key not in last or phase.attempt > last[key].phase.attempt
+            ):
+                last[key] = progress
+        return [p for p in last.values() if not p.complete and not p.end_reason.startswith(stopped_note)]

@@ -22,5 +22,5 @@ class CampaignShape(LoadTestShape):
         if campaign is None or step is None:
             return None
         current = campaign.current
-        open_loop = current is not None and current.phase.tier_rate is not None
+        open_loop = current is not None and current.tier.open_loop
         return (*step, [OpenLoopUser if open_loop else CampaignUser])

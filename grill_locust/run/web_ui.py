@@ -82,7 +82,7 @@ def personas_cell(
 
 def campaign_rows(campaign: Campaign) -> list[dict[str, Any]]:
     rows = []
-    for progress in campaign.progress.values():
+    for progress in campaign.tiers():
         phase = progress.phase
         state = (
             "running"
@@ -93,7 +93,7 @@ def campaign_rows(campaign: Campaign) -> list[dict[str, Any]]:
         )
         rows.append(
             {
-                "tier": campaign.tier_label(phase),
+                "tier": campaign.plan.label(phase),
                 "target": phase.target,
                 "users": phase.tier_users,
                 "iterations": f"{progress.iterations_done}/{phase.iterations_target}",

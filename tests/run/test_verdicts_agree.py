@@ -13,7 +13,7 @@ import pytest
 
 from grill_locust.cli import main
 from grill_locust.report import load_run, summarize
-from grill_locust.run.phase import Phase
+from grill_locust.run.phase import Phase, UsersTier
 from grill_locust.run.progress import PhaseProgress
 from grill_locust.verdicts import SATURATION_CPU_PCT, saturation_text
 from tests.run.conftest import LOCUSTFILE, only_run_dir, sim_scenario, write_scenario
@@ -124,8 +124,7 @@ def test_the_tier_progress_and_the_summary_judge_the_same_records_alike(tmp_path
         for worker, count, cpu in (("a", 20, 30.0), ("b", 5, 90.0))
         for i in range(count)
     ]
-    phase = Phase(0, "run", TARGET, 0, 1, 25, 0.0)
-    progress = PhaseProgress(phase)
+    progress = PhaseProgress(UsersTier(Phase(0, "run", TARGET, 0, 1, 25, 0.0), time_cap_s=60.0))
     for record in records:
         progress.count_record(record, keep_for_tier_row=False)
     assert progress.cpu_pct == 90.0
