@@ -11,6 +11,7 @@ import dataclasses
 import math
 import time
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 # status values besides "ok" and "http_<code>"
@@ -25,20 +26,6 @@ CUT_SHORT = ("length", "max_tokens")  # finish reasons of a reply cut at max_tok
 # an autocomplete request the developer's next keystroke cancelled (the client closed the stream): not
 # an error and not a failure, and left out of latency percentiles
 STATUS_ABANDONED = "abandoned"
-
-# The load generator's own health: above either threshold its latencies are suspect (the tier is flagged).
-SATURATION_LAG_P99_MS = 5.0  # the worker's timing lag p99 (`timing_lag_ms`)
-SATURATION_CPU_PCT = 70.0  # CPU use of the worker process, percent of one core
-
-
-def timing_lag_ms(event_loop_lag_ms: float | None, read_lag_ms: float | None) -> float:
-    """The lag that can skew a worker's timings (run/selfcheck.py): how late it read replies when
-    the kernel stamped every read (their times are the stamps), else how late its event loop was."""
-    for lag in (read_lag_ms, event_loop_lag_ms):
-        if lag is not None and lag == lag:  # None or NaN (a results table's empty cell): not measured
-            return lag
-    return 0.0
-
 
 TOKENS_FROM_USAGE = "usage"
 TOKENS_FROM_TOKENIZER = "tokenizer"
@@ -100,12 +87,18 @@ class Measurement:
     error: str
 
 
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Linear-interpolation percentile (numpy's default) of an already sorted, non-empty list."""
-    position = (len(sorted_values) - 1) * q / 100.0
+def percentile_ranks(count: int, q: float) -> tuple[int, int, float]:
+    """Where the q-th percentile of `count` sorted values lies: between the values at these two
+    positions, this far (0..1) from the first. Linear interpolation, numpy's default: every percentile
+    of grill-locust is this one (docs/metrics.md)."""
+    position = (count - 1) * q / 100.0
     low = math.floor(position)
-    high = min(low + 1, len(sorted_values) - 1)
-    weight = position - low
+    return low, min(low + 1, count - 1), position - low
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) of an already sorted, non-empty sequence (`percentile_ranks`)."""
+    low, high, weight = percentile_ranks(len(sorted_values), q)
     return sorted_values[low] * (1.0 - weight) + sorted_values[high] * weight
 
 

@@ -6,7 +6,8 @@ Latency statistics use successful requests only (status "ok"), with the success 
 a request cut by the run's own stop (`stream_cut`, error "cancelled") counts in neither: it is the
 tester's doing, not the engine's, and shows as `cancelled`; an autocomplete request the developer's
 typing cancelled (`abandoned`) is one of the tier's requests but neither a success nor a failure;
-percentiles are numpy's linear interpolation, as `grill_locust.record.percentile`. Throughput is
+percentiles are numpy's linear interpolation, as `grill_locust.record.percentile` (every verdict on a
+tier, saturation among them, is grill_locust/verdicts.py's, as the run's). Throughput is
 Σ output tokens of successful requests / tier span (phases.csv start..end, or first request start to
 last request end when phases are missing). A rate tier's span runs from its first scheduled send to its
 last request's end: not the phase, whose start waits for the workers' dispatchers and whose end for the
@@ -22,7 +23,6 @@ warmup is left out whole. Cooldown requests (`cooldown` true) stay in and are co
 from __future__ import annotations
 
 import dataclasses
-import math
 import re
 import sys
 from collections import Counter
@@ -37,12 +37,9 @@ from grill_locust.config import KIND_MIX, Slo
 from grill_locust.record import (
     CANCELLED,
     LABEL_COLUMNS,
-    SATURATION_CPU_PCT,
-    SATURATION_LAG_P99_MS,
     STATUS_ABANDONED,
     STATUS_OK,
     STATUS_STREAM_CUT,
-    timing_lag_ms,
 )
 from grill_locust.report.capacity import conversation_slos_of_run, slo_of_run
 from grill_locust.report.confidence import (
@@ -68,13 +65,17 @@ from grill_locust.report.sessions import (
     agent_steps,
     session_tier_figures,
 )
-from grill_locust.run.arrivals import SCHEDULE_LAG_P99_LIMIT_S
+from grill_locust.verdicts import (
+    SCHEDULE_LAG_P99_LIMIT_S,
+    behind_schedule,
+    saturation_causes,
+    schedule_lag_p99_s,
+    tier_cpu_pct,
+    timing_lag_ms,
+)
 from grill_locust.workload.kinds import names_where
 
 TIER_KEYS: list[str] = ["target", "tier_index"]
-
-# The load generator's own health: above these, a tier measured the load generator, not the engine.
-# thresholds shared with the run's live flag: grill_locust/record.py
 
 FLAG_INCOMPLETE = "incomplete"
 FLAG_SATURATED = "saturated"
@@ -434,6 +435,22 @@ def _tier_lag_p99(frame: pd.DataFrame, column: str) -> pd.Series:
     return by_worker[column].last().groupby(level=TIER_KEYS).max(min_count=1)
 
 
+def _tier_cpu_pct(frame: pd.DataFrame) -> pd.Series:
+    """Each tier's CPU (verdicts.tier_cpu_pct, as the run's live verdict) from its records' readings."""
+    read = frame[frame["worker_cpu"].notna()]
+    by_worker = read.groupby([*TIER_KEYS, "worker"])["worker_cpu"].agg(["sum", "count"])
+    tiers, cpu = [], []
+    for tier, rows in by_worker.groupby(level=TIER_KEYS):
+        workers = rows.index.get_level_values("worker")
+        tiers.append(tier)
+        cpu.append(
+            tier_cpu_pct(
+                dict(zip(workers, rows["sum"], strict=True)), dict(zip(workers, rows["count"], strict=True))
+            )
+        )
+    return pd.Series(cpu, index=pd.MultiIndex.from_tuples(tiers, names=TIER_KEYS), dtype="float64")
+
+
 def _summarize(measured: _Measured, intervals: bool = True) -> tuple[pd.DataFrame, Resamples]:
     run, stats = measured.run, measured.stats
     records = run.records
@@ -480,7 +497,7 @@ def _summarize(measured: _Measured, intervals: bool = True) -> tuple[pd.DataFram
     per_tier["sends_span_s"] = sends_spans.groupby(level=TIER_KEYS).sum(min_count=1)
     per_tier["worker_lag_p99_ms"] = _tier_lag_p99(frame, "worker_lag_p99_ms")
     per_tier["worker_read_lag_p99_ms"] = _tier_lag_p99(frame, "worker_read_lag_p99_ms")
-    per_tier["worker_cpu_mean"] = by_tier["worker_cpu"].mean()
+    per_tier["worker_cpu_mean"] = _tier_cpu_pct(frame)
     per_tier = per_tier.join(_turn_ratios(frame))
     per_tier = per_tier.join(_autocomplete_figures(frame))
     per_tier = per_tier.join(tier_goodput_counts(frame, TIER_KEYS))
@@ -510,9 +527,7 @@ def _summarize(measured: _Measured, intervals: bool = True) -> tuple[pd.DataFram
     summary["visible_output_tokens_per_s"] = summary["ok_visible_tokens"] / span
     summary["requests_per_s"] = summary["ok_requests"] / span
     summary[GOODPUT_COLUMNS] = goodput_columns(summary, span)
-    summary["saturated"] = (_timing_lag_ms(summary) > SATURATION_LAG_P99_MS) | (
-        summary["worker_cpu_mean"] > SATURATION_CPU_PCT
-    )
+    summary["saturated"] = _saturation_causes(summary).map(bool)
     summary["complete"] = phases["complete"].reindex(summary.index).fillna(True).astype(bool)
     summary["note"] = phases["note"].reindex(summary.index).fillna("").astype(str)
     summary["unreadable_lines"] = _unreadable_per_tier(run, summary.index)
@@ -727,9 +742,9 @@ def _not_served(summary: pd.DataFrame, records: pd.DataFrame, phases: pd.DataFra
         if not row["complete"]:
             cap = _TIME_CAP_NOTE.search(note)
             parts.append(f"incomplete: {cap.group(0)}" if cap else "incomplete")
-        tier_lags = np.sort(lags.get_group(key).to_numpy()) if key in lags.groups else np.array([])
-        p99_s = tier_lags[max(0, math.ceil(0.99 * len(tier_lags)) - 1)] if len(tier_lags) else 0.0
-        if p99_s > SCHEDULE_LAG_P99_LIMIT_S:  # nearest rank, as the run's flag
+        tier_lags = lags.get_group(key).to_numpy() if key in lags.groups else np.array([])
+        p99_s = schedule_lag_p99_s(tier_lags)
+        if behind_schedule(p99_s):  # as the run's flag
             late = int((tier_lags > SCHEDULE_LAG_P99_LIMIT_S).sum())
             slots, waited = _waited_for_slots(row, phases.loc[key])
             if waited >= late:
@@ -744,20 +759,23 @@ def _not_served(summary: pd.DataFrame, records: pd.DataFrame, phases: pd.DataFra
     return reasons
 
 
-def _timing_lag_ms(summary: pd.DataFrame) -> pd.Series:
-    """Each tier's timing lag (record.timing_lag_ms): its read lag where every read was stamped."""
+def _saturation_causes(summary: pd.DataFrame) -> pd.Series:
+    """Each tier's verdicts.saturation_causes (empty: not saturated), from its timing lag (its read lag
+    where every read was stamped) and its CPU."""
     lags = zip(summary["worker_lag_p99_ms"], summary["worker_read_lag_p99_ms"], strict=True)
-    return pd.Series([timing_lag_ms(*pair) for pair in lags], index=summary.index, dtype=float)
+    causes = [
+        saturation_causes(timing_lag_ms(*pair), cpu)
+        for pair, cpu in zip(lags, summary["worker_cpu_mean"], strict=True)
+    ]
+    return pd.Series(causes, index=summary.index, dtype=object)
 
 
 def _flags(summary: pd.DataFrame) -> pd.Series:
     """A short, human-readable list of what is wrong with each tier ('' when nothing is)."""
     parts = pd.DataFrame(index=summary.index)
     parts["incomplete"] = np.where(~summary["complete"], FLAG_INCOMPLETE, "")
-    lag = _timing_lag_ms(summary).map(lambda v: f" lag p99 {v:.1f} ms" if v > SATURATION_LAG_P99_MS else "")
-    cpu = summary["worker_cpu_mean"].map(lambda v: f" cpu {v:.0f}%" if v > SATURATION_CPU_PCT else "")
-    parts["saturated"] = np.where(
-        summary["saturated"], FLAG_SATURATED + " (load generator:" + lag + cpu + ")", ""
+    parts["saturated"] = _saturation_causes(summary).map(
+        lambda causes: f"{FLAG_SATURATED} (load generator: {' '.join(causes)})" if causes else ""
     )
     all_warmup = (summary["requests"] == 0) & (summary["warmup_requests"] > 0)
     parts["no_success"] = np.where(

@@ -8,7 +8,8 @@ target's tier meets it when every persona's row meets its conversation's SLO (th
 mix personas and are judged by nobody's). The capacity of a series (backend, or run x backend in a
 comparison) on a conversation or mix is the largest tier below the first failing one; the estimate
 interpolates linearly in users between that tier and the first failing one, on the metric (and, in a
-mix, the persona) that crosses its bound first: the binding metric and persona.
+mix, the persona) that crosses its bound first: the binding metric and persona. Those verdicts on a tier
+are `grill_locust/verdicts.py`'s (`SloJudge`), which the run's capacity search asks too.
 
 An open-loop campaign's tiers are rates: its capacity is the largest rate meeting the SLO, in the same
 columns (`*_users` hold the load in `load_unit`: "users", "req/s" or "sessions/s"); tiers of users and
@@ -23,16 +24,10 @@ from typing import Any
 
 import pandas as pd
 
-from grill_locust.config import KIND_MIX, ConversationSlo, Slo
+from grill_locust.config import ConversationSlo, Slo
 from grill_locust.errors import GrillError
 from grill_locust.report.load_axis import USERS, floor_text, load_text, with_load
-
-METRIC_TTFT = "ttft_p50_s"
-METRIC_E2E = "e2e_p50_s"
-METRIC_SUCCESS = "success_rate"
-METRIC_ATTAINMENT = "slo_attainment"
-# per-request limit (record column) -> the summary's name of its metric, as f"{name}_p{percentile}_s"
-LIMITED_METRICS = {"ttft_s": "ttft", "tpot_s": "tpot", "e2e_s": "e2e"}
+from grill_locust.verdicts import SloJudge, mix_judge, split_mixes
 
 FLAG_NAMES = {
     "ttft_p50_s": "--slo-ttft-p50",
@@ -113,44 +108,17 @@ def conversation_slos_of_run(meta: dict[str, object], base: Slo) -> dict[str, Sl
     return slos
 
 
-def upper_bounds(slo: Slo) -> dict[str, float]:
-    """Summary column -> the most it may be: the SLO's latency bounds and, at its percentile, its
-    per-request limits (the lower of the two where both bound one column)."""
-    bounds = slo.latency_bounds()
-    percentile = slo.limit_percentile()
-    if percentile is not None:
-        for column, limit in slo.request_limits().items():
-            metric = f"{LIMITED_METRICS[column]}_p{percentile}_s"
-            bounds[metric] = min(limit, bounds.get(metric, limit))
-    return bounds
-
-
-def lower_bounds(slo: Slo) -> dict[str, float]:
-    """Summary column -> the least it may be: success rate, and slo_attainment with an attainment floor."""
-    floors = {METRIC_SUCCESS: slo.success_rate}
-    if slo.attainment is not None:
-        floors[METRIC_ATTAINMENT] = slo.attainment
-    return floors
-
-
-def tier_failures(row: pd.Series, slo: Slo) -> list[str]:
-    """The SLO metrics this tier misses. A latency without a successful request to measure it (NaN) is
-    no miss of its own: that tier misses the success rate."""
-    failures = [metric for metric, bound in upper_bounds(slo).items() if row[metric] > bound]
-    return failures + [metric for metric, floor in lower_bounds(slo).items() if not row[metric] >= floor]
-
-
 def capacity_at_slo(
     summary: pd.DataFrame, slo: Slo, conversation_slos: Mapping[str, Slo] | None = None
 ) -> pd.DataFrame:
     """One row per conversation (or mix) x series (CAPACITY_COLUMNS), conversations in order, best
     series first. `conversation_slos`: conversations judged by their own SLO rather than `slo`."""
     slos = dict(conversation_slos or {})
-    single, whole, personas = _split_mixes(with_load(summary))
+    single, whole, personas = split_mixes(with_load(summary))
     rows = []
     keys = ["conversation", "series", "_unit"]
     for (conversation, series, unit), tiers in single.groupby(keys, sort=True):
-        judge = _Judge(slos.get(str(conversation), slo), {})
+        judge = SloJudge(slos.get(str(conversation), slo), {})
         rows.append(
             {
                 "conversation": conversation,
@@ -161,7 +129,7 @@ def capacity_at_slo(
         )
     for (conversation, series, unit), tiers in whole.groupby(keys, sort=True):
         of_mix = personas[(personas["mix"] == conversation) & (personas["series"] == series)]
-        judge = _mix_judge(of_mix, slo, slos)
+        judge = mix_judge(of_mix, slo, slos)
         rows.append(
             {
                 "conversation": conversation,
@@ -180,85 +148,7 @@ def capacity_at_slo(
     return capacity.drop(columns="_rank").reset_index(drop=True)
 
 
-def tier_misses(
-    rows: pd.DataFrame, slo: Slo, conversation_slos: Mapping[str, Slo] | None = None
-) -> list[tuple[str, str]]:
-    """The bounds one tier of one target misses, as (persona or "", metric), in the order the capacity
-    table names its binding metric; empty when the tier meets its SLO. `rows`: the tier's summary rows
-    (a mix's whole-tier row with its personas' rows). A tier without a request misses the success rate."""
-    slos = dict(conversation_slos or {})
-    single, whole, personas = _split_mixes(rows)
-    if len(whole):
-        tier, judge = whole.iloc[0], _mix_judge(personas, slo, slos)
-    else:
-        tier = single.iloc[0]
-        judge = _Judge(slos.get(str(tier["conversation"]), slo), {})
-    return [(persona, metric) for persona, _, _, metric in judge.failures(tier)]
-
-
-def _split_mixes(summary: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """The rows of conversations on their own, the whole-tier rows of mixes, and the mixes' persona rows."""
-    mix = summary["mix"].astype(str) if "mix" in summary else pd.Series("", index=summary.index)
-    whole = summary["kind"].astype(str) == KIND_MIX if "kind" in summary else mix != ""
-    return summary[mix == ""], summary[whole], summary[(mix != "") & ~whole]
-
-
-def _mix_judge(persona_rows: pd.DataFrame, slo: Slo, slos: Mapping[str, Slo]) -> _Judge:
-    """The judge of a mix's tiers: each persona's row by its conversation's SLO."""
-    names = persona_rows["conversation"].unique()
-    judge = _Judge(slo, {str(name): slos.get(str(name), slo) for name in names})
-    judge.persona_rows = persona_rows
-    return judge
-
-
-class _Judge:
-    """Whether a tier meets its SLO: a conversation's tier by its own row; a mix's whole tier by each of
-    its personas' rows (`persona_slos`), each by its conversation's SLO."""
-
-    def __init__(self, slo: Slo, persona_slos: dict[str, Slo]) -> None:
-        self.slo = slo
-        self.persona_slos = persona_slos
-        self.persona_rows = pd.DataFrame()
-
-    def judged_rows(self, tier: pd.Series) -> list[tuple[str, pd.Series, Slo]]:
-        """(persona or "", row, SLO) of everything this tier is judged by."""
-        if not self.persona_slos:
-            return [("", tier, self.slo)]
-        rows = self.persona_rows
-        same_tier = rows[(rows["target"] == tier["target"]) & (rows["tier_index"] == tier["tier_index"])]
-        return [
-            (str(row["conversation"]), row, self.persona_slos[str(row["conversation"])])
-            for _, row in same_tier.iterrows()
-        ]
-
-    def failures(self, tier: pd.Series) -> list[tuple[str, pd.Series, Slo, str]]:
-        """(persona, its row, its SLO, metric) of each bound this tier misses."""
-        return [
-            (persona, row, slo, metric)
-            for persona, row, slo in self.judged_rows(tier)
-            for metric in tier_failures(row, slo)
-        ]
-
-    def crossing(self, last_pass: pd.Series | None, first_fail: pd.Series) -> tuple[float, str, str]:
-        """Users at which the first bound is crossed, linear between the two tiers; its metric, persona."""
-        failures = self.failures(first_fail)
-        if last_pass is None:
-            return math.nan, failures[0][3], failures[0][0]
-        passed = {persona: row for persona, row, _ in self.judged_rows(last_pass)}
-        users_low, users_high = float(last_pass["_load"]), float(first_fail["_load"])
-        crossings = []
-        for persona, row, slo, metric in failures:
-            low_row = passed.get(persona)  # a persona with no developer at the tier that passed: at once
-            fraction = (
-                0.0 if low_row is None else _fraction(float(low_row[metric]), float(row[metric]), metric, slo)
-            )
-            crossings.append(
-                (users_low + min(max(fraction, 0.0), 1.0) * (users_high - users_low), metric, persona)
-            )
-        return min(crossings)
-
-
-def _series_capacity(tiers: pd.DataFrame, judge: _Judge) -> dict[str, object]:
+def _series_capacity(tiers: pd.DataFrame, judge: SloJudge) -> dict[str, Any]:
     # several targets of one series on one conversation (e.g. two models) are not expected; take each tier once
     unit = str(tiers["_unit"].iloc[0])
     as_load = int if unit == USERS else float  # a count of users, or a rate
@@ -311,15 +201,6 @@ def not_served_phrase(unit: str) -> str:
     """What a tier that is no verdict on its load did not do: a rate's sends were not served on
     schedule, a tier of users did not run in full."""
     return "not run in full" if unit == USERS else "not served on schedule"
-
-
-def _fraction(low: float, high: float, metric: str, slo: Slo) -> float:
-    """Where between the passing tier's value `low` and the failing one's `high` the bound lies (0..1)."""
-    floors = lower_bounds(slo)
-    if metric in floors:
-        return (low - floors[metric]) / (low - high) if low > high else 0.0
-    limit = upper_bounds(slo)[metric]
-    return (limit - low) / (high - low) if math.isfinite(high) and high > low else 0.0
 
 
 def users_phrase(row: pd.Series) -> str:

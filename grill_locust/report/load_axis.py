@@ -1,7 +1,7 @@
 """A tier's load as the report shows it: its users for a closed-loop tier, its rate for an open-loop one
 (every rate tier has 0 users). Figures, tables and capacity read the load and its unit from here.
 
-A unit is "users", or the rate's unit (run/arrivals.py `rate_unit`: "req/s", or "sessions/s" for kinds
+A unit is "users", or the rate's unit (the kinds' `rate_unit`: "req/s", or "sessions/s" for kinds
 whose one send is a session). Tiers of different units never share an axis or a capacity row.
 """
 
@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from grill_locust.config import KIND_MIX
-from grill_locust.run.arrivals import rate_unit
+from grill_locust.workload.kinds import rate_unit
 
 USERS = "users"
 

@@ -16,8 +16,6 @@ import zlib
 from collections.abc import Iterator, Sequence
 from typing import Literal, NamedTuple
 
-from grill_locust.config import KIND_MIX
-from grill_locust.workload.kinds import REQUESTS_PER_S, SESSIONS_PER_S, WORKLOAD_KINDS
 from grill_locust.workload.trace import TraceRow, trace_schedule
 
 Arrival = Literal["poisson", "constant", "gamma"]
@@ -58,19 +56,6 @@ def arrival_schedule(
         if at_s >= duration_s:
             return
         yield Send(at_s, iteration)
-
-
-# a rate tier whose sends went out later than this at p99 measured the load generator, not the engine
-SCHEDULE_LAG_P99_LIMIT_S = 0.010
-
-
-def rate_unit(kind: str) -> str:
-    """What a rate tier of this kind (a record's `kind`, a mix's "mix": its developers' sessions)
-    counts per second; a kind no longer registered (in old results), requests."""
-    if kind == KIND_MIX:
-        return SESSIONS_PER_S
-    workload_kind = WORKLOAD_KINDS.get(kind)
-    return workload_kind.rate_unit if workload_kind is not None else REQUESTS_PER_S
 
 
 def arrival_share(

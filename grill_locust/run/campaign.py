@@ -757,7 +757,8 @@ class TierRows:
 
     def verdict(self, progress: PhaseProgress, label: str) -> Probe:
         """A probe's verdict by the run's SLO, as `grill report` judges tiers."""
-        from grill_locust.report.capacity import conversation_slos_of_run, slo_of_run, tier_misses
+        from grill_locust.report.capacity import conversation_slos_of_run, slo_of_run
+        from grill_locust.verdicts import tier_misses
 
         slo = slo_of_run(self.results.meta)
         misses = tier_misses(self.summary(progress), slo, conversation_slos_of_run(self.results.meta, slo))

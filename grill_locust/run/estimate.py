@@ -17,11 +17,11 @@ from typing import TextIO
 
 from grill_locust.config import Search
 from grill_locust.errors import GrillError
-from grill_locust.run.arrivals import rate_unit
 from grill_locust.run.phase import replays_trace, trace_rate
 from grill_locust.run.search import check_search_runnable
 from grill_locust.scenario import Scenario, Target, load_scenario, parse_tiers
 from grill_locust.workload.generators import build_workload
+from grill_locust.workload.kinds import rate_unit
 from grill_locust.workload.trace import TraceRow, conversation_trace
 
 # assumptions of the duration estimate (overridable on the command line)

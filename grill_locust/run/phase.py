@@ -12,15 +12,16 @@ import abc
 import dataclasses
 import heapq
 import logging
-import math
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from grill_locust.record import TierLabels
-from grill_locust.run.arrivals import SCHEDULE_LAG_P99_LIMIT_S, Split, rate_unit
+from grill_locust.run.arrivals import Split
 from grill_locust.scenario import Scenario, Target
+from grill_locust.verdicts import SCHEDULE_LAG_P99_LIMIT_S, behind_schedule, schedule_lag_p99_s
+from grill_locust.workload.kinds import rate_unit
 from grill_locust.workload.trace import TraceRow, conversation_trace
 
 if TYPE_CHECKING:
@@ -314,7 +315,7 @@ class RateTier(Tier):
     """An open-loop rate, split over one dispatcher per worker, sending for duration_s: done once every
     dispatcher reported its sends and every send is recorded."""
 
-    unit: str = ""  # what the rate counts per second (run/arrivals.py rate_unit)
+    unit: str = ""  # what the rate counts per second (the kinds' rate_unit)
     max_in_flight: int = 0  # the scenario's load.max_in_flight
     open_loop: ClassVar[bool] = True
 
@@ -376,9 +377,8 @@ class RateTier(Tier):
         waited = progress.sends_waited
         if waited:
             flags.append(f"max_in_flight {self.max_in_flight} reached: {waited} sends waited")
-        lags = sorted(progress.schedule_lags_s)
-        lag_p99_s = lags[min(len(lags) - 1, math.ceil(0.99 * len(lags)) - 1)] if lags else 0.0
-        if lag_p99_s > SCHEDULE_LAG_P99_LIMIT_S:
+        lag_p99_s = schedule_lag_p99_s(progress.schedule_lags_s)
+        if behind_schedule(lag_p99_s):
             flags.append(
                 f"LOAD-GENERATOR-BOUND (schedule lag p99 {lag_p99_s * 1000:.1f} ms > "
                 f"{SCHEDULE_LAG_P99_LIMIT_S * 1000:g} ms)"

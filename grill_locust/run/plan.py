@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grill_locust.config import Search
-from grill_locust.run.arrivals import rate_unit
 from grill_locust.run.phase import Phase, Tier, campaign_tiers, probe_tier
 from grill_locust.run.search import Bisection, Probe
 from grill_locust.scenario import Scenario
+from grill_locust.workload.kinds import rate_unit
 
 
 @dataclass(frozen=True)

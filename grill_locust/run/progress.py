@@ -11,26 +11,17 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from grill_locust.errors import RETRY_LATER_STATUSES, http_code, is_known_refusal, is_refusal
-from grill_locust.record import (
-    CANCELLED,
-    SATURATION_CPU_PCT,
-    SATURATION_LAG_P99_MS,
-    STATUS_ABANDONED,
-    STATUS_CONNECT,
-    STATUS_OK,
-    RequestRecord,
-    timing_lag_ms,
-)
+from grill_locust.record import CANCELLED, STATUS_ABANDONED, STATUS_CONNECT, STATUS_OK, RequestRecord
 from grill_locust.run.messages import Dispatched
 from grill_locust.run.phase import DeveloperSeats, Phase, Tier
-
-# A tier measured an outage, not the engine, when the backend refused a connection during it or when more
-# than this share of its requests failed (a request cut by our own stop, or abandoned by typing, is not counted).
-OUTAGE_FAILED_SHARE = 0.5
-# Fewer failed requests than this are no evidence of an outage (nor one message on each of a refusal)
-# unless the backend also fails its probe: one request that failed says nothing of the engine's state.
-OUTAGE_MIN_FAILED = 3
+from grill_locust.verdicts import (
+    TierFailures,
+    judge_failures,
+    outage_reason,
+    saturation_text,
+    tier_cpu_pct,
+    timing_lag_ms,
+)
 
 
 @dataclass
@@ -54,10 +45,13 @@ class PhaseProgress:
     tier_records: list[dict[str, object]] = field(
         default_factory=list
     )  # for the live tier row, while it runs
-    # each worker's timing lag p99 (record.timing_lag_ms) over this tier so far: on its latest record
-    # (wall end, value)
+    # each worker's timing lag p99 (verdicts.timing_lag_ms) over this tier so far: on its latest
+    # measured record (wall end, value)
     worker_lag_p99_ms: dict[str, tuple[float, float]] = field(default_factory=dict)
-    worker_cpu_max: float = 0.0
+    # each worker's CPU readings on the tier's records its worker did not mark warmup: their sum and
+    # count (verdicts.tier_cpu_pct)
+    cpu_sums: dict[str, float] = field(default_factory=dict)
+    cpu_counts: Counter[str] = field(default_factory=Counter)
     developers: DeveloperSeats = field(default_factory=DeveloperSeats)
     records_by_conversation: Counter[str] = field(default_factory=Counter)  # a mix's personas apart
     errors_by_conversation: Counter[str] = field(default_factory=Counter)
@@ -71,9 +65,10 @@ class PhaseProgress:
     failed_replies: Counter[tuple[str, str]] = field(default_factory=Counter)
     refusal: str = ""  # the engine's message when it refused the tier's requests (judge_failures)
     # the load's warmup_requests (0: none), and the tier's earliest sends so far, as many, each as
-    # (wall_start, record_id, its worker marked it warmup), in order; and the records no worker marked
+    # (wall_start, record_id, its worker marked it warmup, worker_id, worker_cpu), in order; and the
+    # records no worker marked
     warmup_requests: int = 0
-    earliest_sends: list[tuple[float, str, bool]] = field(default_factory=list)
+    earliest_sends: list[tuple[float, str, bool, str, float | None]] = field(default_factory=list)
     unmarked_records: int = 0
     remark: str = ""  # why failures that looked like an outage were not taken for one
 
@@ -99,7 +94,8 @@ class PhaseProgress:
         self.unmarked_records += not marked
         if not self.warmup_requests:
             return
-        send = (float(record.wall_start), record.record_id, marked)
+        cpu = record.worker_cpu
+        send = (float(record.wall_start), record.record_id, marked, record.worker_id, cpu)
         earliest = self.earliest_sends
         if len(earliest) < self.warmup_requests or send < earliest[-1]:
             bisect.insort(earliest, send)
@@ -108,7 +104,7 @@ class PhaseProgress:
     @property
     def all_warmup(self) -> str:
         """The flag of a tier whose every request was warmup (none left to measure), or ""."""
-        measured = self.unmarked_records - sum(not marked for _, _, marked in self.earliest_sends)
+        measured = self.unmarked_records - sum(not marked for _, _, marked, _, _ in self.earliest_sends)
         if not self.records or measured > 0:
             return ""
         return (
@@ -127,52 +123,32 @@ class PhaseProgress:
         return self.errors - self.cancelled, self.records - self.cancelled - self.abandoned
 
     @property
+    def failures(self) -> TierFailures:
+        """The tier's failures as the outage rule (verdicts.judge_failures) reads them."""
+        return TierFailures(self.refused, *self.failed_and_sent, self.failed_replies)
+
+    @property
     def outage(self) -> str:
         """Why this tier's failures look like an engine outage rather than the engine, or "" (before
         judge_failures tells a refusal or too few failures apart). Warmup requests count: the
         engine failed them as it would any other."""
-        if self.refused:
-            return f"engine outage: {self.refused} requests could not connect to the backend"
-        failed, sent = self.failed_and_sent
-        if sent and failed / sent > OUTAGE_FAILED_SHARE:
-            return (
-                f"engine outage: {failed} of {sent} requests failed "
-                f"(more than {OUTAGE_FAILED_SHARE * 100:g} %)"
-            )
-        return ""
+        return outage_reason(self.failures)
 
     @property
-    def refusal_by_status(self) -> str:
-        """The engine's (most frequent) message when every failed request was refused by its status
-        (errors.is_refusal), else "": the engine will never serve these requests as sent."""
-        if not self.failed_replies or not all(is_refusal(status) for status, _ in self.failed_replies):
-            return ""
-        (status, message), _ = self.failed_replies.most_common(1)[0]
-        return message or status
-
-    @property
-    def one_server_error(self) -> tuple[str, str] | None:
-        """(status, message) when every failed request, at least OUTAGE_MIN_FAILED of them, got one server
-        error with one message from the engine, of no "not now" kind (503...), else None (one failure is
-        enough when the message is a known refusal's)."""
-        if len(self.failed_replies) != 1:
-            return None
-        (status, message), count = next(iter(self.failed_replies.items()))
-        code = http_code(status)
-        if code is None or code < 500 or code in RETRY_LATER_STATUSES or not message:
-            return None
-        enough = count >= OUTAGE_MIN_FAILED or is_known_refusal(message)
-        return (status, message) if enough else None
+    def cpu_pct(self) -> float:
+        """The tier's CPU so far (verdicts.tier_cpu_pct) over its measured records: those its workers
+        marked warmup never counted, and those among its first warmup_requests sends are taken out."""
+        sums, counts = dict(self.cpu_sums), self.cpu_counts.copy()
+        for _, _, marked, worker, cpu in self.earliest_sends:
+            if not marked and cpu is not None:
+                sums[worker] -= cpu
+                counts[worker] -= 1
+        return tier_cpu_pct(sums, counts)
 
     @property
     def saturation(self) -> str:
         """Why the load generator was saturated in this tier, or "" (records carry each worker's state)."""
-        if self.lag_p99_ms > SATURATION_LAG_P99_MS or self.worker_cpu_max > SATURATION_CPU_PCT:
-            return (
-                f"LOAD GENERATOR SATURATED (timing lag p99 {self.lag_p99_ms:.1f} ms, "
-                f"CPU up to {self.worker_cpu_max:.0f} %): this tier's latencies are suspect"
-            )
-        return ""
+        return saturation_text(self.lag_p99_ms, self.cpu_pct)
 
     def count_record(self, record: RequestRecord, keep_for_tier_row: bool) -> None:
         """Count one record of this tier (sent once: the results folder drops a resent one); kept for the
@@ -192,16 +168,23 @@ class PhaseProgress:
                 self.cancelled += 1
             else:
                 self.failed_replies[(record.status, record.error or "")] += 1
-        cpu = record.worker_cpu
+        if record.warmup is not True:  # the load generator's health, as the report reads it
+            self.count_health(record)
+        if record.schedule_lag_s is not None:
+            self.schedule_lags_s.append(record.schedule_lag_s)
+
+    def count_health(self, record: RequestRecord) -> None:
+        """The load generator's state on a measured record: its worker's timing lag p99 (the latest
+        record's covers the tier so far) and CPU reading."""
+        worker = record.worker_id
         if record.worker_lag_p99_ms is not None:
             lag = timing_lag_ms(record.worker_lag_p99_ms, record.worker_read_lag_p99_ms)
             end = record.wall_start + (record.e2e_s or 0.0)
-            if end >= self.worker_lag_p99_ms.get(record.worker_id, (-math.inf, 0.0))[0]:
-                self.worker_lag_p99_ms[record.worker_id] = (end, lag)
-        if cpu is not None and cpu > self.worker_cpu_max:
-            self.worker_cpu_max = cpu
-        if record.schedule_lag_s is not None:
-            self.schedule_lags_s.append(record.schedule_lag_s)
+            if end >= self.worker_lag_p99_ms.get(worker, (-math.inf, 0.0))[0]:
+                self.worker_lag_p99_ms[worker] = (end, lag)
+        if record.worker_cpu is not None:
+            self.cpu_sums[worker] = self.cpu_sums.get(worker, 0.0) + record.worker_cpu
+            self.cpu_counts[worker] += 1
 
     def count_iterations(self, client_id: str, worker: str, count: int) -> None:
         """A worker finished `count` iterations of this tier. A worker counted lost was cut off, not gone:
@@ -213,35 +196,20 @@ class PhaseProgress:
             self.lost_by_worker[worker] = max(0, self.lost_by_worker[worker] - count)
 
     def compose_note(self) -> str:
-        """The tier's phases.csv note: why it ended incomplete, what its lost workers took, its flags."""
+        """The tier's phases.csv note: why it ended incomplete, what its lost workers took, its flags (a
+        saturated load generator's as the live log and summary.csv judge it: verdicts.py)."""
         lost = "; ".join(f"{n} iterations lost on worker {w}" for w, n in self.lost_by_worker.items() if n)
-        parts = (self.end_reason, self.remark, lost, *self.losses, self.tier.flags(self), self.all_warmup)
+        flags = (self.tier.flags(self), self.all_warmup)
+        parts = (self.end_reason, self.remark, self.saturation, lost, *self.losses, *flags)
         return "; ".join(part for part in parts if part)
 
     def judge_failures(self, backend: str, answers: Callable[[], bool]) -> tuple[str, str]:
         """(why the tier measured an outage, the engine's message if it refused the tier's requests), each
-        "" when not. Refused connections are an outage. Failures refused by their status are a refusal. One
-        server error message on every failed request is a refusal when the backend (`answers`: whether it
-        answers its model list) answers its probe; too few failures to tell are an outage only when it
-        does not (self.remark says so)."""
-        outage = self.outage
-        if not outage or self.refused:
-            return outage, ""
-        if self.refusal_by_status:
-            return "", self.refusal_by_status
-        failed, sent = self.failed_and_sent
-        one_error = self.one_server_error
-        if one_error is None and failed >= OUTAGE_MIN_FAILED:
-            return outage, ""
-        if not answers():
-            return f"{outage}; backend {backend} does not answer its model list", ""
-        if one_error is not None:
-            return "", one_error[1]
-        self.remark = (
-            f"{failed} of {sent} requests failed: too few to call an outage, and backend {backend} "
-            "answers its model list"
-        )
-        return "", ""
+        "" when not, by verdicts.judge_failures (`answers`: whether the backend answers its model list;
+        self.remark says why failures were no outage)."""
+        verdict = judge_failures(self.failures, backend, answers)
+        self.remark = verdict.remark
+        return verdict.outage, verdict.refusal
 
 
 @dataclass

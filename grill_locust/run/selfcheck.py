@@ -32,17 +32,19 @@ import gevent
 import psutil
 
 from grill_locust.client import _arrival
-from grill_locust.record import SATURATION_CPU_PCT, SATURATION_LAG_P99_MS, timing_lag_ms
+from grill_locust.record import percentile_ranks
+from grill_locust.verdicts import saturation_causes, timing_lag_ms
 
 PROBE_INTERVAL_S = 0.05  # how often the probe asks the hub to wake it
 CPU_SAMPLE_INTERVAL_S = 1.0
-LAG_QUANTILE = 0.99
+LAG_PERCENTILE = 99
 
 
 class LagHistogram:
     """Lags of one window in buckets 2 % wide (0.01 ms to ~76 s; later ones in the last bucket): memory
-    and time per sample stay bounded however long the tier. `quantile_ms` is by nearest rank and
-    answers the bucket's upper edge, so at most 2 % above the exact value."""
+    and time per sample stay bounded however long the tier. `percentile_ms` interpolates between two
+    ranks as every percentile does (record.percentile_ranks), each sample at its bucket's upper edge: at
+    most 2 % above the exact value (of samples at least FIRST_EDGE_MS)."""
 
     FIRST_EDGE_MS = 0.01
     GROWTH = 1.02
@@ -69,10 +71,17 @@ class LagHistogram:
         self.samples += count
         self._top = max(self._top, index)
 
-    def quantile_ms(self, q: float) -> float | None:
+    def percentile_ms(self, q: float) -> float | None:
+        """The q-th percentile (0..100) of the window's lags, None with none."""
         if not self.samples:
             return None
-        above = self.samples - math.ceil(q * self.samples)  # samples allowed above the answer
+        low, high, weight = percentile_ranks(self.samples, q)
+        return self._value_at_ms(low) * (1.0 - weight) + self._value_at_ms(high) * weight
+
+    def _value_at_ms(self, rank: int) -> float:
+        """The rank-th smallest lag (0-based) as its bucket's upper edge, looked for from the top (the
+        percentiles asked for are high ones)."""
+        above = self.samples - 1 - rank  # samples above it
         index = self._top
         seen = self.counts[index]
         while seen <= above:  # ends: the counts add up to `samples`, more than `above`
@@ -140,7 +149,7 @@ class SelfCheck:
         stamp (or no output came yet)."""
         if self._unstamped_reads:
             return None
-        lags = [self._read_lags.quantile_ms(LAG_QUANTILE), self._first_lags.quantile_ms(LAG_QUANTILE)]
+        lags = [self._read_lags.percentile_ms(LAG_PERCENTILE), self._first_lags.percentile_ms(LAG_PERCENTILE)]
         known = [lag for lag in lags if lag is not None]
         return max(known) if known else None
 
@@ -155,12 +164,14 @@ class SelfCheck:
             now = time.monotonic()
             if measuring and self._busy():
                 self._lags.add(max(0.0, (now - before - interval) * 1000.0))
-                self.lag_p99_ms = self._lags.quantile_ms(LAG_QUANTILE)
+                self.lag_p99_ms = self._lags.percentile_ms(LAG_PERCENTILE)
             if now - last_cpu >= CPU_SAMPLE_INTERVAL_S:
                 self.cpu_pct = self._process.cpu_percent(None)
                 last_cpu = now
 
     @property
     def saturated(self) -> bool:
+        """Whether this worker looks saturated now: its lags so far and its latest CPU reading, judged
+        as a tier is (verdicts.saturation_causes); the tier's verdict reads its records' CPU instead."""
         lag = timing_lag_ms(self.lag_p99_ms, self.read_lag_p99_ms)
-        return lag > SATURATION_LAG_P99_MS or (self.cpu_pct or 0.0) > SATURATION_CPU_PCT
+        return bool(saturation_causes(lag, self.cpu_pct or 0.0))

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from grill_locust.fim_templates import FIM_TEMPLATES
+from grill_locust.record import percentile
 from grill_locust.sim import anthropic, wire
 from grill_locust.sim.engine import Engine
 from grill_locust.sim.faults import FAULT_HEADER, FaultPicker, FaultSettings
@@ -229,7 +230,7 @@ class SimServer:
         counters = self.engine.counters
 
         def pick(q: float) -> float | None:
-            return jitter[min(len(jitter) - 1, int(q * len(jitter)))] * 1000.0 if jitter else None
+            return percentile(jitter, q) * 1000.0 if jitter else None
 
         stats = {
             "profile": self.profile,
@@ -240,8 +241,8 @@ class SimServer:
             "waiting": len(self.engine.waiting),
             "kv_usage": self.engine.cache.usage(),
             "jitter_samples": len(jitter),
-            "jitter_p50_ms": pick(0.50),
-            "jitter_p99_ms": pick(0.99),
+            "jitter_p50_ms": pick(50),
+            "jitter_p99_ms": pick(99),
             "jitter_max_ms": jitter[-1] * 1000.0 if jitter else None,
             "truth_pending": len(self.truth.pending) if self.truth else 0,
             "aborted_requests": counters.aborted_requests,

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grill_locust.run.arrivals import SCHEDULE_LAG_P99_LIMIT_S
 from grill_locust.scenario import validate_conversation
+from grill_locust.verdicts import SCHEDULE_LAG_P99_LIMIT_S
 from grill_locust.workload.autocomplete import AutocompletePlan
 from grill_locust.workload.generators import build_workload
 from tests.run.conftest import only_run_dir, read_truth, run_locust, write_scenario

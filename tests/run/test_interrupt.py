@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from grill_locust.record import SATURATION_LAG_P99_MS
+from grill_locust.verdicts import SATURATION_LAG_P99_MS
 from tests.run.conftest import (
     LOCUSTFILE,
     only_run_dir,

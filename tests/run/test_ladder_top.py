@@ -16,8 +16,8 @@ import pandas as pd
 import psutil
 import pytest
 
-from grill_locust.record import SATURATION_LAG_P99_MS
 from grill_locust.report import load_run, summarize
+from grill_locust.verdicts import SATURATION_LAG_P99_MS
 from tests.run.conftest import LOCUSTFILE, only_run_dir, sim_scenario, truth_once_it_holds, write_scenario
 
 LADDER = [1, 50, 100, 200]  # the study's tiers: its first, and the top three

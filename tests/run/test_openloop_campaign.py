@@ -77,9 +77,9 @@ def test_a_poisson_tier_sends_at_its_rate_on_time_and_records_every_send(
     assert (sent["wall_start"] - sent["scheduled_wall"] - sent["schedule_lag_s"]).abs().max() < 1e-6
     assert sent["schedule_lag_s"].min() >= 0
     assert sent["schedule_lag_s"].median() < 0.020
-    # a tier whose lag p99 (nearest rank) passes 10 ms says so, and only such a tier (a loaded machine)
+    # a tier whose lag p99 (interpolated, as every percentile) passes 10 ms says so, and only such a tier (a loaded machine)
     ordered = np.sort(sent["schedule_lag_s"].to_numpy())
-    p99_s = ordered[int(np.ceil(0.99 * len(ordered))) - 1]
+    p99_s = float(np.percentile(ordered, 99))
     assert ("LOAD-GENERATOR-BOUND" in str(phases["note"].astype("string").fillna("").iloc[0])) == (
         p99_s > 0.010
     ), p99_s

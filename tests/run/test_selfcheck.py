@@ -139,7 +139,7 @@ def test_a_saturated_worker_is_flagged_live_and_in_the_summary(tmp_path: Path) -
 
 
 def test_one_late_wake_up_in_a_long_tier_is_not_the_tiers_lag_p99(tmp_path: Path) -> None:
-    """A lag p99 over the last few dozen probes is their maximum: one 150 ms stall flagged the whole tier.
+    """A lag p99 over the last few dozen probes is near their maximum: one 150 ms stall flagged the whole tier.
     The tier's figure is now the p99 of all its probes, which leaves one late probe among ~150 out,
     though the records just after it saw it."""
     stalling = tmp_path / "stalling.py"
@@ -149,8 +149,9 @@ def test_one_late_wake_up_in_a_long_tier_is_not_the_tiers_lag_p99(tmp_path: Path
     records = pd.read_parquet(only_run_dir(tmp_path / "r") / "records.parquet")
     lags = np.sort(np.array(json.loads(lags_path.read_text())))
     assert len(lags) >= 100 and lags[-1] > 70  # the tier's probes, the stall among them
-    assert records["worker_lag_p99_ms"].max() > 70  # early in the tier the p99 is their maximum
-    exact_p99 = lags[int(np.ceil(0.99 * len(lags))) - 1]
+    # early in the tier, over a few dozen probes, the interpolated p99 lies well up toward their maximum
+    assert records["worker_lag_p99_ms"].max() > lags[-1] / 5
+    exact_p99 = float(np.quantile(np.maximum(lags, 0.01), 0.99))  # the histogram's first edge: 0.01 ms
     tier_lag = summary["worker_lag_p99_ms"].iloc[0]
     assert max(exact_p99, 0.01) <= tier_lag <= max(exact_p99, 0.01) * 1.02
     assert tier_lag < lags[-1] / 3  # the stall is left out
@@ -255,15 +256,16 @@ def test_reads_made_once_the_run_is_stopping_are_not_its_read_lag() -> None:
         check.stop()
 
 
-def test_the_lag_histogram_answers_the_nearest_rank_quantile_within_two_percent() -> None:
+def test_the_lag_histogram_answers_the_interpolated_percentile_within_two_percent() -> None:
     rng = np.random.default_rng(7)
     for lags in (rng.gamma(2.0, 0.5, 1000), rng.exponential(3.0, 57), np.array([0.0, 0.0, 0.3])):
         histogram = LagHistogram()
         for lag in lags:
             histogram.add(float(lag))
         for q in (0.5, 0.9, 0.99):
-            exact = float(np.sort(lags)[int(np.ceil(q * len(lags))) - 1])
-            answer = histogram.quantile_ms(q)
+            # numpy's linear interpolation; a lag below the first bucket's edge counts as that edge
+            exact = float(np.quantile(np.maximum(lags, LagHistogram.FIRST_EDGE_MS), q))
+            answer = histogram.percentile_ms(q * 100)
             assert answer is not None
             assert (
                 max(exact, LagHistogram.FIRST_EDGE_MS)
@@ -275,8 +277,8 @@ def test_the_lag_histogram_answers_the_nearest_rank_quantile_within_two_percent(
         histogram = LagHistogram()
         for lag in [1.0] * (300 - stalls) + [60.0] * stalls:
             histogram.add(lag)
-        assert (histogram.quantile_ms(0.99) > 5) is expected_high
-    assert LagHistogram().quantile_ms(0.99) is None
+        assert (histogram.percentile_ms(99) > 5) is expected_high
+    assert LagHistogram().percentile_ms(99) is None
 
 
 def test_a_new_window_forgets_the_last_tiers_lag() -> None:

@@ -133,9 +133,9 @@ def test_a_mooncake_trace_replays_once_at_its_times_with_its_sizes_and_prefix_sh
     assert lags.min() >= 0
     assert lags.median() < 0.020
     # within 20 ms of schedule (p99), or the tier says its load generator was late (a loaded machine):
-    # the product flags a tier whose lag p99 (nearest rank) passes 10 ms, and only such a tier
+    # the product flags a tier whose lag p99 (interpolated, as every percentile) passes 10 ms, and only such a tier
     ordered = np.sort(lags.to_numpy())
-    p99_s = ordered[int(np.ceil(0.99 * len(ordered))) - 1]
+    p99_s = float(np.percentile(ordered, 99))
     note = str(pd.read_csv(run_dir / "phases.csv")["note"].astype("string").fillna("").iloc[0])
     assert ("LOAD-GENERATOR-BOUND" in note) == (p99_s > 0.010), (p99_s, note)
     assert p99_s < 0.020 or "LOAD-GENERATOR-BOUND" in note

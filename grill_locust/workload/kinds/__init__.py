@@ -8,6 +8,7 @@ A kind from elsewhere (a plugin, a test) joins with `register(kind)` before its 
 
 from __future__ import annotations
 
+from grill_locust.config import KIND_MIX
 from grill_locust.workload.kinds._conversation import MODEL_SETTINGS, ConversationBase, kind_name
 from grill_locust.workload.kinds._kind import (
     REQUESTS_PER_S,
@@ -40,6 +41,16 @@ from grill_locust.workload.kinds.trace import TRACE
 # developer's FIM requests (`turn` the request's index in the iteration)
 KIND_AGENTIC = AGENTIC.name
 KIND_AUTOCOMPLETE = AUTOCOMPLETE.name
+
+
+def rate_unit(kind: str) -> str:
+    """What a rate tier of this kind (a record's `kind`, a mix's "mix": its developers' sessions)
+    counts per second; a kind no longer registered (in old results), requests."""
+    if kind == KIND_MIX:
+        return SESSIONS_PER_S
+    workload_kind = WORKLOAD_KINDS.get(kind)
+    return workload_kind.rate_unit if workload_kind is not None else REQUESTS_PER_S
+
 
 for _kind in (
     MULTI_TURN,
@@ -74,6 +85,7 @@ __all__ = [
     "kind_named",
     "kind_names",
     "names_where",
+    "rate_unit",
     "register",
     "size_fields",
     "unregister",
