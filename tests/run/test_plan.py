@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from grill_locust.run.messages import Dispatched
 from grill_locust.run.phase import RateProbe, RateTier, UsersProbe, UsersTier
 from grill_locust.run.plan import Hold, Outcome, Plan, Step
 from grill_locust.run.progress import PhaseProgress
@@ -234,7 +235,7 @@ def test_each_tier_variant_says_when_it_is_done() -> None:
     rate = rates.started(("a", "b"))
     assert isinstance(rate, RateTier) and rate.users == 2 and rate.load_label == "4 req/s"
     progress = PhaseProgress(rate)
-    progress.dispatched["a"] = {"sends": 3, "waited": 0}
+    progress.dispatched["a"] = Dispatched(sends=3, waited=0)
     progress.count_iterations("a", "wa", 3)
     assert not rate.done(progress, 0.0, set())  # b has not reported its sends
     assert rate.done(progress, 0.0, {"b"})  # b is gone: what it sent was lost with it

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from grill_locust.cli import main
+from grill_locust.record import RequestRecord
 from grill_locust.report import load_run, summarize
 from grill_locust.run.phase import Phase, UsersTier
 from grill_locust.run.progress import PhaseProgress
@@ -126,7 +127,7 @@ def test_the_tier_progress_and_the_summary_judge_the_same_records_alike(tmp_path
     ]
     progress = PhaseProgress(UsersTier(Phase(0, "run", TARGET, 0, 1, 25, 0.0), time_cap_s=60.0))
     for record in records:
-        progress.count_record(record, keep_for_tier_row=False)
+        progress.count_record(RequestRecord(**record), keep_for_tier_row=False)
     assert progress.cpu_pct == 90.0
     assert progress.saturation == saturation_text(0.5, 90.0) != ""
     note = progress.compose_note()
