@@ -46,24 +46,24 @@ class OpenLoopUser(GrillUser):
 
     @task
     def dispatch_tier(self) -> None:
-        grill = self.grill
-        phase, scenario = grill.phase, grill.scenario
+        worker = self.worker_state
+        phase, scenario = worker.phase, worker.scenario
         if (
             phase is None
             or scenario is None
-            or grill.client_id not in phase.dispatchers
-            or phase.key == grill.dispatched_phase_key  # a user Locust starts here after a worker quit
+            or worker.client_id not in phase.dispatchers
+            or phase.key == worker.dispatched_phase_key  # a user Locust starts here after a worker quit
         ):
             gevent.sleep(IDLE_POLL_S)
             return
-        grill.dispatched_phase_key = phase.key
-        target = grill.target(phase.target)
+        worker.dispatched_phase_key = phase.key
+        target = worker.target(phase.target)
         max_in_flight = max(1, scenario.load.max_in_flight // len(phase.dispatchers))
         self.dispatch(target, scenario, phase, max_in_flight)
 
     def schedule(self, target: Target, scenario: Scenario, phase: Phase) -> Iterable[Send]:
         """This worker's sends in the phase as its splits now stand (run/arrivals.py)."""
-        client_id = self.grill.client_id
+        client_id = self.worker_state.client_id
         if replays_trace(target):
             return trace_share(conversation_trace(target.conversation), client_id, phase.splits)
         assert phase.tier_rate is not None and phase.duration_s is not None
@@ -97,7 +97,7 @@ class OpenLoopUser(GrillUser):
         try:
             send = next(schedule, None)
             while send is not None and send.at_s <= duration_s:  # a trace's last row leaves at duration_s
-                heard = self.grill.phase
+                heard = self.worker_state.phase
                 if heard is not None and heard.key == phase.key and heard.resplits != phase.resplits:
                     phase = heard
                     schedule = (s for s in self.schedule(target, scenario, phase) if s.iteration not in made)
@@ -120,7 +120,7 @@ class OpenLoopUser(GrillUser):
             playing.kill()
             raise
         finally:
-            self.grill.dispatch_done(phase.key, len(made), waited)
+            self.worker_state.dispatch_done(phase.key, len(made), waited)
 
     def _play(
         self,
@@ -142,4 +142,4 @@ class OpenLoopUser(GrillUser):
             self._idle_clients.append(client)
         finally:
             slots.release()
-            self.grill.iteration_done(phase.key)
+            self.worker_state.iteration_done(phase.key)

@@ -49,8 +49,8 @@ class GrillUser(User):
     def on_start(self) -> None:
         worker = run_state(self.environment).worker
         assert worker is not None, "a user runs only where init made the worker state"
-        self.grill: WorkerState = worker
-        self.user_index = self.grill.next_user_index()
+        self.worker_state: WorkerState = worker
+        self.user_index = self.worker_state.next_user_index()
         self.developer: int | None = None  # the index in its tier a campaign user gets from the master
         self._clients: dict[str, EngineClient] = {}
         # requests this user started per tier: its first warmup_requests_per_user of each are warmup
@@ -78,13 +78,13 @@ class GrillUser(User):
         """Send one conversation turn by turn, carrying the real replies forward. An open-loop send gives
         the arrival it plays (its records carry its columns) and a connection of its own."""
         client = client or self.client_for(target)
-        workload = self.grill.workload_for(target)
+        workload = self.worker_state.workload_for(target)
         # a tier run again after an outage sends new prompts: the engine may hold the first attempt's; a
         # trace's rows share the blocks their hash ids name whatever worker sends them
         user_key = (
             phase.prompt_key
             if replays_trace(target)
-            else f"{phase.prompt_key}-{self.grill.worker_id}-u{self.user_index}"
+            else f"{phase.prompt_key}-{self.worker_state.worker_id}-u{self.user_index}"
         )
         script = workload.script(user_key, iteration, self.developer)
         labels = RequestLabels(
@@ -92,7 +92,7 @@ class GrillUser(User):
             iteration=iteration,
             user_id=self.user_index,
             developer=self.developer,
-            worker_id=self.grill.worker_id,
+            worker_id=self.worker_state.worker_id,
             conversation_id=script.conversation_id,
             send=send,
         )
@@ -132,9 +132,9 @@ class GrillUser(User):
         retries = 0
         while True:
             # the record id travels as X-Request-Id: engine logs and the simulator's truth join on it
-            record_id = self.grill.next_record_id()
+            record_id = self.worker_state.next_record_id()
             ordinal = self._start_in_tier(labels)
-            self.grill.in_flight += 1
+            self.worker_state.in_flight += 1
             try:
                 result = client.stream(path, payload, request_id=record_id, abandon_at=abandon_at)
             except GreenletExit:  # the user is stopped mid-request: record it as cut, then stop
@@ -143,7 +143,7 @@ class GrillUser(User):
                     self._record(labels, turn, record_id, cut, retries, request_ordinal=ordinal)
                 raise
             finally:
-                self.grill.in_flight -= 1
+                self.worker_state.in_flight -= 1
             measurement = measure(result.raw)
             shown_in_budget = None
             if budget_s is not None and measurement.status == STATUS_OK:
@@ -182,25 +182,25 @@ class GrillUser(User):
         *,
         request_ordinal: int,  # the user's n-th request started in the tier (0-based)
     ) -> None:
-        grill = self.grill
+        worker = self.worker_state
         tier = labels.tier
-        slo = grill.scenario.slo_of(tier.conversation) if grill.scenario is not None else None
+        slo = worker.scenario.slo_of(tier.conversation) if worker.scenario is not None else None
         record = build_record(
             labels,
             turn,
             record_id,
             measurement,
-            worker_lag_p99_ms=grill.selfcheck.lag_p99_ms,
-            worker_read_lag_p99_ms=grill.selfcheck.read_lag_p99_ms,
-            worker_cpu=grill.selfcheck.cpu_pct,
+            worker_lag_p99_ms=worker.selfcheck.lag_p99_ms,
+            worker_read_lag_p99_ms=worker.selfcheck.read_lag_p99_ms,
+            worker_cpu=worker.selfcheck.cpu_pct,
             retries=retries,
             shown_in_budget=shown_in_budget,
-            warmup=grill.warmup(tier, measurement.wall_start, request_ordinal),
+            warmup=worker.warmup(tier, measurement.wall_start, request_ordinal),
             slo_met=slo.judge(measurement.status, measurement.ttft_s, measurement.tpot_s, measurement.e2e_s)
             if slo is not None
             else None,
         )
-        grill.add_record(record)
+        worker.add_record(record)
         fire = self.environment.events.request.fire
         name = tier.target
         if measurement.status == STATUS_OK:
@@ -242,27 +242,27 @@ class CampaignUser(GrillUser):
         super().on_start()
         self._phase_key: str | None = None
         self._iterations_done = 0
-        self._user_key = self.grill.user_key(self.user_index)
+        self._user_key = self.worker_state.user_key(self.user_index)
 
     def on_stop(self) -> None:
         if self._phase_key is not None:
-            self.grill.release_developer(self._phase_key, self._user_key)
+            self.worker_state.release_developer(self._phase_key, self._user_key)
         super().on_stop()
 
     @task
     def next_conversation(self) -> None:
-        grill = self.grill
-        phase, scenario = grill.phase, grill.scenario
+        worker = self.worker_state
+        phase, scenario = worker.phase, worker.scenario
         if phase is None or scenario is None:
             gevent.sleep(IDLE_POLL_S)
             return
         if phase.key != self._phase_key:
             if self._phase_key is not None:
-                grill.release_developer(self._phase_key, self._user_key)
+                worker.release_developer(self._phase_key, self._user_key)
             self._phase_key, self._iterations_done = phase.key, 0
-            self.developer = grill.developer_for(phase.key, self._user_key)
+            self.developer = worker.developer_for(phase.key, self._user_key)
         # a mix's developer plays its persona; a phase the master does not know gives no developer
-        mixed = grill.target(phase.target)
+        mixed = worker.target(phase.target)
         if phase.user_done(self._iterations_done) or (mixed.mix and self.developer is None):
             gevent.sleep(IDLE_POLL_S)
             return
@@ -274,7 +274,7 @@ class CampaignUser(GrillUser):
         try:
             self.run_conversation(target, phase, iteration)
         finally:
-            grill.iteration_done(phase.key)
+            worker.iteration_done(phase.key)
 
 
 class StandaloneUser(GrillUser):
@@ -289,21 +289,21 @@ class StandaloneUser(GrillUser):
 
     @task
     def next_conversation(self) -> None:
-        grill = self.grill
-        if grill.scenario is None:  # a worker still waiting for the master's hello reply
+        worker = self.worker_state
+        if worker.scenario is None:  # a worker still waiting for the master's hello reply
             gevent.sleep(IDLE_POLL_S)
             return
-        target = next(t for t in grill.scenario.targets if t.conversation.name == self.conversation)
+        target = next(t for t in worker.scenario.targets if t.conversation.name == self.conversation)
         runner = self.environment.runner
         phase = Phase(
             phase_id=0,
-            run_id=grill.run_id,
+            run_id=worker.run_id,
             target=target.name,
             tier_index=0,
             tier_users=runner.user_count if runner is not None else 1,
             iterations_per_user=0,
-            think_time_s=grill.scenario.load.think_time_s,
-            session=grill.session,
+            think_time_s=worker.scenario.load.think_time_s,
+            session=worker.session,
         )
         if self.iteration > 0:
             gevent.sleep(phase.think_time_s)
